@@ -1,0 +1,186 @@
+// External-delegate adapter: how the pip interpreters (ai-edge-litert,
+// tf.lite, tflite-runtime) get fusekit's kernels.  The delegate claims every
+// CUSTOM node whose name a registered kernel provides, one node per
+// replacement call, and runs it through the kernel SDK.
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fusekit/kernel_sdk.h"
+#include "node_runner.h"
+#include "plugin_exports.h"
+
+namespace fusekit {
+namespace {
+
+// What the delegate copies from an original custom node while it still can
+// (GetNodeAndRegistration only works inside the delegate's Prepare).
+struct CapturedNode {
+  const KernelDef* def;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  std::vector<uint8_t> options;
+};
+
+struct DelegateData {
+  std::mutex mutex;
+  // Keyed by (context, node index): one delegate may serve several
+  // interpreters.
+  std::map<std::pair<const TfLiteContext*, int>, CapturedNode> nodes;
+  bool verbose = false;
+};
+
+std::vector<int> ToVector(const TfLiteIntArray* array) {
+  std::vector<int> v;
+  if (array == nullptr) return v;
+  v.assign(array->data, array->data + array->size);
+  return v;
+}
+
+void* KernelInit(TfLiteContext* context, const char* buffer, size_t) {
+  const auto* params = reinterpret_cast<const TfLiteDelegateParams*>(buffer);
+  auto* data = static_cast<DelegateData*>(params->delegate->data_);
+  if (params->nodes_to_replace == nullptr ||
+      params->nodes_to_replace->size != 1) {
+    ReportError(context, "fusekit: delegate partition must hold one node");
+    return nullptr;
+  }
+  const int node_index = params->nodes_to_replace->data[0];
+  std::lock_guard<std::mutex> lock(data->mutex);
+  auto it = data->nodes.find({context, node_index});
+  if (it == data->nodes.end()) {
+    ReportError(context, "fusekit: node %d was not captured", node_index);
+    return nullptr;
+  }
+  const CapturedNode& captured = it->second;
+  auto state = NewNodeState(captured.def, captured.options.data(),
+                            captured.options.size());
+  state->inputs = captured.inputs;
+  state->outputs = captured.outputs;
+  return state.release();
+}
+
+void KernelFree(TfLiteContext*, void* buffer) {
+  delete static_cast<NodeState*>(buffer);
+}
+
+TfLiteStatus KernelPrepare(TfLiteContext* context, TfLiteNode* node) {
+  return PrepareNode(context, static_cast<NodeState*>(node->user_data));
+}
+
+TfLiteStatus KernelInvoke(TfLiteContext* context, TfLiteNode* node) {
+  return InvokeNode(context, static_cast<NodeState*>(node->user_data));
+}
+
+TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
+  auto* data = static_cast<DelegateData*>(delegate->data_);
+  TfLiteIntArray* plan = nullptr;
+  if (context->GetExecutionPlan(context, &plan) != kTfLiteOk) {
+    return kTfLiteError;
+  }
+  // The plan changes as nodes are replaced: work on a copy.
+  const std::vector<int> node_indices = ToVector(plan);
+  std::vector<std::pair<int, const KernelDef*>> claimed;
+  {
+    std::lock_guard<std::mutex> lock(data->mutex);
+    for (int index : node_indices) {
+      TfLiteNode* node = nullptr;
+      TfLiteRegistration* reg = nullptr;
+      if (context->GetNodeAndRegistration(context, index, &node, &reg) !=
+          kTfLiteOk) {
+        return kTfLiteError;
+      }
+      if (reg->builtin_code != kFusekitBuiltinCustom) continue;
+      const KernelDef* def = FindKernel(reg->custom_name);
+      if (def == nullptr) continue;
+      CapturedNode captured;
+      captured.def = def;
+      captured.inputs = ToVector(node->inputs);
+      captured.outputs = ToVector(node->outputs);
+      if (node->custom_initial_data != nullptr &&
+          node->custom_initial_data_size > 0) {
+        const auto* p =
+            static_cast<const uint8_t*>(node->custom_initial_data);
+        captured.options.assign(p, p + node->custom_initial_data_size);
+      }
+      data->nodes[{context, index}] = std::move(captured);
+      claimed.emplace_back(index, def);
+    }
+  }
+  for (const auto& [index, def] : claimed) {
+    // The runtimes read every field of the registration, so the trailing
+    // ones must be zero (a stray registration_external crashes).
+    TfLiteRegistration registration;
+    std::memset(&registration, 0, sizeof(registration));
+    registration.init = KernelInit;
+    registration.free = KernelFree;
+    registration.prepare = KernelPrepare;
+    registration.invoke = KernelInvoke;
+    registration.builtin_code = kFusekitBuiltinDelegate;
+    registration.custom_name = def->name;
+    registration.version = 1;
+    // One node per call: adjacent custom nodes replaced together would
+    // become one partition whose inner tensor is never allocated.
+    struct {
+      int size;
+      int data[1];
+    } one = {1, {index}};
+    const auto* nodes = reinterpret_cast<const TfLiteIntArray*>(&one);
+    if (context->ReplaceNodeSubsetsWithDelegateKernels(
+            context, registration, nodes, delegate) != kTfLiteOk) {
+      return kTfLiteError;
+    }
+    if (data->verbose) {
+      std::fprintf(stderr, "fusekit: node %d (%s) runs on fusekit\n", index,
+                   def->name);
+    }
+  }
+  return kTfLiteOk;
+}
+
+}  // namespace
+}  // namespace fusekit
+
+extern "C" {
+
+FUSEKIT_EXPORT TfLiteDelegate* tflite_plugin_create_delegate(
+    char** keys, char** values, size_t num_options,
+    void (*report_error)(const char*)) {
+  auto* data = new fusekit::DelegateData();
+  for (size_t i = 0; i < num_options; ++i) {
+    const std::string key = keys[i];
+    const std::string value = values[i];
+    if (key == "verbose") {
+      data->verbose = value == "1" || value == "true";
+    } else {
+      if (report_error != nullptr) {
+        const std::string message =
+            "fusekit delegate: unknown option '" + key +
+            "' (known options: verbose)";
+        report_error(message.c_str());
+      }
+      delete data;
+      return nullptr;
+    }
+  }
+  auto* delegate = new TfLiteDelegate;
+  std::memset(delegate, 0, sizeof(*delegate));
+  delegate->data_ = data;
+  delegate->Prepare = fusekit::DelegatePrepare;
+  // Without AllowDynamicTensors the runtime prepares the original graph
+  // first and fails on the still-unresolved custom ops.
+  delegate->flags = kTfLiteDelegateFlagsAllowDynamicTensors;
+  return delegate;
+}
+
+FUSEKIT_EXPORT void tflite_plugin_destroy_delegate(TfLiteDelegate* delegate) {
+  if (delegate == nullptr) return;
+  delete static_cast<fusekit::DelegateData*>(delegate->data_);
+  delete delegate;
+}
+
+}  // extern "C"

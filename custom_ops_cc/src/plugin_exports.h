@@ -1,0 +1,34 @@
+// The C entry points a fusekit plugin library exports besides the external
+// delegate ABI.  Everything else stays hidden (-fvisibility=hidden), so two
+// plugins in one process keep separate kernel registries.
+#pragma once
+
+#include <cstddef>
+
+#include "fusekit/tflite_abi.h"
+
+#define FUSEKIT_EXPORT __attribute__((visibility("default")))
+
+extern "C" {
+
+// FUSEKIT_ABI_VERSION of the SDK the plugin was built with.
+FUSEKIT_EXPORT int fusekit_abi_version(void);
+
+// Number of kernels in this plugin, and the name of kernel i.
+FUSEKIT_EXPORT int fusekit_num_kernels(void);
+FUSEKIT_EXPORT const char* fusekit_kernel_name(int i);
+
+// The SIMD target the kernels dispatch to on this CPU (e.g. "AVX2").
+FUSEKIT_EXPORT const char* fusekit_simd_target(void);
+
+// Registers every kernel with a tflite::MutableOpResolver through its
+// AddCustom(const char*, const TfLiteRegistration*, int, int) member, passed
+// as a plain function pointer resolved from the runtime library.  Returns the
+// number of kernels registered, or -1.
+typedef void (*FusekitAddCustomFn)(void* resolver, const char* name,
+                                   const TfLiteRegistration* registration,
+                                   int min_version, int max_version);
+FUSEKIT_EXPORT int fusekit_register_ops_with(void* resolver,
+                                             FusekitAddCustomFn add_custom);
+
+}  // extern "C"

@@ -1,0 +1,69 @@
+"""fusekit: composite-op fusion for TensorFlow Lite.
+
+Author a composite in TensorFlow (``fusekit.composite`` or a ready op from
+``fusekit.ops``), convert it with ``fusekit.convert`` into ONE fused custom op,
+and run it with fusekit's C++ kernels in any TFLite runtime
+(``fusekit.Interpreter`` / ``fusekit.load_delegate``).
+
+The runtime side (this module's eager imports) never imports TensorFlow, so a
+device can install fusekit without it; the authoring and conversion parts are
+loaded on first use and need the ``convert`` extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from fusekit._version import __version__
+from fusekit.errors import (
+    ConversionError,
+    FusekitError,
+    MissingKernelError,
+    RuntimeNotAvailableError,
+)
+from fusekit.run.interpreter import Interpreter, available_runtimes
+from fusekit.run.plugin import kernel_names, library_path, load_delegate, simd_target
+from fusekit.run.registerer import registerer
+
+# Public names that need TensorFlow, resolved lazily (PEP 562).
+_LAZY = {
+    "composite": ("fusekit.author.composite", "composite"),
+    "unfused": ("fusekit.author.composite", "unfused"),
+    "ops": ("fusekit.ops", None),
+    "convert": ("fusekit.conversion.converter", "convert"),
+    "ConversionResult": ("fusekit.conversion.converter", "ConversionResult"),
+    "inspect": ("fusekit.conversion.plan", "inspect"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'fusekit' has no attribute {name!r}")
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "ConversionError",
+    "ConversionResult",
+    "FusekitError",
+    "Interpreter",
+    "MissingKernelError",
+    "RuntimeNotAvailableError",
+    "__version__",
+    "available_runtimes",
+    "composite",
+    "convert",
+    "inspect",
+    "kernel_names",
+    "library_path",
+    "load_delegate",
+    "ops",
+    "registerer",
+    "simd_target",
+    "unfused",
+]

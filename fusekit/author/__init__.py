@@ -1,0 +1,1 @@
+"""Authoring composites: the ``fusekit.composite`` decorator."""

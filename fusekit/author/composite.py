@@ -1,0 +1,149 @@
+"""``fusekit.composite``: mark a TensorFlow function as one fusable op."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import inspect
+from typing import Any, Callable, Iterator
+
+import tensorflow as tf
+
+from fusekit.author.signature import implements_signature, validate_attr, validate_name
+from fusekit.errors import CompositeDefinitionError
+
+_UNFUSED = contextvars.ContextVar("fusekit_unfused", default=False)
+
+
+@contextlib.contextmanager
+def unfused() -> Iterator[None]:
+    """Trace composites inside this block without the fusion annotation.
+
+    The same model code then converts into plain TFLite builtins: the
+    unfused baseline for accuracy and speed comparisons.  It applies while a
+    function is traced, so build (trace) the model inside the block.
+    """
+    token = _UNFUSED.set(True)
+    try:
+        yield
+    finally:
+        _UNFUSED.reset(token)
+
+
+class Composite:
+    """A composite op: calling it runs the body as a fusable tf.function.
+
+    Attrs given to the decorator are defaults; keyword arguments of the same
+    names at call time override them.  Each distinct attr set gets its own
+    cached tf.function (and so its own fused op in the model).
+    """
+
+    def __init__(self, name: str, body: Callable[..., Any], attr_defaults: dict[str, Any]):
+        self.name = validate_name(name)
+        self.body = body
+        self.attr_defaults = {k: validate_attr(name, k, v) for k, v in attr_defaults.items()}
+        self._signature = inspect.signature(body)
+        params = self._signature.parameters
+        takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        # Attrs the body declares as parameters are passed to it; the rest
+        # live only in the signature (the kernel reads them).
+        self._body_attrs = {k for k in self.attr_defaults if k in params or takes_kwargs}
+        self._num_tensor_params = sum(
+            1
+            for k, p in params.items()
+            if k not in self.attr_defaults
+            and p.default is inspect.Parameter.empty
+            and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        )
+        self._functions: dict[tuple, Callable[..., Any]] = {}
+        functools.update_wrapper(self, body)
+
+    def _split_call(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list, dict[str, Any]]:
+        """Separates tensors (positional) from attrs (by name or, where the
+        body declares them, by position) and merges attrs over defaults."""
+        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in self.attr_defaults}
+        try:
+            bound = self._signature.bind_partial(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}: {exc}") from None
+        tensors = []
+        for key, value in bound.arguments.items():
+            if key in self.attr_defaults:
+                if key in overrides:
+                    raise TypeError(f"{self.name}: attr {key!r} given twice")
+                overrides[key] = value
+            else:
+                tensors.append(value)
+        if len(tensors) < self._num_tensor_params:
+            raise TypeError(
+                f"{self.name}: expected {self._num_tensor_params} tensor argument(s), "
+                f"got {len(tensors)}"
+            )
+        attrs = dict(self.attr_defaults)
+        for key, value in overrides.items():
+            value = validate_attr(self.name, key, value)
+            default = self.attr_defaults[key]
+            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            elif type(value) is not type(default):
+                raise CompositeDefinitionError(
+                    f"{self.name}: attr {key!r} was declared {type(default).__name__}, "
+                    f"got {type(value).__name__} {value!r}"
+                )
+            attrs[key] = value
+        return tensors, attrs
+
+    def _function(self, attrs: dict[str, Any]) -> Callable[..., Any]:
+        key = tuple(sorted(attrs.items()))
+        fn = self._functions.get(key)
+        if fn is None:
+            body_kwargs = {k: v for k, v in attrs.items() if k in self._body_attrs}
+
+            def bound(*args: Any) -> Any:
+                return self.body(*args, **body_kwargs)
+
+            fn = tf.function(
+                bound,
+                experimental_implements=implements_signature(self.name, attrs),
+                autograph=False,
+            )
+            self._functions[key] = fn
+        return fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tensors, attrs = self._split_call(args, kwargs)
+        if _UNFUSED.get():
+            body_kwargs = {k: v for k, v in attrs.items() if k in self._body_attrs}
+            return self.body(*tensors, **body_kwargs)
+        return self._function(attrs)(*tensors)
+
+    def __repr__(self) -> str:
+        return f"<fusekit composite {self.name!r} attrs={self.attr_defaults}>"
+
+
+def composite(name: str, **attr_defaults: Any) -> Callable[[Callable[..., Any]], Composite]:
+    """Decorator: the function becomes composite op ``name``.
+
+    The body is the reference implementation (eager, graph and gradients work
+    as usual); ``fusekit.convert`` turns each call into ONE custom op called
+    ``name`` whose custom options hold the attrs.
+
+    Example::
+
+        @fusekit.composite("my_fused_op", example_option=10)
+        def my_fused_op(x, y, example_option):
+            ...
+
+    Args:
+      name: the custom op's name in the model; a kernel of the same name runs it.
+      **attr_defaults: attrs (int, float, bool, str) with their defaults.
+    """
+    validate_name(name)
+    for key, value in attr_defaults.items():
+        validate_attr(name, key, value)
+
+    def wrap(body: Callable[..., Any]) -> Composite:
+        return Composite(name, body, attr_defaults)
+
+    return wrap

@@ -1,0 +1,95 @@
+"""The ``experimental_implements`` signature of a composite (no TensorFlow).
+
+TensorFlow reads it as a ``NameAttrList`` text proto; the TFLite converter's
+composite pass fuses a function whose signature carries
+``tfl_fusable_op: true`` into one custom op named ``name`` whose custom
+options hold the other attrs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping
+
+from fusekit.errors import CompositeDefinitionError
+
+# The converter turns the name into a custom op code and an MLIR symbol:
+# keep to identifier characters (dots and slashes allowed for namespacing).
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./]*$")
+_ATTR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_ATTRS = frozenset({"tfl_fusable_op"})
+
+AttrValue = bool | int | float | str
+
+
+def validate_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise CompositeDefinitionError(
+            f"composite name {name!r} is invalid: use letters, digits, '_', '.' or '/', "
+            "starting with a letter or '_' (it becomes the custom op's name)"
+        )
+    return name
+
+
+def validate_attr(op: str, key: Any, value: Any) -> AttrValue:
+    """Checks one attr and returns it normalised (numpy scalars to Python)."""
+    if not isinstance(key, str) or not _ATTR.match(key):
+        raise CompositeDefinitionError(f"{op}: attr name {key!r} is not an identifier")
+    if key in RESERVED_ATTRS:
+        raise CompositeDefinitionError(f"{op}: attr name {key!r} is reserved by the converter")
+    item = getattr(value, "item", None)
+    if item is not None and getattr(value, "shape", None) == ():
+        value = item()  # numpy scalar
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise CompositeDefinitionError(f"{op}: attr {key}={value} does not fit in int64")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CompositeDefinitionError(f"{op}: attr {key}={value} must be finite")
+        return value
+    if isinstance(value, str):
+        return value
+    raise CompositeDefinitionError(
+        f"{op}: attr {key!r} has type {type(value).__name__}; fusekit carries "
+        "int, float, bool and str attrs"
+    )
+
+
+def _escape(text: str) -> str:
+    # Text-proto string literal: escape backslash, quote and every byte
+    # outside printable ASCII as octal, so any UTF-8 string round-trips.
+    out = []
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif 32 <= byte < 127:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return "".join(out)
+
+
+def _format_value(value: AttrValue) -> str:
+    if isinstance(value, bool):
+        return f"b: {'true' if value else 'false'}"
+    if isinstance(value, int):
+        return f"i: {value}"
+    if isinstance(value, float):
+        return f"f: {value!r}"
+    return f's: "{_escape(value)}"'
+
+
+def implements_signature(name: str, attrs: Mapping[str, AttrValue], fusable: bool = True) -> str:
+    """The NameAttrList text for ``tf.function(experimental_implements=...)``."""
+    parts = [f'name: "{validate_name(name)}"']
+    if fusable:
+        parts.append('attr { key: "tfl_fusable_op" value { b: true } }')
+    for key in sorted(attrs):
+        value = validate_attr(name, key, attrs[key])
+        parts.append(f'attr {{ key: "{key}" value {{ {_format_value(value)} }} }}')
+    return " ".join(parts)

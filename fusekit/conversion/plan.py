@@ -1,0 +1,161 @@
+"""The plan: which composites a SavedModel holds, read from the MLIR that
+TensorFlow imports it into, before any conversion runs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fusekit.conversion import mlir_text
+from fusekit.errors import ConversionError
+
+# Attr types the TF 2.21 converter writes into custom options.  Anything else
+# makes it fail with only "failed to fuse for op: NAME".
+_CONVERTER_ATTR_TYPES = {"int", "float", "bool", "str"}
+
+
+@dataclass
+class PlannedComposite:
+    """One composite function (one attr set) found in the model."""
+
+    op: str
+    function: str
+    attrs: dict[str, Any]
+    attr_types: dict[str, str]
+    arg_types: list[str]
+    result_types: list[str]
+    call_sites: int
+    fusable: bool
+    reason: str | None
+    kernel_available: bool
+
+
+@dataclass
+class Plan:
+    saved_model: str
+    signatures: list[str]
+    composites: list[PlannedComposite] = field(default_factory=list)
+    import_seconds: float = 0.0
+
+    def expected_ops(self) -> Counter:
+        """Fused custom ops the converted model must hold, by op name."""
+        expected: Counter = Counter()
+        for c in self.composites:
+            if c.fusable and c.call_sites:
+                expected[c.op] += c.call_sites
+        return expected
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+    def to_text(self) -> str:
+        if not self.composites:
+            return f"{self.saved_model}: no composites found"
+        lines = [f"{self.saved_model}: signatures {', '.join(self.signatures) or '-'}"]
+        header = f"{'op':<28} {'calls':>5} {'kernel':>6}  {'fusable':<8} attrs / signature"
+        lines += [header, "-" * len(header)]
+        for c in self.composites:
+            attrs = ", ".join(f"{k}={v!r}:{c.attr_types[k]}" for k, v in c.attrs.items())
+            fus = "yes" if c.fusable else "NO"
+            lines.append(
+                f"{c.op:<28} {c.call_sites:>5} {'yes' if c.kernel_available else 'NO':>6}  "
+                f"{fus:<8} {attrs}"
+            )
+            lines.append(
+                f"{'':<28} {'':>5} {'':>6}  {'':<8} "
+                f"({', '.join(c.arg_types)}) -> ({', '.join(c.result_types)})"
+            )
+            if c.reason:
+                lines.append(f"{'':<42}reason: {c.reason}")
+        return "\n".join(lines)
+
+
+def _import_mlir(saved_model_dir: str) -> str:
+    import tensorflow as tf
+
+    # The v1 importer exports the SavedModel's signatures, which is what the
+    # TFLite converter converts; the v2 one exports object-graph paths.
+    return tf.mlir.experimental.convert_saved_model_v1(
+        saved_model_dir, "", "serve", True, False
+    )
+
+
+def check_saved_model(path: str | Path) -> str:
+    path = Path(path)
+    if not path.exists():
+        raise ConversionError(f"{path}: no such file or directory")
+    if not path.is_dir() or not (
+        (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
+    ):
+        raise ConversionError(f"{path}: not a SavedModel directory (no saved_model.pb)")
+    return str(path)
+
+
+def inspect(saved_model_dir: str | Path) -> Plan:
+    """The plan of a SavedModel: every composite function, its attrs (with
+    types), argument and result types, how many fused ops it should become
+    and whether a fusekit kernel exists for it.  Composites that cannot fuse
+    are flagged with the reason."""
+    path = check_saved_model(saved_model_dir)
+    start = time.perf_counter()
+    mlir = _import_mlir(path)
+    seconds = time.perf_counter() - start
+    functions = mlir_text.parse_functions(mlir)
+    roots = [f.symbol for f in functions.values() if f.exported_names and "initializer" not in f.symbol]
+    roots = [r for r in roots if not functions[r].exported_names[0].startswith("__tf_saved_model")]
+    signatures = sorted({n for r in roots for n in functions[r].exported_names})
+
+    composites_fns = {s: f for s, f in functions.items() if f.implements}
+    fusable_fns = set()
+    parsed = {}
+    for symbol, fn in composites_fns.items():
+        attrs = mlir_text.parse_attrs(fn.attrs_text)
+        parsed[symbol] = attrs
+        flag = attrs.get("tfl_fusable_op", (False, "bool"))[0]
+        if flag is True:
+            fusable_fns.add(symbol)
+    counts = mlir_text.instance_counts(functions, roots, opaque=fusable_fns)
+
+    try:
+        from fusekit.run.plugin import kernel_names
+
+        kernels = set(kernel_names())
+    except Exception:  # noqa: BLE001 - a plan is still useful without the plugin
+        kernels = set()
+
+    plan = Plan(saved_model=path, signatures=signatures, import_seconds=seconds)
+    for symbol, fn in sorted(composites_fns.items(), key=lambda kv: kv[1].implements or ""):
+        attrs = dict(parsed[symbol])
+        fusable_flag = attrs.pop("tfl_fusable_op", (False, "bool"))[0] is True
+        reason = None
+        if not fusable_flag:
+            reason = "no tfl_fusable_op attr: inlined into builtins"
+        else:
+            bad = [f"{k} ({t})" for k, (_, t) in attrs.items() if t not in _CONVERTER_ATTR_TYPES]
+            if bad:
+                reason = "attr types the converter cannot carry: " + ", ".join(bad)
+        calls = counts.get(symbol, 0)
+        if calls == 0 and reason is None:
+            reason = "not reachable from the exported signatures"
+        plan.composites.append(
+            PlannedComposite(
+                op=fn.implements or "",
+                function=symbol,
+                attrs={k: v for k, (v, _) in attrs.items()},
+                attr_types={k: t for k, (_, t) in attrs.items()},
+                arg_types=fn.arg_types,
+                result_types=fn.result_types,
+                call_sites=calls,
+                fusable=fusable_flag and reason is None,
+                reason=reason,
+                kernel_available=(fn.implements in kernels),
+            )
+        )
+    return plan

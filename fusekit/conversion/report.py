@@ -1,0 +1,84 @@
+"""The conversion report: what was planned, fused, left unfused and why."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class CompositeRow:
+    op: str
+    planned: int
+    fused: int
+    kernel_available: bool
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> int:
+        return max(self.planned - self.fused, 0)
+
+
+@dataclass
+class Report:
+    composites: list[CompositeRow]
+    ops_before: dict[str, int]
+    ops_after: dict[str, int]
+    model_bytes: int
+    seconds: dict[str, float]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def fused(self) -> dict[str, int]:
+        """Fused ops in the model by composite name."""
+        return {row.op: row.fused for row in self.composites}
+
+    @property
+    def not_fused(self) -> dict[str, int]:
+        return {row.op: row.missing for row in self.composites if row.missing}
+
+    @property
+    def kernels_missing(self) -> list[str]:
+        return sorted(row.op for row in self.composites if row.fused and not row.kernel_available)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fused"] = self.fused
+        d["not_fused"] = self.not_fused
+        d["kernels_missing"] = self.kernels_missing
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_text(self) -> str:
+        lines = []
+        if self.composites:
+            header = f"{'composite':<30} {'planned':>7} {'fused':>5} {'kernel':>6}  notes"
+            lines += [header, "-" * len(header)]
+            for row in self.composites:
+                notes = "; ".join(row.reasons)
+                lines.append(
+                    f"{row.op:<30} {row.planned:>7} {row.fused:>5} "
+                    f"{'yes' if row.kernel_available else 'NO':>6}  {notes}"
+                )
+        else:
+            lines.append("no composites in the model")
+        lines.append(f"model size: {self.model_bytes} bytes")
+        lines.append(
+            "op counts: " + ", ".join(f"{k}={v}" for k, v in sorted(self.ops_after.items()))
+        )
+        lines.append(
+            "time: " + ", ".join(f"{stage} {sec:.2f}s" for stage, sec in self.seconds.items())
+        )
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+def op_count_dict(counts: Counter) -> dict[str, int]:
+    return dict(sorted(counts.items()))

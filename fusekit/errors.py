@@ -1,0 +1,34 @@
+"""Exceptions fusekit raises.  All derive from FusekitError."""
+
+from __future__ import annotations
+
+
+class FusekitError(Exception):
+    """Base class of fusekit's errors."""
+
+
+class CompositeDefinitionError(FusekitError, ValueError):
+    """A composite's name or attrs cannot be expressed in a TFLite model."""
+
+
+class ConversionError(FusekitError):
+    """Conversion failed, or (strict mode) a planned composite was not fused."""
+
+
+class MissingKernelError(FusekitError):
+    """A model has custom ops that no loaded fusekit kernel provides."""
+
+    def __init__(self, missing: list[str], available: list[str]):
+        self.missing = missing
+        self.available = available
+        super().__init__(
+            "no kernel for custom op(s) "
+            + ", ".join(repr(m) for m in missing)
+            + " in the loaded fusekit plugins (they provide: "
+            + (", ".join(available) or "nothing")
+            + "). Check that the composite's name matches a registered kernel."
+        )
+
+
+class RuntimeNotAvailableError(FusekitError, ImportError):
+    """The requested TFLite runtime is not installed or lacks a feature."""

@@ -1,0 +1,124 @@
+"""``fusekit.Interpreter``: a runtime's own Interpreter with fusekit's kernels."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Sequence
+
+from fusekit.errors import MissingKernelError, RuntimeNotAvailableError
+from fusekit.run import model_ops, plugin
+
+# Runtime name -> module providing Interpreter and load_delegate.
+_RUNTIME_MODULES = {
+    "litert": "ai_edge_litert.interpreter",
+    "tflite_runtime": "tflite_runtime.interpreter",
+    "tf": "tensorflow",
+}
+# "auto" tries these in order; TensorFlow last because it is the heaviest.
+_AUTO_ORDER = ("litert", "tflite_runtime", "tf")
+
+
+def runtime_module(runtime: str) -> Any:
+    """The Python module of a runtime (for tf: an object with Interpreter and
+    load_delegate)."""
+    if runtime not in _RUNTIME_MODULES:
+        raise ValueError(
+            f"unknown runtime {runtime!r}; choose one of: auto, " + ", ".join(_RUNTIME_MODULES)
+        )
+    try:
+        module = importlib.import_module(_RUNTIME_MODULES[runtime])
+    except ImportError as exc:
+        hint = {
+            "litert": "pip install ai-edge-litert",
+            "tflite_runtime": "pip install tflite-runtime (needs numpy<2)",
+            "tf": "pip install 'fusekit[convert]'",
+        }[runtime]
+        raise RuntimeNotAvailableError(f"runtime {runtime!r} is not installed ({hint}): {exc}") from exc
+    if runtime == "tf":
+        # tf.lite.Interpreter and tf.lite.experimental.load_delegate.
+        return _TfLiteRuntime(module.lite)
+    return module
+
+
+class _TfLiteRuntime:
+    def __init__(self, lite: Any):
+        self.Interpreter = lite.Interpreter
+        self.load_delegate = lite.experimental.load_delegate
+        self.InterpreterWithCustomOps = getattr(lite.experimental, "InterpreterWithCustomOps", None)
+
+
+def available_runtimes() -> list[str]:
+    """Runtimes importable in this environment, in "auto" preference order."""
+    found = []
+    for name in _AUTO_ORDER:
+        try:
+            runtime_module(name)
+        except RuntimeNotAvailableError:
+            continue
+        found.append(name)
+    return found
+
+
+def resolve_runtime(runtime: str) -> str:
+    if runtime != "auto":
+        runtime_module(runtime)  # raises a clear error when missing
+        return runtime
+    for name in _AUTO_ORDER:
+        try:
+            runtime_module(name)
+        except RuntimeNotAvailableError:
+            continue
+        return name
+    raise RuntimeNotAvailableError(
+        "no TFLite runtime found: install ai-edge-litert, tflite-runtime or tensorflow"
+    )
+
+
+def Interpreter(  # noqa: N802 - reads like the class it returns
+    model_path: str | Path | None = None,
+    model_content: bytes | None = None,
+    num_threads: int | None = None,
+    runtime: str = "auto",
+    plugins: Sequence[str] = (),
+    **kwargs: Any,
+) -> Any:
+    """Creates the chosen runtime's own Interpreter with fusekit's kernels.
+
+    Args:
+      model_path / model_content: the model, as with any TFLite Interpreter.
+      num_threads: interpreter threads (None: the runtime's default).
+      runtime: "auto" (ai-edge-litert, then tflite-runtime, then tf.lite),
+        "litert", "tflite_runtime" or "tf".
+      plugins: extra kernel plugin libraries besides fusekit's own.
+      **kwargs: passed to the runtime's Interpreter (e.g.
+        experimental_delegates are appended after fusekit's).
+
+    Raises:
+      MissingKernelError: the model has custom ops that no loaded kernel
+        provides (runtimes would only fail later, at allocate_tensors).
+    """
+    if (model_path is None) == (model_content is None):
+        raise ValueError("pass exactly one of model_path or model_content")
+    name = resolve_runtime(runtime)
+    module = runtime_module(name)
+    content = model_content if model_content is not None else Path(model_path).read_bytes()
+
+    libraries = [plugin.library_path(), *map(str, plugins)]
+    provided: dict[str, str] = {}
+    for lib in libraries:
+        for op in plugin.kernel_names(lib):
+            provided.setdefault(op, lib)
+    missing = [op for op in model_ops.custom_op_names(content) if op not in provided]
+    if missing:
+        raise MissingKernelError(missing, sorted(provided))
+
+    delegates = [module.load_delegate(lib, {}) for lib in libraries]
+    delegates += list(kwargs.pop("experimental_delegates", None) or [])
+    if model_content is not None:
+        kwargs["model_content"] = model_content
+    else:
+        kwargs["model_path"] = str(model_path)
+    if num_threads is not None:
+        kwargs["num_threads"] = num_threads
+    return module.Interpreter(experimental_delegates=delegates, **kwargs)
