@@ -1,0 +1,156 @@
+"""Running a .tflite model on each runtime the same way.
+
+ai-edge-litert and tf.lite run in this process.  tflite-runtime needs
+numpy<2, so it runs in its own virtual environment (.venv-tflite-runtime,
+made by scripts/setup.sh) through tflite_runtime_worker.py, on the same
+installed fusekit wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import fusekit
+
+REPO = Path(__file__).resolve().parent.parent
+RUNTIMES = ("litert", "tf", "tflite_runtime")
+WORKER = Path(__file__).with_name("tflite_runtime_worker.py")
+
+
+def tflite_runtime_python() -> Path:
+    override = os.environ.get("FUSEKIT_TFLITE_RUNTIME_PYTHON")
+    path = Path(override) if override else REPO / ".venv-tflite-runtime" / "bin" / "python"
+    if not path.exists():
+        raise RuntimeError(
+            f"{path} is missing: run scripts/setup.sh (it creates the tflite-runtime venv)"
+        )
+    return path
+
+
+@dataclass
+class Job:
+    """Runs of one interpreter: each run resizes the inputs to its arrays'
+    shapes (resize_tensor_input + allocate_tensors), feeds them in the order
+    of the model's input details and invokes."""
+
+    model: bytes
+    runs: list[list[np.ndarray]]
+    mode: str = "delegate"  # or "registerer" (InterpreterWithCustomOps)
+    num_threads: int = 1
+
+
+@dataclass
+class Outcome:
+    outputs: list[list[np.ndarray]] = field(default_factory=list)  # per run
+    error: str | None = None
+
+    def ok(self) -> list[list[np.ndarray]]:
+        if self.error is not None:
+            raise AssertionError(f"model run failed: {self.error}")
+        return self.outputs
+
+
+def run_in_process(runtime: str, job: Job) -> Outcome:
+    try:
+        if job.mode == "registerer":
+            module = fusekit.run.interpreter.runtime_module(runtime)
+            cls = getattr(module, "InterpreterWithCustomOps")
+            interp = cls(
+                model_content=job.model,
+                custom_op_registerers=[fusekit.registerer],
+                num_threads=job.num_threads,
+            )
+        else:
+            interp = fusekit.Interpreter(
+                model_content=job.model, runtime=runtime, num_threads=job.num_threads
+            )
+        return Outcome(outputs=[feed_and_invoke(interp, run) for run in job.runs])
+    except Exception as exc:  # noqa: BLE001 - the message is what tests check
+        return Outcome(error=f"{type(exc).__name__}: {exc}")
+
+
+def feed_and_invoke(interp, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    details = interp.get_input_details()
+    if len(details) != len(inputs):
+        raise ValueError(f"model has {len(details)} inputs, job gives {len(inputs)}")
+    for d, x in zip(details, inputs):
+        interp.resize_tensor_input(d["index"], list(x.shape))
+    interp.allocate_tensors()
+    for d, x in zip(details, inputs):
+        interp.set_tensor(d["index"], x)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
+
+
+def run_jobs(runtime: str, jobs: list[Job]) -> list[Outcome]:
+    """Runs every job on one runtime; tflite-runtime jobs share one worker."""
+    if runtime != "tflite_runtime":
+        return [run_in_process(runtime, job) for job in jobs]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        manifest = []
+        for i, job in enumerate(jobs):
+            model = tmp_path / f"job{i}.tflite"
+            model.write_bytes(job.model)
+            arrays = tmp_path / f"job{i}_in.npz"
+            np.savez(
+                arrays, **{f"r{r}_i{k}": x for r, run in enumerate(job.runs) for k, x in enumerate(run)}
+            )
+            manifest.append(
+                {
+                    "model": str(model),
+                    "inputs": str(arrays),
+                    "outputs": str(tmp_path / f"job{i}_out.npz"),
+                    "mode": job.mode,
+                    "num_threads": job.num_threads,
+                    "runs": len(job.runs),
+                }
+            )
+        (tmp_path / "jobs.json").write_text(json.dumps(manifest))
+        proc = subprocess.run(
+            [str(tflite_runtime_python()), str(WORKER), str(tmp_path / "jobs.json")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"tflite-runtime worker crashed (exit {proc.returncode}):\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
+        results = json.loads((tmp_path / "results.json").read_text())
+        outcomes = []
+        for entry, result in zip(manifest, results):
+            if result["error"] is not None:
+                outcomes.append(Outcome(error=result["error"]))
+                continue
+            with np.load(entry["outputs"]) as data:
+                outs = unpack_runs(data, "o")
+            outcomes.append(Outcome(outputs=outs))
+        return outcomes
+
+
+def unpack_runs(data, tag: str) -> list[list[np.ndarray]]:
+    """Arrays named r<run>_<tag><k> back into per-run lists."""
+    runs: dict[int, dict[int, np.ndarray]] = {}
+    for name in data.files:
+        run, item = name.split("_")
+        runs.setdefault(int(run[1:]), {})[int(item[len(tag):])] = data[name]
+    return [[items[k] for k in sorted(items)] for _, items in sorted(runs.items())]
+
+
+def run_job(runtime: str, job: Job) -> Outcome:
+    return run_jobs(runtime, [job])[0]
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use
+    print(RUNTIMES, sys.version)
