@@ -3,7 +3,7 @@ writes (wrong dtypes, ranks, arities, garbage custom options)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import flatbuffers
 import numpy as np

@@ -62,7 +62,7 @@ def run_in_process(runtime: str, job: Job) -> Outcome:
     try:
         if job.mode == "registerer":
             module = fusekit.run.interpreter.runtime_module(runtime)
-            cls = getattr(module, "InterpreterWithCustomOps")
+            cls = module.InterpreterWithCustomOps
             interp = cls(
                 model_content=job.model,
                 custom_op_registerers=[fusekit.registerer],
@@ -102,7 +102,8 @@ def run_jobs(runtime: str, jobs: list[Job]) -> list[Outcome]:
             model.write_bytes(job.model)
             arrays = tmp_path / f"job{i}_in.npz"
             np.savez(
-                arrays, **{f"r{r}_i{k}": x for r, run in enumerate(job.runs) for k, x in enumerate(run)}
+                arrays,
+                **{f"r{r}_i{k}": x for r, run in enumerate(job.runs) for k, x in enumerate(run)},
             )
             manifest.append(
                 {
@@ -144,7 +145,7 @@ def unpack_runs(data, tag: str) -> list[list[np.ndarray]]:
     runs: dict[int, dict[int, np.ndarray]] = {}
     for name in data.files:
         run, item = name.split("_")
-        runs.setdefault(int(run[1:]), {})[int(item[len(tag):])] = data[name]
+        runs.setdefault(int(run[1:]), {})[int(item[len(tag) :])] = data[name]
     return [[items[k] for k in sorted(items)] for _, items in sorted(runs.items())]
 
 

@@ -6,7 +6,8 @@ import contextlib
 import contextvars
 import functools
 import inspect
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import tensorflow as tf
 
@@ -54,7 +55,8 @@ class Composite:
             for k, p in params.items()
             if k not in self.attr_defaults
             and p.default is inspect.Parameter.empty
-            and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            and p.kind
+            in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         )
         self._functions: dict[tuple, Callable[..., Any]] = {}
         functools.update_wrapper(self, body)
@@ -84,7 +86,11 @@ class Composite:
         for key, value in overrides.items():
             value = validate_attr(self.name, key, value)
             default = self.attr_defaults[key]
-            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            if (
+                isinstance(default, float)
+                and isinstance(value, int)
+                and not isinstance(value, bool)
+            ):
                 value = float(value)
             elif type(value) is not type(default):
                 raise CompositeDefinitionError(

@@ -123,8 +123,12 @@ def parse_attr_value(text: str) -> tuple[Any, str]:
         if kind == "i":
             return int(number, 0), "int"
         return float(number), "float"
-    if text.startswith("dense<") or text.startswith("#tf_type.shape") or text in ("f32", "i32"):
-        return text, "unsupported"
+    if re.match(r"^-?\d+$", text):
+        return int(text), "int"
+    if re.match(r"^-?[0-9.]+(?:[eE][+-]?\d+)?$", text):
+        return float(text), "float"
+    # dense<...> tensors, #tf_type.shape<...>, types: the converter cannot
+    # carry them (they stay text in the plan).
     return text, "unsupported"
 
 

@@ -82,9 +82,7 @@ def _import_mlir(saved_model_dir: str) -> str:
 
     # The v1 importer exports the SavedModel's signatures, which is what the
     # TFLite converter converts; the v2 one exports object-graph paths.
-    return tf.mlir.experimental.convert_saved_model_v1(
-        saved_model_dir, "", "serve", True, False
-    )
+    return tf.mlir.experimental.convert_saved_model_v1(saved_model_dir, "", "serve", True, False)
 
 
 def check_saved_model(path: str | Path) -> str:
@@ -108,7 +106,9 @@ def inspect(saved_model_dir: str | Path) -> Plan:
     mlir = _import_mlir(path)
     seconds = time.perf_counter() - start
     functions = mlir_text.parse_functions(mlir)
-    roots = [f.symbol for f in functions.values() if f.exported_names and "initializer" not in f.symbol]
+    roots = [
+        f.symbol for f in functions.values() if f.exported_names and "initializer" not in f.symbol
+    ]
     roots = [r for r in roots if not functions[r].exported_names[0].startswith("__tf_saved_model")]
     signatures = sorted({n for r in roots for n in functions[r].exported_names})
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fusekit.errors import MissingKernelError, RuntimeNotAvailableError
 from fusekit.run import model_ops, plugin
@@ -34,7 +35,9 @@ def runtime_module(runtime: str) -> Any:
             "tflite_runtime": "pip install tflite-runtime (needs numpy<2)",
             "tf": "pip install 'fusekit[convert]'",
         }[runtime]
-        raise RuntimeNotAvailableError(f"runtime {runtime!r} is not installed ({hint}): {exc}") from exc
+        raise RuntimeNotAvailableError(
+            f"runtime {runtime!r} is not installed ({hint}): {exc}"
+        ) from exc
     if runtime == "tf":
         # tf.lite.Interpreter and tf.lite.experimental.load_delegate.
         return _TfLiteRuntime(module.lite)

@@ -34,7 +34,7 @@ def library_path() -> str:
     return str(path)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _open(path: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(path)
     if not hasattr(lib, "fusekit_abi_version"):

@@ -1,0 +1,61 @@
+"""Side-by-side latency measurement: candidates are timed in interleaved
+rounds so that machine noise hits all of them alike; medians are reported."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Timing:
+    name: str
+    samples_us: list[float]
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.samples_us)
+
+    @property
+    def p10_us(self) -> float:
+        return float(np.percentile(self.samples_us, 10))
+
+    @property
+    def p90_us(self) -> float:
+        return float(np.percentile(self.samples_us, 90))
+
+
+def prepared_invoke(interp, inputs: list[np.ndarray]) -> Callable[[], None]:
+    """Resizes, allocates and feeds an interpreter once; returns its invoke."""
+    details = interp.get_input_details()
+    for d, x in zip(details, inputs):
+        interp.resize_tensor_input(d["index"], list(x.shape))
+    interp.allocate_tensors()
+    for d, x in zip(details, inputs):
+        interp.set_tensor(d["index"], x)
+    return interp.invoke
+
+
+def compare(
+    candidates: dict[str, Callable[[], None]],
+    rounds: int = 30,
+    calls_per_round: int = 20,
+    warmup: int = 5,
+) -> dict[str, Timing]:
+    """Times each callable in interleaved rounds; a sample is the mean of
+    ``calls_per_round`` back-to-back calls, in microseconds."""
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            start = time.perf_counter()
+            for _ in range(calls_per_round):
+                fn()
+            samples[name].append((time.perf_counter() - start) / calls_per_round * 1e6)
+    return {name: Timing(name, s) for name, s in samples.items()}

@@ -1,0 +1,89 @@
+"""fusekit.Interpreter, load_delegate and registerer across runtimes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from models import layer_norm_module, save_and_convert
+
+import fusekit
+from fusekit.errors import RuntimeNotAvailableError
+
+
+@pytest.fixture(scope="module")
+def model(session_dir) -> bytes:
+    return save_and_convert(layer_norm_module(32, 2), session_dir / "interp").model
+
+
+def test_runtime_selection_returns_the_runtimes_own_interpreter(model):
+    import ai_edge_litert.interpreter as litert
+    import tensorflow as tf
+
+    assert isinstance(fusekit.Interpreter(model_content=model), litert.Interpreter)
+    assert isinstance(fusekit.Interpreter(model_content=model, runtime="tf"), tf.lite.Interpreter)
+    assert fusekit.available_runtimes()[0] == "litert"
+    with pytest.raises(ValueError, match="unknown runtime 'onnx'"):
+        fusekit.Interpreter(model_content=model, runtime="onnx")
+    with pytest.raises(ValueError, match="exactly one"):
+        fusekit.Interpreter()
+
+
+def test_model_path_and_num_threads(model, tmp_path):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    interp = fusekit.Interpreter(model_path=path, num_threads=2)
+    interp.allocate_tensors()
+
+
+def test_load_delegate_in_users_own_interpreter(model):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=model, experimental_delegates=[fusekit.load_delegate()])
+    d = interp.get_input_details()[0]
+    x = np.ones((1, 2, 32), np.float32) * np.arange(32, dtype=np.float32)
+    interp.resize_tensor_input(d["index"], x.shape)
+    interp.allocate_tensors()
+    interp.set_tensor(d["index"], x)
+    interp.invoke()
+    assert np.isfinite(interp.get_tensor(interp.get_output_details()[0]["index"])).all()
+
+
+def test_delegate_rejects_unknown_options():
+    with pytest.raises(ValueError):
+        fusekit.load_delegate(options={"bogus": "1"})
+
+
+def test_registerer_outside_tflite_runtime_points_to_interpreter(model):
+    from ai_edge_litert.interpreter import InterpreterWithCustomOps
+
+    with pytest.raises(Exception, match="fusekit.Interpreter"):
+        InterpreterWithCustomOps(model_content=model, custom_op_registerers=[fusekit.registerer])
+
+
+def test_without_fusekit_the_runtime_cannot_run_it(model):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=model)
+    with pytest.raises(RuntimeError, match="unresolved custom op: fusekit_layer_norm"):
+        interp.allocate_tensors()
+
+
+def test_plugin_introspection():
+    assert "fusekit_layer_norm" in fusekit.kernel_names()
+    assert fusekit.simd_target() in {"baseline", "avx2", "avx512"}
+    assert fusekit.library_path().endswith("libfusekit_ops.so")
+
+
+def test_missing_runtime_is_a_clear_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name.startswith("tflite_runtime"):
+            raise ImportError("No module named 'tflite_runtime'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(RuntimeNotAvailableError, match="tflite-runtime"):
+        fusekit.run.interpreter.runtime_module("tflite_runtime")
