@@ -85,9 +85,9 @@ class Tensor {
   // Typed access; the kernel checks the dtype in Prepare (see OpContext).
   template <typename T>
   T* data() const {
-    return static_cast<T*>(t_->data);
+    return static_cast<T*>(FusekitTensorData(t_));
   }
-  void* raw() const { return t_->data; }
+  void* raw() const { return FusekitTensorData(t_); }
   size_t bytes() const { return t_->bytes; }
   TfLiteTensor* raw_tensor() const { return t_; }
 

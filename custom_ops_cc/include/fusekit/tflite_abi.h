@@ -293,6 +293,16 @@ static_assert(offsetof(TfLiteDelegateParams, output_tensors) == 24,
 
 #endif  // FUSEKIT_USE_TFLITE_HEADERS
 
+// The tensor's data pointer: a plain pointer here, a union in TFLite's own
+// headers.
+inline void* FusekitTensorData(const TfLiteTensor* t) {
+#ifdef FUSEKIT_USE_TFLITE_HEADERS
+  return t->data.raw;
+#else
+  return t->data;
+#endif
+}
+
 // Builtin operator codes fusekit compares against (schema values).
 constexpr int32_t kFusekitBuiltinCustom = 32;
 constexpr int32_t kFusekitBuiltinDelegate = 51;
