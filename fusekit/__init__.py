@@ -34,6 +34,7 @@ _LAZY = {
     "convert": ("fusekit.conversion.converter", "convert"),
     "ConversionResult": ("fusekit.conversion.converter", "ConversionResult"),
     "inspect": ("fusekit.conversion.plan", "inspect"),
+    "converter_hook": ("fusekit.conversion.hook", "converter_hook"),
 }
 
 
@@ -58,6 +59,7 @@ __all__ = [
     "available_runtimes",
     "composite",
     "convert",
+    "converter_hook",
     "inspect",
     "kernel_names",
     "library_path",

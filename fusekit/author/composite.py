@@ -12,6 +12,7 @@ from typing import Any
 import tensorflow as tf
 
 from fusekit.author.signature import implements_signature, validate_attr, validate_name
+from fusekit.author.typed_attrs import TypedList
 from fusekit.errors import CompositeDefinitionError
 
 _UNFUSED = contextvars.ContextVar("fusekit_unfused", default=False)
@@ -30,6 +31,15 @@ def unfused() -> Iterator[None]:
         yield
     finally:
         _UNFUSED.reset(token)
+
+
+def _body_values(attrs: dict[str, Any], wanted: set[str]) -> dict[str, Any]:
+    """Attr values as the body sees them: lists and arrays as given."""
+    return {
+        k: (v.to_python() if isinstance(v, TypedList) else v)
+        for k, v in attrs.items()
+        if k in wanted
+    }
 
 
 class Composite:
@@ -92,7 +102,9 @@ class Composite:
                 and not isinstance(value, bool)
             ):
                 value = float(value)
-            elif type(value) is not type(default):
+            elif isinstance(default, TypedList) != isinstance(value, TypedList) or (
+                not isinstance(default, TypedList) and type(value) is not type(default)
+            ):
                 raise CompositeDefinitionError(
                     f"{self.name}: attr {key!r} was declared {type(default).__name__}, "
                     f"got {type(value).__name__} {value!r}"
@@ -104,7 +116,7 @@ class Composite:
         key = tuple(sorted(attrs.items()))
         fn = self._functions.get(key)
         if fn is None:
-            body_kwargs = {k: v for k, v in attrs.items() if k in self._body_attrs}
+            body_kwargs = _body_values(attrs, self._body_attrs)
 
             def bound(*args: Any) -> Any:
                 return self.body(*args, **body_kwargs)
@@ -120,7 +132,7 @@ class Composite:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors, attrs = self._split_call(args, kwargs)
         if _UNFUSED.get():
-            body_kwargs = {k: v for k, v in attrs.items() if k in self._body_attrs}
+            body_kwargs = _body_values(attrs, self._body_attrs)
             return self.body(*tensors, **body_kwargs)
         return self._function(attrs)(*tensors)
 

@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fusekit.author import typed_attrs
+from fusekit.author.typed_attrs import TypedList
 from fusekit.errors import CompositeDefinitionError
 
 # The converter turns the name into a custom op code and an MLIR symbol:
@@ -21,7 +23,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./]*$")
 _ATTR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ATTRS = frozenset({"tfl_fusable_op"})
 
-AttrValue = bool | int | float | str
+AttrValue = bool | int | float | str | TypedList
 
 
 def validate_name(name: Any) -> str:
@@ -53,10 +55,22 @@ def validate_attr(op: str, key: Any, value: Any) -> AttrValue:
             raise CompositeDefinitionError(f"{op}: attr {key}={value} must be finite")
         return value
     if isinstance(value, str):
+        if value.startswith(typed_attrs.MARKER):
+            raise CompositeDefinitionError(f"{op}: attr {key!r} starts with a reserved marker")
         return value
+    if isinstance(value, TypedList):
+        return value
+    try:
+        typed = typed_attrs.from_value(op, key, value)
+    except TypeError as exc:
+        raise CompositeDefinitionError(str(exc)) from None
+    if typed is not None:
+        if typed.element_type == "float" and not all(math.isfinite(v) for v in typed.values):
+            raise CompositeDefinitionError(f"{op}: attr {key!r} holds a non-finite number")
+        return typed
     raise CompositeDefinitionError(
         f"{op}: attr {key!r} has type {type(value).__name__}; fusekit carries "
-        "int, float, bool and str attrs"
+        "int, float, bool and str attrs, lists of them and small numpy arrays"
     )
 
 
@@ -82,6 +96,10 @@ def _format_value(value: AttrValue) -> str:
         return f"i: {value}"
     if isinstance(value, float):
         return f"f: {value!r}"
+    if isinstance(value, TypedList):
+        # The converter only carries scalars: lists travel as marked strings
+        # and a pass after conversion restores them as typed vectors.
+        return f's: "{_escape(typed_attrs.encode(value))}"'
     return f's: "{_escape(value)}"'
 
 

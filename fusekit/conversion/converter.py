@@ -1,16 +1,22 @@
-"""``fusekit.convert``: SavedModel -> .tflite with every composite fused."""
+"""``fusekit.convert``: a model -> .tflite with every composite fused and
+verified against the plan."""
 
 from __future__ import annotations
 
 import re
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 from fusekit.conversion.plan import Plan, check_saved_model, inspect
+from fusekit.conversion.quantization import float_islands
 from fusekit.conversion.report import CompositeRow, Report, op_count_dict
+from fusekit.conversion.sources import as_saved_model
+from fusekit.conversion.typed_attrs_pass import restore_typed_attrs
+from fusekit.conversion.unfuse import unfused_copy
 from fusekit.errors import ConversionError
 from fusekit.run import model_ops
 
@@ -41,7 +47,26 @@ def _progress(enabled: bool, message: str) -> None:
         print(f"fusekit: {message}", file=sys.stderr, flush=True)
 
 
-def _run_converter(saved_model_dir: str, options: dict[str, Any]) -> bytes:
+def converter_error(exc: Exception, plan: Plan | None) -> ConversionError:
+    """A ConversionError naming the composites the converter failed on."""
+    message = str(exc).strip()
+    failed = sorted(set(_FAILED_TO_FUSE.findall(message)))
+    if not failed:
+        return ConversionError(f"the TFLite converter failed: {message}")
+    details = []
+    for op in failed:
+        functions = [c for c in (plan.composites if plan else []) if c.op == op]
+        reasons = sorted({c.reason for c in functions if c.reason})
+        names = ", ".join(c.function for c in functions) or "?"
+        details.append(f"{op} (function {names})" + (f": {'; '.join(reasons)}" if reasons else ""))
+    return ConversionError(
+        "the TFLite converter could not fuse composite(s) "
+        + "; ".join(details)
+        + f". Converter message: {message}"
+    )
+
+
+def _run_converter(saved_model_dir: str, options: dict[str, Any], plan: Plan | None) -> bytes:
     import tensorflow as tf
 
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
@@ -49,97 +74,164 @@ def _run_converter(saved_model_dir: str, options: dict[str, Any]) -> bytes:
         if not hasattr(converter, key):
             raise TypeError(f"fusekit.convert: TFLiteConverter has no option {key!r}")
         setattr(converter, key, value)
+    if getattr(converter, "representative_dataset", None) is not None:
+        add_calibration_kernels(converter)
     try:
-        return converter.convert()
+        return _original_convert(converter)()
     except Exception as exc:  # the converter raises ConverterError and others
-        message = str(exc)
-        failed = sorted(set(_FAILED_TO_FUSE.findall(message)))
-        if failed:
-            raise ConversionError(
-                f"the TFLite converter could not fuse composite(s) {', '.join(failed)}: "
-                f"{message.strip()}"
-            ) from exc
-        raise ConversionError(f"the TFLite converter failed: {message.strip()}") from exc
+        raise converter_error(exc, plan) from exc
 
 
-def convert(
-    saved_model_dir: str | Path,
-    strict: bool = True,
-    progress: bool = False,
-    **converter_options: Any,
-) -> ConversionResult:
-    """Converts a SavedModel into a .tflite model with every composite fused.
+def add_calibration_kernels(converter: Any) -> None:
+    """Lets int8 calibration run fused ops with fusekit's kernels."""
+    from fusekit.conversion.calibration import calibration_registerer
 
-    Args:
-      saved_model_dir: a SavedModel directory.
-      strict: raise ConversionError when a composite found in the model did
-        not become its fused op (otherwise: a warning and the report says so).
-      progress: print each stage to stderr.
-      **converter_options: TFLiteConverter attributes (optimizations,
-        representative_dataset, target_spec, ...).
+    registerers = converter.target_spec._experimental_custom_op_registerers
+    if calibration_registerer not in registerers:
+        registerers.append(calibration_registerer)
 
-    Returns:
-      ConversionResult with ``.model`` bytes and ``.report``.
-    """
-    path = check_saved_model(saved_model_dir)
-    seconds: dict[str, float] = {}
 
-    _progress(progress, f"importing {path} to find composites")
+def _original_convert(converter: Any):
+    # Under fusekit.converter_hook the instance's convert is wrapped; fusekit
+    # itself wants the converter's own.
+    return getattr(converter, "_fusekit_original_convert", converter.convert)
+
+
+def finish(
+    model: bytes,
+    plan: Plan,
+    strict: bool,
+    seconds: dict[str, float],
+    fuse: bool = True,
+    ops_before: dict[str, int] | None = None,
+) -> tuple[bytes, Report]:
+    """fusekit's flatbuffer passes and the check against the plan."""
     start = time.perf_counter()
-    plan = inspect(path)
-    seconds["plan"] = time.perf_counter() - start
-    _progress(progress, f"plan: {dict(plan.expected_ops()) or 'no composites'}")
-
-    for c in plan.composites:
-        if c.call_sites and c.reason and c.reason.startswith("attr types") and strict:
-            raise ConversionError(f"composite {c.op} ({c.function}) cannot fuse: {c.reason}")
-
-    _progress(progress, "running the TFLite converter")
-    start = time.perf_counter()
-    model = _run_converter(path, converter_options)
-    seconds["convert"] = time.perf_counter() - start
+    if fuse:
+        model, _ = restore_typed_attrs(model, plan.bool_attrs())
+    seconds["passes"] = time.perf_counter() - start
 
     start = time.perf_counter()
     after = model_ops.op_counts(model)
+    islands = float_islands(model) if fuse else {}
     seconds["verify"] = time.perf_counter() - start
 
-    expected = plan.expected_ops()
-    rows = []
-    problems = []
+    # The converter may convert fewer signatures than the SavedModel exports
+    # (aliases of one function are converted once).
+    converted = model_ops.signature_keys(model)
+    expected = plan.expected_ops(converted or None) if fuse else {}
+    rows, problems = [], []
     for op in sorted({c.op for c in plan.composites}):
         entries = [c for c in plan.composites if c.op == op]
-        fused = after.get(f"CUSTOM:{op}", 0)
         row = CompositeRow(
             op=op,
             planned=expected.get(op, 0),
-            fused=fused,
+            fused=after.get(f"CUSTOM:{op}", 0),
             kernel_available=any(c.kernel_available for c in entries),
             reasons=sorted({c.reason for c in entries if c.reason}),
+            float_in_quantized=islands.get(op, 0),
         )
-        if row.missing:
+        if not fuse:
+            row.reasons.append("fuse=False: inlined into builtins")
+        elif row.missing:
             row.reasons.append(f"{row.missing} of {row.planned} call(s) were not fused")
             problems.append(f"{op}: {row.missing} of {row.planned} call(s) not fused")
+        if row.float_in_quantized:
+            row.reasons.append(
+                f"{row.float_in_quantized} fused op(s) run in float with quantize/dequantize around"
+            )
         rows.append(row)
 
     report = Report(
         composites=rows,
-        ops_before={},
+        ops_before=ops_before or {},
         ops_after=op_count_dict(after),
         model_bytes=len(model),
         seconds=seconds,
     )
     if not plan.composites:
         report.warnings.append("the model has no composites: converted as a plain model")
-        warnings.warn(f"{path}: no composites found; converted without fusion", stacklevel=2)
+        warnings.warn(
+            f"{plan.saved_model}: no composites found; converted without fusion", stacklevel=3
+        )
     for row in rows:
         if row.fused and not row.kernel_available:
             report.warnings.append(
-                f"{row.op}: no fusekit kernel is loaded for this op; register one before running"
+                f"{row.op}: no loaded fusekit kernel provides this op; build or load one "
+                "before running the model"
             )
     if problems:
         message = "composites not fused: " + "; ".join(problems)
         if strict:
             raise ConversionError(message)
-        warnings.warn(message, stacklevel=2)
-    _progress(progress, f"done: {len(model)} bytes, fused {report.fused}")
-    return ConversionResult(model, report, plan)
+        warnings.warn(message, stacklevel=3)
+    return model, report
+
+
+def convert(
+    model: Any,
+    strict: bool = True,
+    fuse: bool = True,
+    progress: bool = False,
+    count_unfused_ops: bool = False,
+    **converter_options: Any,
+) -> ConversionResult:
+    """Converts a model into a .tflite model with every composite fused.
+
+    Args:
+      model: a SavedModel directory, a Keras model, a tf.Module with
+        signatures, or (a list of) concrete functions.  All go through a
+        SavedModel, where composites survive.
+      strict: raise ConversionError when a composite found in the model did
+        not become its fused op (otherwise: a warning; the report says so).
+      fuse: False gives the unfused baseline of the same SavedModel (every
+        composite inlined into builtins, no re-tracing).
+      progress: print each stage to stderr.
+      count_unfused_ops: also convert the unfused baseline to fill
+        ``report.ops_before`` (op counts without fusion).
+      **converter_options: TFLiteConverter attributes (optimizations,
+        representative_dataset, target_spec, ...).
+
+    Returns:
+      ConversionResult with ``.model`` bytes, ``.report`` and ``.plan``.
+    """
+    with as_saved_model(model) as saved_model:
+        path = check_saved_model(saved_model)
+        seconds: dict[str, float] = {}
+        _progress(progress, f"importing {path} to find composites")
+        start = time.perf_counter()
+        plan = inspect(path)
+        seconds["plan"] = time.perf_counter() - start
+        _progress(progress, f"plan: {dict(plan.expected_ops()) or 'no composites'}")
+
+        if fuse and strict:
+            for c in plan.composites:
+                if c.call_sites and c.reason and c.reason.startswith("attr types"):
+                    raise ConversionError(
+                        f"composite {c.op} (function {c.function}) cannot fuse: {c.reason}"
+                    )
+
+        ops_before = None
+        with tempfile.TemporaryDirectory(prefix="fusekit-unfused-") as tmp:
+            unfused_dir = None
+            if not fuse or count_unfused_ops:
+                unfused_dir = Path(tmp) / "saved_model"
+                unfused_copy(path, unfused_dir)
+            if count_unfused_ops and fuse:
+                _progress(progress, "converting the unfused baseline for op counts")
+                start = time.perf_counter()
+                baseline = _run_converter(str(unfused_dir), converter_options, plan)
+                ops_before = op_count_dict(model_ops.op_counts(baseline))
+                seconds["convert_unfused"] = time.perf_counter() - start
+
+            _progress(progress, "running the TFLite converter")
+            start = time.perf_counter()
+            source = path if fuse else str(unfused_dir)
+            tflite = _run_converter(source, converter_options, plan)
+            seconds["convert"] = time.perf_counter() - start
+
+        if not fuse:
+            ops_before = None
+        tflite, report = finish(tflite, plan, strict, seconds, fuse=fuse, ops_before=ops_before)
+        _progress(progress, f"done: {len(tflite)} bytes, fused {report.fused}")
+        return ConversionResult(tflite, report, plan)

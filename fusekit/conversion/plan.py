@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fusekit.author import typed_attrs
 from fusekit.conversion import mlir_text
 from fusekit.errors import ConversionError
 
@@ -32,6 +33,8 @@ class PlannedComposite:
     fusable: bool
     reason: str | None
     kernel_available: bool
+    # Fused ops each exported signature should hold.
+    call_sites_by_signature: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -41,13 +44,24 @@ class Plan:
     composites: list[PlannedComposite] = field(default_factory=list)
     import_seconds: float = 0.0
 
-    def expected_ops(self) -> Counter:
-        """Fused custom ops the converted model must hold, by op name."""
+    def bool_attrs(self) -> dict[str, set[str]]:
+        """Attrs that were bools in TensorFlow, by op name."""
+        out: dict[str, set[str]] = {}
+        for c in self.composites:
+            out.setdefault(c.op, set()).update(k for k, t in c.attr_types.items() if t == "bool")
+        return out
+
+    def expected_ops(self, signatures: list[str] | None = None) -> Counter:
+        """Fused custom ops the converted model must hold, by op name, when
+        it holds the given signatures (default: all of them)."""
         expected: Counter = Counter()
         for c in self.composites:
-            if c.fusable and c.call_sites:
-                expected[c.op] += c.call_sites
-        return expected
+            if not c.fusable:
+                continue
+            for sig, count in c.call_sites_by_signature.items():
+                if signatures is None or sig in signatures:
+                    expected[c.op] += count
+        return +expected
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,6 +89,11 @@ class Plan:
             if c.reason:
                 lines.append(f"{'':<42}reason: {c.reason}")
         return "\n".join(lines)
+
+
+def _carried_by_fusekit(attrs_text: str, key: str) -> bool:
+    """True when the attr was encoded by fusekit (a marked string)."""
+    return f'{key} = "{typed_attrs.MARKER}' in attrs_text
 
 
 def _import_mlir(saved_model_dir: str) -> str:
@@ -117,11 +136,20 @@ def inspect(saved_model_dir: str | Path) -> Plan:
     parsed = {}
     for symbol, fn in composites_fns.items():
         attrs = mlir_text.parse_attrs(fn.attrs_text)
+        for key, (value, kind) in list(attrs.items()):
+            decoded = typed_attrs.decode(value) if kind == "str" else None
+            if decoded is not None:
+                attrs[key] = (decoded.to_python(), f"list[{decoded.element_type}]")
         parsed[symbol] = attrs
         flag = attrs.get("tfl_fusable_op", (False, "bool"))[0]
         if flag is True:
             fusable_fns.add(symbol)
     counts = mlir_text.instance_counts(functions, roots, opaque=fusable_fns)
+    by_signature: dict[str, dict[str, int]] = {}
+    for root in roots:
+        root_counts = mlir_text.instance_counts(functions, [root], opaque=fusable_fns)
+        for name in functions[root].exported_names:
+            by_signature[name] = root_counts
 
     try:
         from fusekit.run.plugin import kernel_names
@@ -138,7 +166,11 @@ def inspect(saved_model_dir: str | Path) -> Plan:
         if not fusable_flag:
             reason = "no tfl_fusable_op attr: inlined into builtins"
         else:
-            bad = [f"{k} ({t})" for k, (_, t) in attrs.items() if t not in _CONVERTER_ATTR_TYPES]
+            bad = [
+                f"{k} ({t})"
+                for k, (v, t) in attrs.items()
+                if t not in _CONVERTER_ATTR_TYPES and not _carried_by_fusekit(fn.attrs_text, k)
+            ]
             if bad:
                 reason = "attr types the converter cannot carry: " + ", ".join(bad)
         calls = counts.get(symbol, 0)
@@ -156,6 +188,9 @@ def inspect(saved_model_dir: str | Path) -> Plan:
                 fusable=fusable_flag and reason is None,
                 reason=reason,
                 kernel_available=(fn.implements in kernels),
+                call_sites_by_signature={
+                    sig: c[symbol] for sig, c in sorted(by_signature.items()) if c.get(symbol)
+                },
             )
         )
     return plan

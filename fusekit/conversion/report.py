@@ -15,6 +15,8 @@ class CompositeRow:
     fused: int
     kernel_available: bool
     reasons: list[str] = field(default_factory=list)
+    # Fused ops sitting between DEQUANTIZE/QUANTIZE in a quantized model.
+    float_in_quantized: int = 0
 
     @property
     def missing(self) -> int:
@@ -67,9 +69,12 @@ class Report:
         else:
             lines.append("no composites in the model")
         lines.append(f"model size: {self.model_bytes} bytes")
-        lines.append(
-            "op counts: " + ", ".join(f"{k}={v}" for k, v in sorted(self.ops_after.items()))
-        )
+        if self.ops_before:
+            lines.append(
+                "ops without fusion: "
+                + ", ".join(f"{k}={v}" for k, v in sorted(self.ops_before.items()))
+            )
+        lines.append("ops: " + ", ".join(f"{k}={v}" for k, v in sorted(self.ops_after.items())))
         lines.append(
             "time: " + ", ".join(f"{stage} {sec:.2f}s" for stage, sec in self.seconds.items())
         )

@@ -67,3 +67,9 @@ def op_counts(model: bytes | schema.ModelT) -> Counter:
 def custom_op_names(model: bytes) -> list[str]:
     """Distinct custom op names of a model, sorted."""
     return sorted({op.custom_code for op in list_ops(model) if op.custom_code is not None})
+
+
+def signature_keys(model: bytes) -> list[str]:
+    """Signature names a model exposes (empty for models without any)."""
+    m = read_model(model)
+    return [s.signatureKey.decode() for s in m.signatureDefs or [] if s.signatureKey]

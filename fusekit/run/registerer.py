@@ -21,12 +21,9 @@ from fusekit.run import plugin
 _ADD_CUSTOM = "_ZN6tflite17MutableOpResolver9AddCustomEPKcPK18TfLiteRegistrationii"
 
 
-def _find_add_custom() -> int | None:
-    module = sys.modules.get("tflite_runtime.interpreter")
-    if module is None:
-        return None
-    folder = os.path.dirname(module.__file__)
-    for path in glob.glob(os.path.join(folder, "_pywrap_tensorflow_interpreter_wrapper*.so")):
+def add_custom_in(pattern: str) -> int | None:
+    """Address of AddCustom exported by a library matching ``pattern``."""
+    for path in glob.glob(pattern):
         # Already loaded by the runtime: dlopen returns the same handle.
         lib = ctypes.CDLL(path)
         try:
@@ -34,6 +31,21 @@ def _find_add_custom() -> int | None:
         except AttributeError:
             continue
     return None
+
+
+def _find_add_custom() -> int | None:
+    module = sys.modules.get("tflite_runtime.interpreter")
+    if module is None:
+        return None
+    folder = os.path.dirname(module.__file__)
+    return add_custom_in(os.path.join(folder, "_pywrap_tensorflow_interpreter_wrapper*.so"))
+
+
+def register_with(resolver_address: int, add_custom: int) -> None:
+    """Registers fusekit's kernels through a known AddCustom address."""
+    count = plugin.open_plugin().fusekit_register_ops_with(resolver_address, add_custom)
+    if count < 0:
+        raise RuntimeNotAvailableError("fusekit could not register its kernels")
 
 
 def registerer(resolver_address: int) -> None:
@@ -50,6 +62,4 @@ def registerer(resolver_address: int) -> None:
             "this runtime does not export MutableOpResolver::AddCustom. Use "
             "fusekit.Interpreter(...) or experimental_delegates=[fusekit.load_delegate()]."
         )
-    count = plugin.open_plugin().fusekit_register_ops_with(resolver_address, add_custom)
-    if count < 0:
-        raise RuntimeNotAvailableError("fusekit could not register its kernels")
+    register_with(resolver_address, add_custom)

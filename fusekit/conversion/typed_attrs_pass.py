@@ -1,0 +1,124 @@
+"""Flatbuffer pass: restore attrs the converter could not carry.
+
+* marked strings (lists and arrays, see fusekit/author/typed_attrs.py)
+  become flexbuffer typed vectors (int64, float32/64, bool) or vectors of
+  strings; an array of rank >= 2 also gets ``<name>_shape``;
+* attrs that were bools in TensorFlow (the converter writes -1/0 integers)
+  become flexbuffer bools.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flatbuffers import flexbuffers
+
+from fusekit.author import typed_attrs
+from fusekit.conversion.flatbuffer_edit import rewrite_custom_options
+
+_FLEX_TYPE = {"int": flexbuffers.Type.INT, "float": flexbuffers.Type.FLOAT}
+
+
+def _read_map(options: bytes) -> dict[str, Any] | None:
+    if not options:
+        return None
+    try:
+        root = flexbuffers.GetRoot(options)
+        if not root.IsMap:
+            return None
+        out = {}
+        m = root.AsMap
+        for key, value in zip(m.Keys, m.Values):
+            out[key.AsKey] = value
+        return out
+    except Exception:  # noqa: BLE001 - foreign options are left alone
+        return None
+
+
+def _add_string(builder: flexbuffers.Builder, raw: bytes) -> None:
+    try:
+        builder.String(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        # TF string attrs may hold any bytes; Builder.String only takes text,
+        # so write the STRING value the way it does, without the decode.
+        builder._WriteBlob(raw, append_zero=True, type_=flexbuffers.Type.STRING)
+
+
+def _add_value(builder: flexbuffers.Builder, key: str, ref: Any) -> None:
+    builder.Key(key)
+    if ref.IsBool:
+        builder.Bool(ref.AsBool)
+    elif ref.IsInt:
+        builder.Int(ref.AsInt)
+    elif ref.IsFloat:
+        builder.Float(ref.AsFloat)
+    elif ref.IsString:
+        _add_string(builder, bytes(ref.AsStringBytes))
+    elif ref.IsBlob:
+        builder.Blob(ref.AsBlob)
+    else:
+        raise ValueError(f"unexpected attr type for {key!r}")
+
+
+def _add_typed(builder: flexbuffers.Builder, key: str, value: typed_attrs.TypedList) -> None:
+    builder.Key(key)
+    if value.element_type == "str":
+        with builder.Vector():
+            for item in value.values:
+                builder.String(item)
+    elif value.element_type == "bool":
+        with builder.TypedVector():
+            for item in value.values:
+                builder.Bool(bool(item))
+    elif value.element_type == "int":
+        with builder.TypedVector():
+            for item in value.values:
+                builder.Int(int(item), 8)
+    else:
+        width = value.float_bits // 8
+        with builder.TypedVector():
+            for item in value.values:
+                builder.Float(float(item), width)
+    if value.shape is not None:
+        builder.Key(f"{key}_shape")
+        with builder.TypedVector():
+            for dim in value.shape:
+                builder.Int(int(dim), 8)
+
+
+def restore_options(options: bytes, bool_keys: set[str]) -> bytes | None:
+    """New custom options with typed attrs restored, or None if unchanged."""
+    entries = _read_map(options)
+    if entries is None:
+        return None
+    typed = {}
+    for key, ref in entries.items():
+        if ref.IsString:
+            try:
+                decoded = typed_attrs.decode(ref.AsString)
+            except (UnicodeDecodeError, ValueError):
+                decoded = None
+            if decoded is not None:
+                typed[key] = decoded
+    bools = {k for k in bool_keys if k in entries and entries[k].IsInt}
+    if not typed and not bools:
+        return None
+    builder = flexbuffers.Builder()
+    with builder.Map():
+        for key, ref in entries.items():
+            if key in typed:
+                _add_typed(builder, key, typed[key])
+            elif key in bools:
+                builder.Key(key)
+                builder.Bool(ref.AsInt != 0)
+            else:
+                _add_value(builder, key, ref)
+    return bytes(builder.Finish())
+
+
+def restore_typed_attrs(model: bytes, bool_attrs: dict[str, set[str]]) -> tuple[bytes, int]:
+    """Runs the pass over every custom op.  ``bool_attrs`` maps an op name
+    to the attrs that were bools in the TensorFlow signature."""
+    return rewrite_custom_options(
+        model, lambda op, options: restore_options(options, bool_attrs.get(op, set()))
+    )
