@@ -1,0 +1,5 @@
+import sys
+
+from fusekit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,313 @@
+"""The ``fusekit`` command line: inspect, convert, verify, bench.
+
+Each command prints a table for people or, with --json, JSON for tools,
+reports progress per stage on stderr, and exits non-zero on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+EPILOG = """\
+examples:
+  fusekit inspect ./saved_model            what composites the model holds, and can they fuse
+  fusekit convert ./saved_model -o m.tflite convert with every composite fused (strict)
+  fusekit convert ./saved_model -o m.tflite --quantize dynamic --json
+  fusekit verify ./saved_model --dim 4      fused vs unfused outputs on random inputs
+  fusekit bench ./saved_model --shape x=8,128,768
+Composites are written with @fusekit.composite or come from fusekit.ops.
+"""
+
+
+def _say(args: argparse.Namespace, message: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(f"fusekit: {message}", file=sys.stderr, flush=True)
+
+
+def _converter_options(args: argparse.Namespace) -> dict[str, Any]:
+    if not getattr(args, "quantize", None):
+        return {}
+    import tensorflow as tf
+
+    options: dict[str, Any] = {"optimizations": [tf.lite.Optimize.DEFAULT]}
+    if args.quantize == "float16":
+        options["target_spec"] = tf.lite.TargetSpec(supported_types=[tf.float16])
+    return options
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import fusekit
+
+    _say(args, f"importing {args.saved_model}")
+    plan = fusekit.inspect(args.saved_model)
+    print(plan.to_json() if args.json else plan.to_text())
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    import fusekit
+
+    result = fusekit.convert(
+        args.saved_model,
+        strict=not args.no_strict,
+        fuse=not args.unfused,
+        progress=not args.quiet,
+        count_unfused_ops=not args.unfused,
+        **_converter_options(args),
+    )
+    out = result.save(args.output)
+    if args.json:
+        print(json.dumps({"output": str(out), **result.report.to_dict()}, indent=2))
+    else:
+        print(result.report.to_text())
+        print(f"wrote {out}")
+    return 0
+
+
+def _parse_shapes(items: list[str]) -> dict[str, list[int]]:
+    shapes = {}
+    for item in items or []:
+        name, _, dims = item.partition("=")
+        if not dims:
+            raise SystemExit(f"--shape takes NAME=D0,D1,..., got {item!r}")
+        shapes[name] = [int(d) for d in dims.split(",") if d]
+    return shapes
+
+
+def _inputs_for(interp: Any, args: argparse.Namespace) -> list[np.ndarray]:
+    """Given (--inputs .npz, by input name or order) or random inputs."""
+    details = interp.get_input_details()
+    given = np.load(args.inputs) if getattr(args, "inputs", None) else None
+    shapes = _parse_shapes(getattr(args, "shape", None))
+    rng = np.random.default_rng(args.seed)
+    arrays = []
+    for i, d in enumerate(details):
+        name = d["name"]
+        short = name.split(":")[0].removeprefix("serving_default_")
+        if given is not None:
+            for key in (name, short, f"arr_{i}"):
+                if key in given:
+                    arrays.append(given[key])
+                    break
+            else:
+                raise SystemExit(f"--inputs has no array for input {short!r}")
+            continue
+        shape = shapes.get(short) or shapes.get(name)
+        if shape is None:
+            signature = d.get("shape_signature", d["shape"])
+            shape = [args.dim if s < 0 else int(s) for s in signature]
+        dtype = d["dtype"]
+        if np.issubdtype(dtype, np.floating):
+            arrays.append(rng.standard_normal(shape).astype(dtype))
+        else:
+            arrays.append(rng.integers(0, 10, shape).astype(dtype))
+    return arrays
+
+
+def _run(interp: Any, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    from fusekit.run.timing import prepared_invoke
+
+    prepared_invoke(interp, inputs)()
+    return {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
+
+
+def _both_models(args: argparse.Namespace) -> tuple[bytes, bytes]:
+    import warnings
+
+    import fusekit
+
+    options = _converter_options(args)
+    _say(args, "converting with fusion")
+    fused = fusekit.convert(args.saved_model, progress=False, **options).model
+    _say(args, "converting the unfused baseline (same SavedModel)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unfused = fusekit.convert(args.saved_model, fuse=False, **options).model
+    return fused, unfused
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    import fusekit
+
+    fused, unfused = _both_models(args)
+    interp_f = fusekit.Interpreter(model_content=fused, runtime=args.runtime)
+    interp_u = fusekit.Interpreter(model_content=unfused, runtime=args.runtime)
+    inputs = _inputs_for(interp_f, args)
+    _say(args, f"running both on inputs {[list(x.shape) for x in inputs]}")
+    out_f, out_u = _run(interp_f, inputs), _run(interp_u, inputs)
+    rows, ok = [], True
+    for name in sorted(out_f):
+        a, b = out_f[name], out_u.get(name)
+        if b is None or a.shape != b.shape:
+            rows.append({"output": name, "error": "shape mismatch"})
+            ok = False
+            continue
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        max_abs = float(diff.max()) if diff.size else 0.0
+        max_rel = float((diff / np.maximum(np.abs(b), 1e-6)).max()) if diff.size else 0.0
+        passed = max_abs <= args.atol
+        ok &= passed
+        rows.append(
+            {
+                "output": name,
+                "shape": list(a.shape),
+                "max_abs": max_abs,
+                "max_rel": max_rel,
+                "ok": passed,
+            }
+        )
+    if args.json:
+        print(json.dumps({"atol": args.atol, "outputs": rows, "ok": ok}, indent=2))
+    else:
+        print(f"{'output':<36} {'shape':<18} {'max abs':>10} {'max rel':>10}  ok")
+        for r in rows:
+            if "error" in r:
+                print(f"{r['output']:<36} {r['error']}")
+                continue
+            print(
+                f"{r['output']:<36} {str(r['shape']):<18} {r['max_abs']:>10.2e} "
+                f"{r['max_rel']:>10.2e}  {'yes' if r['ok'] else 'NO'}"
+            )
+        print("fused and unfused agree" if ok else f"outputs differ by more than {args.atol}")
+    return 0 if ok else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import fusekit
+    from fusekit.run.timing import compare, prepared_invoke
+
+    fused, unfused = _both_models(args)
+    interp_f = fusekit.Interpreter(
+        model_content=fused, num_threads=args.threads, runtime=args.runtime
+    )
+    interp_u = fusekit.Interpreter(
+        model_content=unfused, num_threads=args.threads, runtime=args.runtime
+    )
+    inputs = _inputs_for(interp_f, args)
+    _say(args, f"timing {args.rounds} interleaved rounds on {[list(x.shape) for x in inputs]}")
+    t = compare(
+        {"unfused": prepared_invoke(interp_u, inputs), "fused": prepared_invoke(interp_f, inputs)},
+        rounds=args.rounds,
+    )
+    result = {
+        "inputs": [list(x.shape) for x in inputs],
+        "threads": args.threads,
+        "simd": fusekit.simd_target(),
+        "unfused_median_us": t["unfused"].median_us,
+        "fused_median_us": t["fused"].median_us,
+        "speedup": t["unfused"].median_us / t["fused"].median_us,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(
+            f"unfused {result['unfused_median_us']:.1f} us  fused "
+            f"{result['fused_median_us']:.1f} us  (medians, {args.threads} thread(s), "
+            f"simd {result['simd']})  speedup {result['speedup']:.2f}x"
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fusekit",
+        description="Composite-op fusion for TensorFlow Lite: plan, convert, verify and time "
+        "models whose composites become ONE fused op with a fast C++ kernel.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("saved_model", help="SavedModel directory")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    p = sub.add_parser(
+        "inspect",
+        help="list the composites a SavedModel holds (the plan)",
+        description="Import the SavedModel into MLIR and list every composite: "
+        "op name, attrs with types, argument/result types, call sites, whether "
+        "a fusekit kernel exists and why a composite cannot fuse.",
+    )
+    common(p)
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "convert",
+        help="convert to .tflite with every composite fused",
+        description="Convert with fusion; fails (exit 1) when a planned "
+        "composite is not fused unless --no-strict.",
+    )
+    common(p)
+    p.add_argument("-o", "--output", required=True, help="the .tflite file to write")
+    p.add_argument("--no-strict", action="store_true", help="warn instead of failing")
+    p.add_argument("--unfused", action="store_true", help="write the unfused baseline")
+    p.add_argument("--quantize", choices=["dynamic", "float16"], help="post-training quantization")
+    p.set_defaults(func=cmd_convert)
+
+    def run_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--runtime", default="auto", choices=["auto", "litert", "tf", "tflite_runtime"]
+        )
+        p.add_argument("--inputs", help=".npz with inputs by name (or arr_0, arr_1, ...)")
+        p.add_argument(
+            "--shape",
+            action="append",
+            metavar="NAME=D0,D1,...",
+            help="input shape (repeatable); default: the signature's, with "
+            "dynamic dims set to --dim",
+        )
+        p.add_argument("--dim", type=int, default=2, help="size of dynamic dims (default 2)")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--quantize", choices=["dynamic", "float16"])
+
+    p = sub.add_parser(
+        "verify",
+        help="compare fused and unfused outputs",
+        description="Convert the SavedModel fused and unfused, run both on the "
+        "same inputs and report max abs/rel error per output; exit 1 when an "
+        "output differs by more than --atol.",
+    )
+    common(p)
+    run_options(p)
+    p.add_argument("--atol", type=float, default=1e-4)
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser(
+        "bench",
+        help="time fused vs unfused",
+        description="Median latency of the fused and the unfused model, timed "
+        "in interleaved rounds in one run, and their ratio.",
+    )
+    common(p)
+    run_options(p)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=20)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = build_parser().parse_args(argv)
+    from fusekit.errors import FusekitError
+
+    try:
+        return args.func(args)
+    except FusekitError as exc:
+        print(f"fusekit {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as exc:
+        print(f"fusekit {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

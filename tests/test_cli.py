@@ -1,0 +1,76 @@
+"""The fusekit command line, run as users run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+from models import layer_norm_module
+
+import fusekit
+
+
+@pytest.fixture(scope="module")
+def saved_model(session_dir):
+    path = session_dir / "cli_model"
+    tf.saved_model.save(layer_norm_module(32, 2, epsilons=(1e-5, 1e-3)), str(path))
+    return str(path)
+
+
+def fusekit_cli(*args: str) -> subprocess.CompletedProcess:
+    # The console script of the installed package (same as `fusekit ...`).
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "fusekit", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_help_teaches():
+    proc = fusekit_cli("--help")
+    assert proc.returncode == 0
+    for word in ("inspect", "convert", "verify", "bench", "examples:"):
+        assert word in proc.stdout
+
+
+def test_inspect_json(saved_model):
+    proc = fusekit_cli("inspect", saved_model, "--json", "-q")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert sorted(c["op"] for c in plan["composites"]) == ["fusekit_layer_norm"] * 2
+
+
+def test_convert_json_lists_planned_fused_missing(saved_model, tmp_path):
+    out = tmp_path / "m.tflite"
+    proc = fusekit_cli("convert", saved_model, "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["fused"] == {"fusekit_layer_norm": 2}
+    assert report["not_fused"] == {}
+    assert report["composites"][0]["planned"] == 2
+    assert "MEAN" in report["ops_before"]
+    assert "running the TFLite converter" in proc.stderr  # progress per stage
+    model = out.read_bytes()
+    assert fusekit.run.model_ops.op_counts(model)["CUSTOM:fusekit_layer_norm"] == 2
+
+
+def test_verify_and_bench(saved_model):
+    proc = fusekit_cli("verify", saved_model, "--json", "-q", "--dim", "3")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"] and result["outputs"][0]["max_abs"] < 1e-4
+    proc = fusekit_cli(
+        "bench", saved_model, "--json", "-q", "--shape", "x=4,64,32", "--rounds", "3"
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["inputs"] == [[4, 64, 32]] and result["speedup"] > 0
+
+
+def test_failures_exit_non_zero(tmp_path):
+    proc = fusekit_cli("convert", str(tmp_path / "missing"), "-o", str(tmp_path / "x.tflite"))
+    assert proc.returncode == 1
+    assert "no such file or directory" in proc.stderr
+    proc = fusekit_cli("inspect", str(tmp_path))
+    assert proc.returncode == 1 and "not a SavedModel" in proc.stderr
