@@ -23,6 +23,7 @@ from fusekit.errors import (
     RuntimeNotAvailableError,
 )
 from fusekit.run.interpreter import Interpreter, available_runtimes
+from fusekit.author.kernel_build import PluginBuildError, build_plugin, include_dir
 from fusekit.run.plugin import kernel_names, library_path, load_delegate, simd_target
 from fusekit.run.registerer import registerer
 
@@ -56,7 +57,10 @@ __all__ = [
     "MissingKernelError",
     "RuntimeNotAvailableError",
     "__version__",
+    "PluginBuildError",
     "available_runtimes",
+    "build_plugin",
+    "include_dir",
     "composite",
     "convert",
     "converter_hook",

@@ -152,9 +152,9 @@ def inspect(saved_model_dir: str | Path) -> Plan:
             by_signature[name] = root_counts
 
     try:
-        from fusekit.run.plugin import kernel_names
+        from fusekit.run.plugin import kernel_providers, registered_plugins
 
-        kernels = set(kernel_names())
+        kernels = set(kernel_providers(tuple(registered_plugins())))
     except Exception:  # noqa: BLE001 - a plan is still useful without the plugin
         kernels = set()
 

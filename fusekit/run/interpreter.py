@@ -107,11 +107,10 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
     module = runtime_module(name)
     content = model_content if model_content is not None else Path(model_path).read_bytes()
 
-    libraries = [plugin.library_path(), *map(str, plugins)]
-    provided: dict[str, str] = {}
-    for lib in libraries:
-        for op in plugin.kernel_names(lib):
-            provided.setdefault(op, lib)
+    provided = plugin.kernel_providers(tuple(map(str, plugins)))
+    libraries = list(dict.fromkeys([plugin.library_path(), *map(str, plugins)]))
+    for lib in libraries[1:]:
+        plugin.register_plugin(lib)
     missing = [op for op in model_ops.custom_op_names(content) if op not in provided]
     if missing:
         raise MissingKernelError(missing, sorted(provided))

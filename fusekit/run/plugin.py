@@ -36,15 +36,18 @@ def library_path() -> str:
 
 @functools.cache
 def _open(path: str) -> ctypes.CDLL:
-    lib = ctypes.CDLL(path)
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise FusekitError(f"cannot load plugin {path}: {exc}") from exc
     if not hasattr(lib, "fusekit_abi_version"):
         raise FusekitError(f"{path} is not a fusekit plugin (no fusekit_abi_version)")
     lib.fusekit_abi_version.restype = ctypes.c_int
     version = lib.fusekit_abi_version()
     if version != ABI_VERSION:
         raise FusekitError(
-            f"{path} was built for fusekit kernel ABI {version}, this fusekit "
-            f"speaks ABI {ABI_VERSION}: rebuild the plugin"
+            f"plugin {path} was built for fusekit kernel ABI version {version}, but this "
+            f"fusekit uses ABI version {ABI_VERSION}: rebuild it with fusekit.build_plugin"
         )
     lib.fusekit_num_kernels.restype = ctypes.c_int
     lib.fusekit_kernel_name.restype = ctypes.c_char_p
@@ -53,6 +56,41 @@ def _open(path: str) -> ctypes.CDLL:
     lib.fusekit_register_ops_with.restype = ctypes.c_int
     lib.fusekit_register_ops_with.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     return lib
+
+
+_REGISTERED: list[str] = []
+
+
+def register_plugin(path: str) -> None:
+    """Remembers a user plugin (built or loaded in this process), so that
+    conversion can tell which custom ops have kernels."""
+    path = str(path)
+    open_plugin(path)
+    if path not in _REGISTERED:
+        _REGISTERED.append(path)
+
+
+def registered_plugins() -> list[str]:
+    return list(_REGISTERED)
+
+
+def kernel_providers(extra: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+    """Op name -> library for fusekit's kernels plus the given plugins.
+
+    Raises FusekitError when two libraries register the same op name."""
+    providers: dict[str, str] = {}
+    libraries = [library_path()]
+    for lib in map(str, extra):
+        if lib not in libraries:
+            libraries.append(lib)
+    for lib in libraries:
+        for op in kernel_names(lib):
+            if op in providers:
+                raise FusekitError(
+                    f"custom op {op!r} is registered by two plugins: {providers[op]} and {lib}"
+                )
+            providers[op] = lib
+    return providers
 
 
 def open_plugin(path: str | None = None) -> ctypes.CDLL:
@@ -96,6 +134,8 @@ def load_delegate(
     """
     path = path or library_path()
     open_plugin(path)  # ABI check before the runtime dlopens it
+    if path != library_path():
+        register_plugin(path)
     from fusekit.run.interpreter import resolve_runtime
 
     loader = runtime_load_delegate(resolve_runtime(runtime))
