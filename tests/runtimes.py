@@ -45,6 +45,7 @@ class Job:
     runs: list[list[np.ndarray]]
     mode: str = "delegate"  # or "registerer" (InterpreterWithCustomOps)
     num_threads: int = 1
+    plugins: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -70,11 +71,29 @@ def run_in_process(runtime: str, job: Job) -> Outcome:
             )
         else:
             interp = fusekit.Interpreter(
-                model_content=job.model, runtime=runtime, num_threads=job.num_threads
+                model_content=job.model,
+                runtime=runtime,
+                num_threads=job.num_threads,
+                plugins=job.plugins,
             )
         return Outcome(outputs=[feed_and_invoke(interp, run) for run in job.runs])
     except Exception as exc:  # noqa: BLE001 - the message is what tests check
         return Outcome(error=f"{type(exc).__name__}: {exc}")
+
+
+def input_order(model: bytes, names: list[str]) -> list[int]:
+    """Positions of the named signature inputs in the model's input list (the
+    order interpreters report inputs in, which need not be argument order)."""
+    m = fusekit.run.model_ops.read_model(model)
+    graph = m.subgraphs[0]
+    tensor_names = [graph.tensors[i].name.decode() for i in graph.inputs]
+    order = []
+    for name in names:
+        matches = [k for k, t in enumerate(tensor_names) if t.split(":")[0].endswith("_" + name)]
+        if len(matches) != 1:
+            raise ValueError(f"input {name!r} not found among {tensor_names}")
+        order.append(matches[0])
+    return order
 
 
 def feed_and_invoke(interp, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -113,6 +132,7 @@ def run_jobs(runtime: str, jobs: list[Job]) -> list[Outcome]:
                     "mode": job.mode,
                     "num_threads": job.num_threads,
                     "runs": len(job.runs),
+                    "plugins": job.plugins,
                 }
             )
         (tmp_path / "jobs.json").write_text(json.dumps(manifest))

@@ -33,7 +33,10 @@ def run(job):
         )
     else:
         interp = fusekit.Interpreter(
-            model_path=job["model"], runtime="tflite_runtime", num_threads=job["num_threads"]
+            model_path=job["model"],
+            runtime="tflite_runtime",
+            num_threads=job["num_threads"],
+            plugins=job["plugins"],
         )
     outputs = {}
     for r, inputs in enumerate(runs):

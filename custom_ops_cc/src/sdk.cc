@@ -153,25 +153,39 @@ std::string Attrs::GetString(const char* key,
 
 namespace {
 
+template <typename T, typename Vec, typename Convert>
+bool ReadElements(const Vec& v, const char* key, const char* what, std::string* error,
+                  bool (*accept)(const flexbuffers::Reference&), Convert convert,
+                  std::vector<T>* out) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    auto e = v[i];
+    if (!accept(e)) {
+      *error = std::string("attr '") + key + "' element " + std::to_string(i) +
+               " is not " + what;
+      out->clear();
+      return false;
+    }
+    out->push_back(convert(e));
+  }
+  return true;
+}
+
+// Lists arrive as typed vectors (numbers, bools) or untyped vectors
+// (strings); flexbuffers reads each kind through its own accessor.
 template <typename T, typename Convert>
 std::vector<T> ReadVector(const flexbuffers::Reference& r, const char* key,
                           const char* what, std::string* error,
                           bool (*accept)(const flexbuffers::Reference&),
                           Convert convert) {
   std::vector<T> out;
-  if (!r.IsAnyVector()) {
+  if (r.IsTypedVector()) {
+    ReadElements(r.AsTypedVector(), key, what, error, accept, convert, &out);
+  } else if (r.IsFixedTypedVector()) {
+    ReadElements(r.AsFixedTypedVector(), key, what, error, accept, convert, &out);
+  } else if (r.IsVector()) {
+    ReadElements(r.AsVector(), key, what, error, accept, convert, &out);
+  } else {
     *error = std::string("attr '") + key + "' is not a list of " + what;
-    return out;
-  }
-  auto v = r.AsVector();
-  for (size_t i = 0; i < v.size(); ++i) {
-    auto e = v[i];
-    if (!accept(e)) {
-      *error = std::string("attr '") + key + "' element " +
-               std::to_string(i) + " is not " + what;
-      return {};
-    }
-    out.push_back(convert(e));
   }
   return out;
 }

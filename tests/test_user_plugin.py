@@ -1,0 +1,157 @@
+"""A user's own op: C++ sources -> fusekit.build_plugin -> every runtime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from runtimes import RUNTIMES, Job, input_order, run_jobs
+
+import fusekit
+from fusekit.errors import FusekitError
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "custom_op"
+sys.path.insert(0, str(EXAMPLE))
+from model import my_custom_fused_op  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory):
+    import os
+
+    path = tmp_path_factory.mktemp("plugin_cache")
+    os.environ["FUSEKIT_CACHE_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def user_plugin(cache) -> str:
+    return fusekit.build_plugin(
+        "user_ops",
+        [EXAMPLE / "my_custom_fused_op.cc", REPO / "tests" / "plugins" / "weighted_sum.cc"],
+    )
+
+
+@fusekit.composite("weighted_sum", weights=[1.0, 2.0, 3.0], enabled=[True, True, True], bias=0.0)
+def weighted_sum(x, weights, enabled, bias):
+    mask = tf.constant([w if e else 0.0 for w, e in zip(weights, enabled)], tf.float32)
+    return tf.reduce_sum(x * mask, axis=-1) + bias
+
+
+class UserModel(tf.Module):
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, 5, 3], tf.float32),
+            tf.TensorSpec([None, 5, 3], tf.float32),
+        ]
+    )
+    def __call__(self, a, b):
+        gated, clipped = my_custom_fused_op(a, b, example_option=1)
+        s = weighted_sum(gated, weights=[0.5, -2.0, 4.0], enabled=[True, False, True], bias=0.25)
+        return {"gated": gated, "clipped": clipped, "sum": s}
+
+
+@pytest.fixture(scope="session")
+def user_model(session_dir, user_plugin):
+    module = UserModel()
+    tf.saved_model.save(module, str(session_dir / "user_model"))
+    result = fusekit.convert(session_dir / "user_model")
+    return module, result
+
+
+def test_build_is_cached_and_lists_kernels(user_plugin):
+    assert sorted(fusekit.kernel_names(user_plugin)) == ["my_custom_fused_op", "weighted_sum"]
+    again = fusekit.build_plugin(
+        "user_ops",
+        [EXAMPLE / "my_custom_fused_op.cc", REPO / "tests" / "plugins" / "weighted_sum.cc"],
+    )
+    assert again == user_plugin
+
+
+def test_conversion_sees_the_plugin_kernels(user_model):
+    _, result = user_model
+    assert result.report.fused == {"my_custom_fused_op": 1, "weighted_sum": 1}
+    assert result.report.kernels_missing == []
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_user_ops_match_tensorflow_on_every_runtime(runtime, user_model, user_plugin):
+    module, result = user_model
+    rng = np.random.default_rng(0)
+    pairs = [
+        [rng.standard_normal((b, 5, 3)).astype(np.float32) * 2 for _ in range(2)] for b in (1, 4)
+    ]
+    order = input_order(result.model, ["a", "b"])
+    runs = [[None, None] for _ in pairs]
+    for run, pair in zip(runs, pairs):
+        for arg, position in enumerate(order):
+            run[position] = pair[arg]
+    (outcome,) = run_jobs(runtime, [Job(result.model, runs, plugins=[user_plugin])])
+    for (a, b), outputs in zip(pairs, outcome.ok()):
+        expected = {k: v.numpy() for k, v in module(a, b).items()}
+        # match outputs by shape and value: two outputs share a shape
+        for name, value in expected.items():
+            errs = [np.abs(o - value).max() for o in outputs if o.shape == value.shape]
+            assert min(errs) < 1e-5, (runtime, name, errs)
+
+
+def test_kernel_checks_arity_and_dtype_with_clear_messages(user_plugin, session_dir):
+    from model_surgery import custom_ops, edit
+
+    module = UserModel()
+    tf.saved_model.save(module, str(session_dir / "user_bad"))
+    model = fusekit.convert(session_dir / "user_bad").model
+
+    def drop_input(m):
+        op = custom_ops(m, "my_custom_fused_op")[0]
+        op.inputs = op.inputs[:1]
+
+    x = np.ones((1, 5, 3), np.float32)
+    (outcome,) = run_jobs("litert", [Job(edit(model, drop_input), [[x, x]], plugins=[user_plugin])])
+    assert "my_custom_fused_op: expected 2 inputs, got 1" in outcome.error
+
+
+def test_compiler_errors_point_at_file_and_line(tmp_path, cache):
+    src = tmp_path / "broken_op.cc"
+    src.write_text('#include "fusekit/kernel_sdk.h"\nint f() { return undefined_thing; }\n')
+    with pytest.raises(fusekit.PluginBuildError, match=r"broken_op\.cc:2:\d+: error"):
+        fusekit.build_plugin("broken", [src])
+
+
+def test_a_plugin_reusing_a_library_op_name_is_refused(tmp_path, cache, user_model):
+    src = tmp_path / "clash.cc"
+    text = (EXAMPLE / "my_custom_fused_op.cc").read_text()
+    src.write_text(text.replace('"my_custom_fused_op"', '"fusekit_layer_norm"'))
+    clash = fusekit.build_plugin("clash", [src])
+    with pytest.raises(FusekitError, match=r"'fusekit_layer_norm' is registered by two plugins"):
+        fusekit.Interpreter(model_content=user_model[1].model, plugins=[clash])
+
+
+def test_a_plugin_of_another_abi_version_refuses_to_load(tmp_path):
+    src = tmp_path / "old.c"
+    src.write_text("int fusekit_abi_version(void) { return 99; }\n")
+    lib = tmp_path / "libold.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    with pytest.raises(FusekitError, match="ABI version 99.*uses ABI version 1"):
+        fusekit.load_delegate(str(lib))
+
+
+def test_convert_warns_when_no_loaded_plugin_has_the_kernel(session_dir):
+    @fusekit.composite("nobody_implements_me")
+    def lonely(x):
+        return x + 1.0
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([3], tf.float32)])
+        def __call__(self, x):
+            return lonely(x)
+
+    tf.saved_model.save(M(), str(session_dir / "lonely"))
+    result = fusekit.convert(session_dir / "lonely")
+    assert any("nobody_implements_me" in w for w in result.report.warnings)
+    assert result.report.kernels_missing == ["nobody_implements_me"]
