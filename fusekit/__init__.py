@@ -16,6 +16,7 @@ import importlib
 from typing import Any
 
 from fusekit._version import __version__
+from fusekit.author.kernel_build import PluginBuildError, build_plugin, include_dir
 from fusekit.errors import (
     ConversionError,
     FusekitError,
@@ -23,7 +24,6 @@ from fusekit.errors import (
     RuntimeNotAvailableError,
 )
 from fusekit.run.interpreter import Interpreter, available_runtimes
-from fusekit.author.kernel_build import PluginBuildError, build_plugin, include_dir
 from fusekit.run.plugin import kernel_names, library_path, load_delegate, simd_target
 from fusekit.run.registerer import registerer
 

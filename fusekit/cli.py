@@ -21,6 +21,7 @@ examples:
   fusekit convert ./saved_model -o m.tflite --quantize dynamic --json
   fusekit verify ./saved_model --dim 4      fused vs unfused outputs on random inputs
   fusekit bench ./saved_model --shape x=8,128,768
+  fusekit build my_ops my_op.cc             compile your own kernels into a plugin
 Composites are written with @fusekit.composite or come from fusekit.ops.
 """
 
@@ -214,6 +215,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    import fusekit
+
+    path = fusekit.build_plugin(
+        args.name, args.sources, extra_cflags=args.cflag or (), verbose=args.verbose
+    )
+    kernels = fusekit.kernel_names(path)
+    if args.json:
+        print(json.dumps({"plugin": path, "kernels": kernels}, indent=2))
+    else:
+        print(path)
+        _say(args, f"kernels: {', '.join(kernels) or 'none'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fusekit",
@@ -291,6 +307,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=20)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser(
+        "build",
+        help="compile your kernels into a plugin",
+        description="Compile C++ kernels written against fusekit's kernel SDK "
+        "(include dir: python -c 'import fusekit; print(fusekit.include_dir())') "
+        "into a plugin library; prints its path. Cached by content.",
+    )
+    p.add_argument("name", help="plugin name (an identifier)")
+    p.add_argument("sources", nargs="+", help="C++ source files")
+    p.add_argument("--cflag", action="append", help="extra compiler flag (repeatable)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show compiler commands")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_build)
     return parser
 
 

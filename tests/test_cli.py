@@ -74,3 +74,24 @@ def test_failures_exit_non_zero(tmp_path):
     assert "no such file or directory" in proc.stderr
     proc = fusekit_cli("inspect", str(tmp_path))
     assert proc.returncode == 1 and "not a SavedModel" in proc.stderr
+
+
+def test_build_command(tmp_path):
+    example = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples"
+    src = example / "custom_op" / "my_custom_fused_op.cc"
+    env_cache = {"FUSEKIT_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "fusekit", "build", "cli_ops", str(src), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, **env_cache},
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["kernels"] == ["my_custom_fused_op"]
+    assert out["plugin"].startswith(str(tmp_path))
+    bad = tmp_path / "bad.cc"
+    bad.write_text("int x = ;\n")
+    proc = fusekit_cli("build", "bad_ops", str(bad))
+    assert proc.returncode == 1 and "bad.cc:1:" in proc.stderr

@@ -16,8 +16,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from fusekit._version import __version__
 from fusekit.errors import FusekitError
