@@ -34,13 +34,6 @@ struct DelegateData {
   bool verbose = false;
 };
 
-std::vector<int> ToVector(const TfLiteIntArray* array) {
-  std::vector<int> v;
-  if (array == nullptr) return v;
-  v.assign(array->data, array->data + array->size);
-  return v;
-}
-
 void* KernelInit(TfLiteContext* context, const char* buffer, size_t) {
   const auto* params = reinterpret_cast<const TfLiteDelegateParams*>(buffer);
   auto* data = static_cast<DelegateData*>(params->delegate->data_);
@@ -64,10 +57,6 @@ void* KernelInit(TfLiteContext* context, const char* buffer, size_t) {
   return state.release();
 }
 
-void KernelFree(TfLiteContext*, void* buffer) {
-  delete static_cast<NodeState*>(buffer);
-}
-
 TfLiteStatus KernelPrepare(TfLiteContext* context, TfLiteNode* node) {
   return PrepareNode(context, static_cast<NodeState*>(node->user_data));
 }
@@ -83,7 +72,7 @@ TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
     return kTfLiteError;
   }
   // The plan changes as nodes are replaced: work on a copy.
-  const std::vector<int> node_indices = ToVector(plan);
+  const std::vector<int> node_indices = IntArrayToVector(plan);
   std::vector<std::pair<int, const KernelDef*>> claimed;
   {
     std::lock_guard<std::mutex> lock(data->mutex);
@@ -99,8 +88,8 @@ TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
       if (def == nullptr) continue;
       CapturedNode captured;
       captured.def = def;
-      captured.inputs = ToVector(node->inputs);
-      captured.outputs = ToVector(node->outputs);
+      captured.inputs = IntArrayToVector(node->inputs);
+      captured.outputs = IntArrayToVector(node->outputs);
       if (node->custom_initial_data != nullptr &&
           node->custom_initial_data_size > 0) {
         const auto* p =
@@ -117,7 +106,7 @@ TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
     TfLiteRegistration registration;
     std::memset(&registration, 0, sizeof(registration));
     registration.init = KernelInit;
-    registration.free = KernelFree;
+    registration.free = FreeNodeState;
     registration.prepare = KernelPrepare;
     registration.invoke = KernelInvoke;
     registration.builtin_code = kFusekitBuiltinDelegate;

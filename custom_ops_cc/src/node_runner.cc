@@ -17,6 +17,16 @@ void ReportError(TfLiteContext* context, const char* format, ...) {
   }
 }
 
+std::vector<int> IntArrayToVector(const TfLiteIntArray* array) {
+  std::vector<int> v;
+  if (array != nullptr) v.assign(array->data, array->data + array->size);
+  return v;
+}
+
+void FreeNodeState(TfLiteContext*, void* state) {
+  delete static_cast<NodeState*>(state);
+}
+
 std::unique_ptr<NodeState> NewNodeState(const KernelDef* def,
                                         const void* options, size_t size) {
   auto state = std::make_unique<NodeState>();

@@ -33,6 +33,12 @@ std::unique_ptr<NodeState> NewNodeState(const KernelDef* def,
 TfLiteStatus PrepareNode(TfLiteContext* context, NodeState* state);
 TfLiteStatus InvokeNode(TfLiteContext* context, NodeState* state);
 
+// Copies a TFLite int array (node inputs, an execution plan).
+std::vector<int> IntArrayToVector(const TfLiteIntArray* array);
+
+// The TfLiteRegistration::free of both adapters.
+void FreeNodeState(TfLiteContext* context, void* state);
+
 // Reports through context->ReportError, falling back to stderr.
 void ReportError(TfLiteContext* context, const char* format, ...)
     __attribute__((format(printf, 2, 3)));

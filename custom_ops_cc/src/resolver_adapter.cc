@@ -24,21 +24,11 @@ void* InitAt(TfLiteContext*, const char* buffer, size_t length) {
   return NewNodeState(&KernelRegistry()[I], buffer, length).release();
 }
 
-void FreeNode(TfLiteContext*, void* buffer) {
-  delete static_cast<NodeState*>(buffer);
-}
-
-std::vector<int> ToVector(const TfLiteIntArray* array) {
-  std::vector<int> v;
-  if (array != nullptr) v.assign(array->data, array->data + array->size);
-  return v;
-}
-
 TfLiteStatus PrepareResolved(TfLiteContext* context, TfLiteNode* node) {
   auto* state = static_cast<NodeState*>(node->user_data);
   if (state != nullptr) {
-    state->inputs = ToVector(node->inputs);
-    state->outputs = ToVector(node->outputs);
+    state->inputs = IntArrayToVector(node->inputs);
+    state->outputs = IntArrayToVector(node->outputs);
   }
   return PrepareNode(context, state);
 }
@@ -71,7 +61,7 @@ std::vector<std::pair<const char*, TfLiteRegistration>> ResolverRegistrations(
     TfLiteRegistration reg;
     std::memset(&reg, 0, sizeof(reg));
     reg.init = kInits[i];
-    reg.free = FreeNode;
+    reg.free = FreeNodeState;
     reg.prepare = PrepareResolved;
     reg.invoke = InvokeResolved;
     reg.builtin_code = kFusekitBuiltinCustom;

@@ -95,6 +95,15 @@ def _digest(parts: Iterable[bytes]) -> str:
     return h.hexdigest()[:20]
 
 
+def _publish(tmp: Path, folder: Path) -> None:
+    """Moves a finished build into the cache in one rename, so concurrent
+    builds never see half-written files."""
+    if folder.exists():
+        shutil.rmtree(tmp)
+    else:
+        tmp.rename(folder)
+
+
 def _sdk_objects(cxx: str, verbose: bool) -> list[Path]:
     """The SDK and adapters compiled once per fusekit install."""
     sources = sorted(_sdk_dir().glob("*.cc"))
@@ -117,10 +126,7 @@ def _sdk_objects(cxx: str, verbose: bool) -> list[Path]:
             verbose,
             f"compiling fusekit SDK {src.name}",
         )
-    if folder.exists():
-        shutil.rmtree(tmp)
-    else:
-        tmp.rename(folder)
+    _publish(tmp, folder)
     return objects
 
 
@@ -183,10 +189,7 @@ def build_plugin(
         verbose,
         f"linking plugin {name}",
     )
-    if folder.exists():
-        shutil.rmtree(tmp)
-    else:
-        tmp.rename(folder)
+    _publish(tmp, folder)
     _remember(str(library))
     return str(library)
 
