@@ -17,7 +17,6 @@ from typing import Any
 MARKER = "fusekit-typed-attr:v1:"
 # Arrays bigger than this belong in a tensor input, not in op options.
 MAX_ELEMENTS = 4096
-ELEMENT_TYPES = ("int", "float", "bool", "str")
 
 
 @dataclass(frozen=True)
@@ -70,9 +69,9 @@ def from_value(op: str, key: str, value: Any) -> TypedList | None:
     float_bits = 32
     if hasattr(value, "dtype") and hasattr(value, "shape") and value.shape != ():
         kind = value.dtype.kind
-        if kind not in "biuf" and not (kind in "OU" and value.size == 0):
-            if kind != "U":
-                raise TypeError(f"{op}: attr {key!r} is an array of {value.dtype}")
+        # Numbers, bools and strings; an empty object array is an empty list.
+        if kind not in "biufU" and not (kind == "O" and value.size == 0):
+            raise TypeError(f"{op}: attr {key!r} is an array of {value.dtype}")
         if value.ndim >= 2:
             shape = tuple(int(s) for s in value.shape)
         if kind == "f" and value.dtype.itemsize == 8:

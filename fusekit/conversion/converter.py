@@ -230,8 +230,6 @@ def convert(
             tflite = _run_converter(source, converter_options, plan)
             seconds["convert"] = time.perf_counter() - start
 
-        if not fuse:
-            ops_before = None
         tflite, report = finish(tflite, plan, strict, seconds, fuse=fuse, ops_before=ops_before)
         _progress(progress, f"done: {len(tflite)} bytes, fused {report.fused}")
         return ConversionResult(tflite, report, plan)

@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.run.model_ops import read_model
-
-_QUANT_BUILTINS = {
-    schema.BuiltinOperator.QUANTIZE: "QUANTIZE",
-    schema.BuiltinOperator.DEQUANTIZE: "DEQUANTIZE",
-}
+from fusekit.run.model_ops import builtin_code, read_model
 
 
 def float_islands(model: bytes) -> dict[str, int]:
@@ -23,8 +18,9 @@ def float_islands(model: bytes) -> dict[str, int]:
         kinds = []
         for index, op in enumerate(subgraph.operators or []):
             code = m.operatorCodes[op.opcodeIndex]
-            builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-            kinds.append((builtin, code.customCode.decode() if code.customCode else None))
+            kinds.append(
+                (builtin_code(code), code.customCode.decode() if code.customCode else None)
+            )
             for t in op.outputs if op.outputs is not None else []:
                 producer[int(t)] = index
             for t in op.inputs if op.inputs is not None else []:

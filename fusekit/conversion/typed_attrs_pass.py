@@ -16,8 +16,6 @@ from flatbuffers import flexbuffers
 from fusekit.author import typed_attrs
 from fusekit.conversion.flatbuffer_edit import rewrite_custom_options
 
-_FLEX_TYPE = {"int": flexbuffers.Type.INT, "float": flexbuffers.Type.FLOAT}
-
 
 def _read_map(options: bytes) -> dict[str, Any] | None:
     if not options:

@@ -27,7 +27,7 @@ class OpInfo:
     subgraph: int
 
 
-def _builtin_code(op_code: schema.OperatorCodeT) -> int:
+def builtin_code(op_code: schema.OperatorCodeT) -> int:
     # Models store small codes in the deprecated int8 field and large ones in
     # the int32 field; the larger of the two is the real one.
     return max(op_code.builtinCode, op_code.deprecatedBuiltinCode)
@@ -47,7 +47,7 @@ def list_ops(model: bytes | schema.ModelT) -> list[OpInfo]:
     for index, subgraph in enumerate(m.subgraphs or []):
         for op in subgraph.operators or []:
             code = m.operatorCodes[op.opcodeIndex]
-            builtin = _builtin_code(code)
+            builtin = builtin_code(code)
             if builtin == schema.BuiltinOperator.CUSTOM:
                 custom = code.customCode.decode() if code.customCode else ""
                 name = f"CUSTOM:{custom}"

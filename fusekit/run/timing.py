@@ -20,14 +20,6 @@ class Timing:
     def median_us(self) -> float:
         return statistics.median(self.samples_us)
 
-    @property
-    def p10_us(self) -> float:
-        return float(np.percentile(self.samples_us, 10))
-
-    @property
-    def p90_us(self) -> float:
-        return float(np.percentile(self.samples_us, 90))
-
 
 def prepared_invoke(interp, inputs: list[np.ndarray]) -> Callable[[], None]:
     """Resizes, allocates and feeds an interpreter once; returns its invoke."""
