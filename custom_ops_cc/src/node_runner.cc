@@ -11,7 +11,8 @@ void ReportError(TfLiteContext* context, const char* format, ...) {
   std::vsnprintf(message, sizeof(message), format, args);
   va_end(args);
   if (context != nullptr && context->ReportError != nullptr) {
-    context->ReportError(context, "%s", message);
+    // Runtimes join consecutive reports: end each message with a newline.
+    context->ReportError(context, "%s\n", message);
   } else {
     std::fprintf(stderr, "%s\n", message);
   }
@@ -56,23 +57,23 @@ TfLiteStatus PrepareNode(TfLiteContext* context, NodeState* state) {
   }
   const KernelDef& def = *state->def;
   if (!state->create_error.empty()) {
-    ReportError(context, "%s: %s\n", def.name, state->create_error.c_str());
+    ReportError(context, "%s: %s", def.name, state->create_error.c_str());
     return kTfLiteError;
   }
   const int n_in = static_cast<int>(state->inputs.size());
   if (n_in < def.min_inputs || n_in > def.max_inputs) {
     if (def.min_inputs == def.max_inputs) {
-      ReportError(context, "%s: expected %d inputs, got %d\n", def.name,
+      ReportError(context, "%s: expected %d inputs, got %d", def.name,
                   def.min_inputs, n_in);
     } else {
-      ReportError(context, "%s: expected %d to %d inputs, got %d\n", def.name,
+      ReportError(context, "%s: expected %d to %d inputs, got %d", def.name,
                   def.min_inputs, def.max_inputs, n_in);
     }
     return kTfLiteError;
   }
   const int n_out = static_cast<int>(state->outputs.size());
   if (n_out != def.num_outputs) {
-    ReportError(context, "%s: expected %d outputs, got %d\n", def.name,
+    ReportError(context, "%s: expected %d outputs, got %d", def.name,
                 def.num_outputs, n_out);
     return kTfLiteError;
   }

@@ -39,7 +39,8 @@ std::vector<int> IntArrayToVector(const TfLiteIntArray* array);
 // The TfLiteRegistration::free of both adapters.
 void FreeNodeState(TfLiteContext* context, void* state);
 
-// Reports through context->ReportError, falling back to stderr.
+// Reports one message (newline appended) through context->ReportError,
+// falling back to stderr.
 void ReportError(TfLiteContext* context, const char* format, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -292,7 +292,7 @@ TfLiteStatus OpContext::Fail(const char* format, ...) const {
   va_start(args, format);
   std::vsnprintf(message, sizeof(message), format, args);
   va_end(args);
-  ReportError(context_, "%s: %s\n", op_name(), message);
+  ReportError(context_, "%s: %s", op_name(), message);
   return kTfLiteError;
 }
 
