@@ -74,8 +74,7 @@ def _run_converter(saved_model_dir: str, options: dict[str, Any], plan: Plan | N
         if not hasattr(converter, key):
             raise TypeError(f"fusekit.convert: TFLiteConverter has no option {key!r}")
         setattr(converter, key, value)
-    if getattr(converter, "representative_dataset", None) is not None:
-        add_calibration_kernels(converter)
+    add_calibration_kernels(converter)
     try:
         return _original_convert(converter)()
     except Exception as exc:  # the converter raises ConverterError and others
@@ -83,7 +82,10 @@ def _run_converter(saved_model_dir: str, options: dict[str, Any], plan: Plan | N
 
 
 def add_calibration_kernels(converter: Any) -> None:
-    """Lets int8 calibration run fused ops with fusekit's kernels."""
+    """Lets int8 calibration (run when the converter has a representative
+    dataset) execute fused ops with fusekit's kernels."""
+    if getattr(converter, "representative_dataset", None) is None:
+        return
     from fusekit.conversion.calibration import calibration_registerer
 
     registerers = converter.target_spec._experimental_custom_op_registerers

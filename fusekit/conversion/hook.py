@@ -83,17 +83,14 @@ converter_hook = _ConverterHook()
 
 
 def _wrap_convert(hook: _ConverterHook, converter: Any, saved_model_dir: str) -> None:
-    from fusekit.conversion.converter import converter_error, finish
+    from fusekit.conversion.converter import add_calibration_kernels, converter_error, finish
     from fusekit.conversion.plan import inspect
 
     original = converter.convert
     converter._fusekit_original_convert = original
 
     def convert() -> bytes:
-        from fusekit.conversion.converter import add_calibration_kernels
-
-        if getattr(converter, "representative_dataset", None) is not None:
-            add_calibration_kernels(converter)
+        add_calibration_kernels(converter)
         seconds: dict[str, float] = {}
         start = time.perf_counter()
         plan = inspect(saved_model_dir)

@@ -91,11 +91,6 @@ class Plan:
         return "\n".join(lines)
 
 
-def _carried_by_fusekit(attrs_text: str, key: str) -> bool:
-    """True when the attr was encoded by fusekit (a marked string)."""
-    return f'{key} = "{typed_attrs.MARKER}' in attrs_text
-
-
 def _import_mlir(saved_model_dir: str) -> str:
     import tensorflow as tf
 
@@ -134,20 +129,25 @@ def inspect(saved_model_dir: str | Path) -> Plan:
     composites_fns = {s: f for s, f in functions.items() if f.implements}
     fusable_fns = set()
     parsed = {}
+    # Attrs fusekit smuggled through the converter as marked strings.
+    carried: dict[str, set[str]] = {}
     for symbol, fn in composites_fns.items():
         attrs = mlir_text.parse_attrs(fn.attrs_text)
+        carried[symbol] = set()
         for key, (value, kind) in list(attrs.items()):
             decoded = typed_attrs.decode(value) if kind == "str" else None
             if decoded is not None:
                 attrs[key] = (decoded.to_python(), f"list[{decoded.element_type}]")
+                carried[symbol].add(key)
         parsed[symbol] = attrs
         flag = attrs.get("tfl_fusable_op", (False, "bool"))[0]
         if flag is True:
             fusable_fns.add(symbol)
-    counts = mlir_text.instance_counts(functions, roots, opaque=fusable_fns)
+    counts: Counter = Counter()
     by_signature: dict[str, dict[str, int]] = {}
     for root in roots:
         root_counts = mlir_text.instance_counts(functions, [root], opaque=fusable_fns)
+        counts.update(root_counts)
         for name in functions[root].exported_names:
             by_signature[name] = root_counts
 
@@ -168,8 +168,8 @@ def inspect(saved_model_dir: str | Path) -> Plan:
         else:
             bad = [
                 f"{k} ({t})"
-                for k, (v, t) in attrs.items()
-                if t not in _CONVERTER_ATTR_TYPES and not _carried_by_fusekit(fn.attrs_text, k)
+                for k, (_, t) in attrs.items()
+                if t not in _CONVERTER_ATTR_TYPES and k not in carried[symbol]
             ]
             if bad:
                 reason = "attr types the converter cannot carry: " + ", ".join(bad)
