@@ -118,6 +118,17 @@ def _run(interp: Any, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
     return {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
 
 
+def _both_interpreters(args: argparse.Namespace, num_threads: int | None = None) -> tuple:
+    """Interpreters of the fused and the unfused model (same SavedModel)."""
+    import fusekit
+
+    fused, unfused = _both_models(args)
+    return tuple(
+        fusekit.Interpreter(model_content=m, num_threads=num_threads, runtime=args.runtime)
+        for m in (fused, unfused)
+    )
+
+
 def _both_models(args: argparse.Namespace) -> tuple[bytes, bytes]:
     import warnings
 
@@ -134,11 +145,8 @@ def _both_models(args: argparse.Namespace) -> tuple[bytes, bytes]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    import fusekit
 
-    fused, unfused = _both_models(args)
-    interp_f = fusekit.Interpreter(model_content=fused, runtime=args.runtime)
-    interp_u = fusekit.Interpreter(model_content=unfused, runtime=args.runtime)
+    interp_f, interp_u = _both_interpreters(args)
     inputs = _inputs_for(interp_f, args)
     _say(args, f"running both on inputs {[list(x.shape) for x in inputs]}")
     out_f, out_u = _run(interp_f, inputs), _run(interp_u, inputs)
@@ -183,13 +191,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import fusekit
     from fusekit.run.timing import compare, prepared_invoke
 
-    fused, unfused = _both_models(args)
-    interp_f = fusekit.Interpreter(
-        model_content=fused, num_threads=args.threads, runtime=args.runtime
-    )
-    interp_u = fusekit.Interpreter(
-        model_content=unfused, num_threads=args.threads, runtime=args.runtime
-    )
+    interp_f, interp_u = _both_interpreters(args, num_threads=args.threads)
     inputs = _inputs_for(interp_f, args)
     _say(args, f"timing {args.rounds} interleaved rounds on {[list(x.shape) for x in inputs]}")
     t = compare(
