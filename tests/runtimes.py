@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import fusekit
+from fusekit.run.timing import prepared_invoke
 
 REPO = Path(__file__).resolve().parent.parent
 RUNTIMES = ("litert", "tf", "tflite_runtime")
@@ -100,12 +101,7 @@ def feed_and_invoke(interp, inputs: list[np.ndarray]) -> list[np.ndarray]:
     details = interp.get_input_details()
     if len(details) != len(inputs):
         raise ValueError(f"model has {len(details)} inputs, job gives {len(inputs)}")
-    for d, x in zip(details, inputs):
-        interp.resize_tensor_input(d["index"], list(x.shape))
-    interp.allocate_tensors()
-    for d, x in zip(details, inputs):
-        interp.set_tensor(d["index"], x)
-    interp.invoke()
+    prepared_invoke(interp, inputs)()
     return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
 
 

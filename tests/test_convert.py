@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from models import layer_norm_module, save_and_convert
+from runtimes import feed_and_invoke
 
 import fusekit
 from fusekit.errors import ConversionError
@@ -90,13 +91,7 @@ def test_unfused_baseline_has_no_custom_ops(session_dir):
         result = fusekit.convert(session_dir / "unfused")
     assert not any(k.startswith("CUSTOM") for k in result.report.ops_after)
     x = np.random.default_rng(0).standard_normal((2, 3, 16)).astype(np.float32)
-    interp = fusekit.Interpreter(model_content=result.model)
-    d = interp.get_input_details()[0]
-    interp.resize_tensor_input(d["index"], x.shape)
-    interp.allocate_tensors()
-    interp.set_tensor(d["index"], x)
-    interp.invoke()
-    out = interp.get_tensor(interp.get_output_details()[0]["index"])
+    (out,) = feed_and_invoke(fusekit.Interpreter(model_content=result.model), [x])
     np.testing.assert_allclose(out, module(x).numpy(), atol=1e-4)
 
 

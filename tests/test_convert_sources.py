@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 from flatbuffers import flexbuffers
 from models import layer_norm_module
+from runtimes import feed_and_invoke
 
 import fusekit
 from fusekit.errors import ConversionError
@@ -16,15 +17,7 @@ from fusekit.run.model_ops import list_ops, op_counts
 
 
 def _run(model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
-    interp = fusekit.Interpreter(model_content=model)
-    details = interp.get_input_details()
-    for d, x in zip(details, inputs):
-        interp.resize_tensor_input(d["index"], x.shape)
-    interp.allocate_tensors()
-    for d, x in zip(details, inputs):
-        interp.set_tensor(d["index"], x)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+    return feed_and_invoke(fusekit.Interpreter(model_content=model), list(inputs))
 
 
 class NormLayer(keras.layers.Layer):

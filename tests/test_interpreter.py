@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from models import layer_norm_module, save_and_convert
+from runtimes import feed_and_invoke
 
 import fusekit
 from fusekit.errors import RuntimeNotAvailableError
@@ -39,13 +40,9 @@ def test_load_delegate_in_users_own_interpreter(model):
     from ai_edge_litert.interpreter import Interpreter
 
     interp = Interpreter(model_content=model, experimental_delegates=[fusekit.load_delegate()])
-    d = interp.get_input_details()[0]
     x = np.ones((1, 2, 32), np.float32) * np.arange(32, dtype=np.float32)
-    interp.resize_tensor_input(d["index"], x.shape)
-    interp.allocate_tensors()
-    interp.set_tensor(d["index"], x)
-    interp.invoke()
-    assert np.isfinite(interp.get_tensor(interp.get_output_details()[0]["index"])).all()
+    (out,) = feed_and_invoke(interp, [x])
+    assert np.isfinite(out).all()
 
 
 def test_delegate_rejects_unknown_options():
