@@ -132,12 +132,14 @@ def test_a_plugin_reusing_a_library_op_name_is_refused(tmp_path, cache, user_mod
         fusekit.Interpreter(model_content=user_model[1].model, plugins=[clash])
 
 
-def test_a_plugin_of_another_abi_version_refuses_to_load(tmp_path):
+@pytest.mark.parametrize("version", [1, 99])
+def test_a_plugin_of_another_abi_version_refuses_to_load(tmp_path, version):
+    # Version 1 is the SDK before typed kernels: its plugins must be rebuilt.
     src = tmp_path / "old.c"
-    src.write_text("int fusekit_abi_version(void) { return 99; }\n")
+    src.write_text(f"int fusekit_abi_version(void) {{ return {version}; }}\n")
     lib = tmp_path / "libold.so"
     subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
-    with pytest.raises(FusekitError, match="ABI version 99.*uses ABI version 1"):
+    with pytest.raises(FusekitError, match=f"ABI version {version}.*uses ABI version 2"):
         fusekit.load_delegate(str(lib))
 
 

@@ -1,6 +1,7 @@
 // fusekit_layer_norm: y = (x - mean) / sqrt(var + epsilon) * gamma + beta
-// over the last axis of x.  Inputs: x [..., D] float32, gamma [D], beta [D].
-// Attr: epsilon (float, default 1e-5).
+// over the last axis of x.  Inputs: x [..., D] float32, then gamma [D] when
+// attr `scale`, then beta [D] when attr `center` (Keras' scale=False /
+// center=False drop them).  Attrs: epsilon (float, 1e-5), scale, center.
 //
 // One read pass gathers the row's statistics and one pass writes the output
 // (the row is still in L1).  The sums are taken around a first estimate of
@@ -19,13 +20,17 @@ HWY_BEFORE_NAMESPACE();
 namespace fusekit {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+#include "fusekit/simd_tail.h"
 
+// gamma / beta may be null (no scale / no center).
 void LayerNormRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT gamma,
                    const float* HWY_RESTRICT beta, float* HWY_RESTRICT y,
                    int64_t rows, int64_t depth, float epsilon) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t probe = depth < 16 ? depth : 16;
+  const auto one = hn::Set(d, 1.0f);
+  const auto zero = hn::Zero(d);
   for (int64_t r = 0; r < rows; ++r) {
     const float* HWY_RESTRICT xr = x + r * depth;
     float* HWY_RESTRICT yr = y + r * depth;
@@ -46,18 +51,16 @@ void LayerNormRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT gamma,
       s2a = hn::MulAdd(a, a, s2a);
       s2b = hn::MulAdd(b, b, s2b);
     }
-    for (; i + lanes <= depth; i += lanes) {
-      const auto a = hn::Sub(hn::LoadU(d, xr + i), vshift);
+    for (; i < depth; i += lanes) {
+      const size_t n = static_cast<size_t>(depth - i < lanes ? depth - i : lanes);
+      // Masked-off lanes load 0 and would count as -shift: mask them again.
+      const auto m = hn::FirstN(d, n);
+      const auto a = hn::IfThenElseZero(m, hn::Sub(LoadTail(d, xr + i, n), vshift));
       s1a = hn::Add(s1a, a);
       s2a = hn::MulAdd(a, a, s2a);
     }
-    float s1 = hn::GetLane(hn::SumOfLanes(d, hn::Add(s1a, s1b)));
-    float s2 = hn::GetLane(hn::SumOfLanes(d, hn::Add(s2a, s2b)));
-    for (; i < depth; ++i) {
-      const float a = xr[i] - shift;
-      s1 += a;
-      s2 += a * a;
-    }
+    const float s1 = hn::GetLane(hn::SumOfLanes(d, hn::Add(s1a, s1b)));
+    const float s2 = hn::GetLane(hn::SumOfLanes(d, hn::Add(s2a, s2b)));
 
     const float inv_n = 1.0f / static_cast<float>(depth);
     const float mean_shifted = s1 * inv_n;
@@ -68,14 +71,18 @@ void LayerNormRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT gamma,
 
     const auto vmean = hn::Set(d, mean);
     const auto vrstd = hn::Set(d, rstd);
-    i = 0;
-    for (; i + lanes <= depth; i += lanes) {
-      const auto t = hn::Mul(hn::Sub(hn::LoadU(d, xr + i), vmean), vrstd);
-      hn::StoreU(hn::MulAdd(t, hn::LoadU(d, gamma + i), hn::LoadU(d, beta + i)),
-                 d, yr + i);
-    }
-    for (; i < depth; ++i) {
-      yr[i] = (xr[i] - mean) * rstd * gamma[i] + beta[i];
+    for (i = 0; i < depth; i += lanes) {
+      const size_t n = static_cast<size_t>(depth - i < lanes ? depth - i : lanes);
+      const bool full = n == static_cast<size_t>(lanes);
+      const auto xv = full ? hn::LoadU(d, xr + i) : LoadTail(d, xr + i, n);
+      const auto g = gamma ? (full ? hn::LoadU(d, gamma + i) : LoadTail(d, gamma + i, n)) : one;
+      const auto b = beta ? (full ? hn::LoadU(d, beta + i) : LoadTail(d, beta + i, n)) : zero;
+      const auto out = hn::MulAdd(hn::Mul(hn::Sub(xv, vmean), vrstd), g, b);
+      if (full) {
+        hn::StoreU(out, d, yr + i);
+      } else {
+        StoreTail(out, d, yr + i, n);
+      }
     }
   }
 }
@@ -86,21 +93,18 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
-#include <cmath>
-
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/simd.h"
 
 namespace fusekit {
 namespace {
 
-using LayerNormFn = void (*)(const float*, const float*, const float*, float*,
-                             int64_t, int64_t, float);
-
-class LayerNormKernel : public Kernel {
+class LayerNorm {
  public:
-  LayerNormKernel(const Attrs& attrs, std::string* error)
-      : epsilon_(static_cast<float>(attrs.GetFloat("epsilon", 1e-5))),
+  LayerNorm(const Attrs& attrs, std::string* error)
+      : epsilon_(static_cast<float>(attrs.Float("epsilon"))),
+        scale_(attrs.Bool("scale")),
+        center_(attrs.Bool("center")),
         compute_(FUSEKIT_SIMD_CHOOSE(LayerNormRows)) {
     if (!(epsilon_ >= 0.0f) || !std::isfinite(epsilon_)) {
       *error = "attr 'epsilon' must be a finite number >= 0, got " +
@@ -108,51 +112,57 @@ class LayerNormKernel : public Kernel {
     }
   }
 
-  TfLiteStatus Prepare(OpContext& ctx) override {
-    const Tensor x = ctx.input(0), gamma = ctx.input(1), beta = ctx.input(2);
-    if (ctx.ExpectType(x, "input x", kTfLiteFloat32) != kTfLiteOk ||
-        ctx.ExpectType(gamma, "gamma", kTfLiteFloat32) != kTfLiteOk ||
-        ctx.ExpectType(beta, "beta", kTfLiteFloat32) != kTfLiteOk ||
-        ctx.ExpectRankAtLeast(x, "input x", 1) != kTfLiteOk) {
-      return kTfLiteError;
-    }
+  TfLiteStatus Prepare(OpContext& ctx, In<float> x, Opt<float> in1, Opt<float> in2,
+                       Out<float> y) {
+    const int expected = 1 + scale_ + center_;
+    FUSEKIT_ENSURE(ctx, ctx.num_inputs() == expected,
+                   "expected %d inputs (x%s%s, from attrs scale=%d center=%d), got %d",
+                   expected, scale_ ? ", gamma" : "", center_ ? ", beta" : "", scale_,
+                   center_, ctx.num_inputs());
+    FUSEKIT_ENSURE(ctx, x.rank() >= 1, "input x must have rank >= 1, got rank 0");
     const int depth = x.dim(-1);
-    if (gamma.num_elements() != depth || gamma.rank() > 1) {
-      return ctx.Fail("gamma must be a vector of length %d (x's last dim), "
-                      "got %lld elements in rank %d",
-                      depth, static_cast<long long>(gamma.num_elements()),
-                      gamma.rank());
+    const Tensor params[2] = {in1, in2};
+    const char* names[2] = {scale_ ? "gamma" : "beta", "beta"};
+    for (int k = 0; k + 1 < expected; ++k) {
+      const Tensor& p = params[k];
+      FUSEKIT_ENSURE(ctx, p.num_elements() == depth && p.rank() <= 1,
+                     "%s must be a vector of length %d (x's last dim), got %lld "
+                     "elements in rank %d",
+                     names[k], depth, static_cast<long long>(p.num_elements()), p.rank());
     }
-    if (beta.num_elements() != depth || beta.rank() > 1) {
-      return ctx.Fail("beta must be a vector of length %d (x's last dim), "
-                      "got %lld elements in rank %d",
-                      depth, static_cast<long long>(beta.num_elements()),
-                      beta.rank());
-    }
-    if (ctx.ExpectType(ctx.output(0), "output", kTfLiteFloat32) != kTfLiteOk) {
-      return kTfLiteError;
-    }
-    return ctx.ResizeOutput(0, x.shape());
+    return ctx.ResizeOutput(y, x.shape());
   }
 
-  TfLiteStatus Invoke(OpContext& ctx) override {
-    const Tensor x = ctx.input(0);
+  TfLiteStatus Invoke(OpContext& ctx, In<float> x, Opt<float> in1, Opt<float> in2,
+                      Out<float> y) {
     const int64_t depth = x.dim(-1);
     if (depth == 0 || x.num_elements() == 0) return kTfLiteOk;
-    compute_(x.data<float>(), ctx.input(1).data<float>(),
-             ctx.input(2).data<float>(), ctx.output(0).data<float>(),
-             x.num_elements() / depth, depth, epsilon_);
+    const float* gamma = scale_ ? in1.data() : nullptr;
+    const float* beta = center_ ? (scale_ ? in2.data() : in1.data()) : nullptr;
+    const float* xs = x.data();
+    float* ys = y.data();
+    const int64_t rows = x.num_elements() / depth;
+    // About 16 KB of x per chunk keeps the hand-off cost well under the work.
+    const int64_t grain = depth >= 4096 ? 1 : 4096 / depth + 1;
+    ctx.ParallelFor(rows, grain, [&](int64_t begin, int64_t end) {
+      compute_(xs + begin * depth, gamma, beta, ys + begin * depth, end - begin, depth,
+               epsilon_);
+    });
     return kTfLiteOk;
   }
 
  private:
   float epsilon_;
-  LayerNormFn compute_;
+  bool scale_, center_;
+  decltype(FUSEKIT_SIMD_CHOOSE(LayerNormRows)) compute_;
 };
 
 }  // namespace
 
-FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNormKernel, 3, 3, 1);
+FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNorm, Inputs("x", "gamma", "beta"),
+                        Outputs("y"),
+                        AttrSchema(attr::Float("epsilon", 1e-5), attr::Bool("scale", true),
+                                   attr::Bool("center", true)));
 
 }  // namespace fusekit
 

@@ -26,6 +26,14 @@ struct CapturedNode {
   std::vector<uint8_t> options;
 };
 
+bool Contains(const TfLiteIntArray* array, int value) {
+  if (array == nullptr) return false;
+  for (int i = 0; i < array->size; ++i) {
+    if (array->data[i] == value) return true;
+  }
+  return false;
+}
+
 struct DelegateData {
   std::mutex mutex;
   // Keyed by (context, node index): one delegate may serve several
@@ -54,6 +62,12 @@ void* KernelInit(TfLiteContext* context, const char* buffer, size_t) {
                             captured.options.size());
   state->inputs = captured.inputs;
   state->outputs = captured.outputs;
+  // The delegate node lists only the outputs something reads; the runtime
+  // never allocates the others, so the kernel must not write them.
+  state->output_unread.resize(captured.outputs.size());
+  for (size_t i = 0; i < captured.outputs.size(); ++i) {
+    state->output_unread[i] = !Contains(params->output_tensors, captured.outputs[i]);
+  }
   return state.release();
 }
 
@@ -110,7 +124,7 @@ TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
     registration.prepare = KernelPrepare;
     registration.invoke = KernelInvoke;
     registration.builtin_code = kFusekitBuiltinDelegate;
-    registration.custom_name = def->name;
+    registration.custom_name = def->name.c_str();
     registration.version = 1;
     // One node per call: adjacent custom nodes replaced together would
     // become one partition whose inner tensor is never allocated.
@@ -125,7 +139,7 @@ TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
     }
     if (data->verbose) {
       std::fprintf(stderr, "fusekit: node %d (%s) runs on fusekit\n", index,
-                   def->name);
+                   def->name.c_str());
     }
   }
   return kTfLiteOk;
@@ -139,6 +153,14 @@ extern "C" {
 FUSEKIT_EXPORT TfLiteDelegate* tflite_plugin_create_delegate(
     char** keys, char** values, size_t num_options,
     void (*report_error)(const char*)) {
+  if (!fusekit::RegistryError().empty()) {
+    if (report_error != nullptr) {
+      const std::string message =
+          "fusekit plugin is unusable: " + fusekit::RegistryError();
+      report_error(message.c_str());
+    }
+    return nullptr;
+  }
   auto* data = new fusekit::DelegateData();
   for (size_t i = 0; i < num_options; ++i) {
     const std::string key = keys[i];

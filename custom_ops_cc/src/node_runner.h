@@ -1,5 +1,6 @@
 // The part both adapters (delegate plugin, op resolver) share: one NodeState
-// per node, and the checks every kernel gets before its own Prepare.
+// per node, and the checks every kernel gets before its own Prepare and
+// Invoke.
 #pragma once
 
 #include <cstdint>
@@ -8,25 +9,37 @@
 #include <vector>
 
 #include "fusekit/kernel_sdk.h"
+#include "interpreter_resources.h"
 
 namespace fusekit {
 
 struct NodeState {
   const KernelDef* def = nullptr;
   // Tensor indices in the original op's operand order (a delegate node lists
-  // them sorted by index instead).
+  // them sorted by index instead); -1 for an omitted optional input.
   std::vector<int> inputs;
   std::vector<int> outputs;
+  // Outputs the runtime will not allocate because nothing reads them (known
+  // to the delegate adapter); they write into the shared sink instead.
+  std::vector<bool> output_unread;
   Attrs attrs;
-  std::unique_ptr<Kernel> kernel;
-  // Set when the kernel could not be created; init cannot report errors, so
-  // Prepare does.
+  // Set when the options or attrs are unusable; init cannot report errors,
+  // so Prepare does.
   std::string create_error;
-  std::unique_ptr<uint8_t[]> scratch;
-  size_t scratch_bytes = 0;
+
+  // The kernel instance of the dtype variant chosen in Prepare.
+  const KernelVariant* variant = nullptr;
+  void* kernel = nullptr;
+
+  std::shared_ptr<InterpreterResources> resources;
+  // Per Invoke: where each output's data goes when the runtime left it
+  // without memory (nullptr: the tensor's own data).
+  std::vector<void*> output_override;
+
+  ~NodeState();
 };
 
-// Parses the options and creates the kernel (errors kept for Prepare).
+// Parses and validates the options (errors kept for Prepare).
 std::unique_ptr<NodeState> NewNodeState(const KernelDef* def,
                                         const void* options, size_t size);
 

@@ -18,6 +18,16 @@ FUSEKIT_EXPORT int fusekit_abi_version(void);
 FUSEKIT_EXPORT int fusekit_num_kernels(void);
 FUSEKIT_EXPORT const char* fusekit_kernel_name(int i);
 
+// Kernel i's schema as JSON: {"name", "inputs": [{"name", "optional"}],
+// "outputs": [{"name"}], "attrs": [{"name", "type", "required", "default"}],
+// "signatures": [{"inputs": [dtype, ...], "outputs": [dtype, ...]}]}.
+FUSEKIT_EXPORT const char* fusekit_kernel_schema(int i);
+
+// NULL when the library's kernels registered cleanly, else why not (e.g. one
+// op name registered twice with the same dtypes).  Such a library refuses
+// to create its delegate.
+FUSEKIT_EXPORT const char* fusekit_plugin_error(void);
+
 // The SIMD target the kernels dispatch to on this CPU (e.g. "AVX2").
 FUSEKIT_EXPORT const char* fusekit_simd_target(void);
 

@@ -1,5 +1,6 @@
-// Introspection exports: which kernels this library holds, its SDK ABI
-// version and the SIMD target chosen on this CPU.
+// Introspection exports: which kernels this library holds with their
+// schemas, its SDK ABI version, whether its registry is usable, and the SIMD
+// target chosen on this CPU.
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/simd.h"
 #include "plugin_exports.h"
@@ -15,7 +16,18 @@ FUSEKIT_EXPORT int fusekit_num_kernels(void) {
 FUSEKIT_EXPORT const char* fusekit_kernel_name(int i) {
   const auto& registry = fusekit::KernelRegistry();
   if (i < 0 || i >= static_cast<int>(registry.size())) return nullptr;
-  return registry[i].name;
+  return registry[i].name.c_str();
+}
+
+FUSEKIT_EXPORT const char* fusekit_kernel_schema(int i) {
+  const auto& registry = fusekit::KernelRegistry();
+  if (i < 0 || i >= static_cast<int>(registry.size())) return nullptr;
+  return registry[i].schema_json.c_str();
+}
+
+FUSEKIT_EXPORT const char* fusekit_plugin_error(void) {
+  const std::string& error = fusekit::RegistryError();
+  return error.empty() ? nullptr : error.c_str();
 }
 
 FUSEKIT_EXPORT const char* fusekit_simd_target(void) {

@@ -53,6 +53,10 @@ std::vector<std::pair<const char*, TfLiteRegistration>> ResolverRegistrations(
     std::string* error) {
   std::vector<std::pair<const char*, TfLiteRegistration>> out;
   const auto& registry = KernelRegistry();
+  if (!RegistryError().empty()) {
+    *error = "fusekit plugin is unusable: " + RegistryError();
+    return out;
+  }
   if (registry.size() > kMaxKernels) {
     *error = "fusekit: more than 64 kernels in one library";
     return out;
@@ -65,9 +69,9 @@ std::vector<std::pair<const char*, TfLiteRegistration>> ResolverRegistrations(
     reg.prepare = PrepareResolved;
     reg.invoke = InvokeResolved;
     reg.builtin_code = kFusekitBuiltinCustom;
-    reg.custom_name = registry[i].name;
+    reg.custom_name = registry[i].name.c_str();
     reg.version = 1;
-    out.emplace_back(registry[i].name, reg);
+    out.emplace_back(registry[i].name.c_str(), reg);
   }
   return out;
 }

@@ -1,9 +1,8 @@
-// Implementation of the kernel SDK declared in fusekit/kernel_sdk.h.
+// Tensor views and the op context of the kernel SDK (fusekit/kernel_sdk.h).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include "flatbuffers/flexbuffers.h"
 #include "fusekit/kernel_sdk.h"
 #include "node_runner.h"
 
@@ -11,6 +10,7 @@ namespace fusekit {
 
 const char* TypeName(TfLiteType type) {
   switch (type) {
+    case kTfLiteNoType: return "notype";
     case kTfLiteFloat32: return "float32";
     case kTfLiteInt32: return "int32";
     case kTfLiteUInt8: return "uint8";
@@ -22,250 +22,110 @@ const char* TypeName(TfLiteType type) {
     case kTfLiteInt8: return "int8";
     case kTfLiteFloat16: return "float16";
     case kTfLiteFloat64: return "float64";
-    default: return "unknown";
+    case kTfLiteComplex128: return "complex128";
+    case kTfLiteUInt64: return "uint64";
+    case kTfLiteResource: return "resource";
+    case kTfLiteVariant: return "variant";
+    case kTfLiteUInt32: return "uint32";
+    case kTfLiteUInt16: return "uint16";
+    case kTfLiteInt4: return "int4";
+    case kTfLiteBFloat16: return "bfloat16";
+    case kTfLiteInt2: return "int2";
+    case kTfLiteUInt4: return "uint4";
+    case kTfLiteFloat8E4M3FN: return "float8_e4m3fn";
+    case kTfLiteFloat8E5M2: return "float8_e5m2";
+  }
+  return "unknown type";
+}
+
+size_t TypeSize(TfLiteType type) {
+  switch (type) {
+    case kTfLiteFloat32: case kTfLiteInt32: case kTfLiteUInt32: return 4;
+    case kTfLiteInt64: case kTfLiteUInt64: case kTfLiteFloat64:
+    case kTfLiteComplex64: return 8;
+    case kTfLiteComplex128: return 16;
+    case kTfLiteInt16: case kTfLiteUInt16: case kTfLiteFloat16:
+    case kTfLiteBFloat16: return 2;
+    case kTfLiteUInt8: case kTfLiteInt8: case kTfLiteBool:
+    case kTfLiteFloat8E4M3FN: case kTfLiteFloat8E5M2: return 1;
+    default: return 0;  // packed, strings, resources
   }
 }
 
-// ---------------------------------------------------------------- registry
-
-std::vector<KernelDef>& KernelRegistry() {
-  // A function-local static: registrars in other translation units run
-  // before main in unspecified order.
-  static std::vector<KernelDef> registry;
-  return registry;
-}
-
-const KernelDef* FindKernel(const char* name) {
-  if (name == nullptr) return nullptr;
-  for (const KernelDef& def : KernelRegistry()) {
-    if (std::strcmp(def.name, name) == 0) return &def;
+int64_t Tensor::num_elements() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank(); ++i) {
+    const int d = t_->dims->data[i];
+    if (d < 0) return -1;
+    // Checked even after a zero dim: [0, 2^31, 2^31, 2^31] has no elements
+    // but is still a shape no buffer can back.
+    int64_t next;
+    if (__builtin_mul_overflow(n == 0 ? int64_t{1} : n, int64_t{d}, &next)) return -1;
+    n = n == 0 ? 0 : next;
   }
-  return nullptr;
+  return n;
 }
 
-KernelRegistrar::KernelRegistrar(const KernelDef& def) {
-  if (FindKernel(def.name) != nullptr) {
-    std::fprintf(stderr, "fusekit: kernel %s registered twice; keeping the first\n",
-                 def.name);
-    return;
+QuantParams Tensor::quantization() const {
+  QuantParams q;
+  if (t_ == nullptr || t_->quantization.type != kTfLiteAffineQuantization ||
+      t_->quantization.params == nullptr) {
+    return q;
   }
-  KernelRegistry().push_back(def);
-}
-
-// ------------------------------------------------------------------- attrs
-
-Attrs::Attrs(const void* data, size_t size) {
-  if (data == nullptr || size == 0) {
-    // No options at all: an op without attrs.  Every Get returns defaults.
-    valid_ = true;
-    return;
+  const auto* affine =
+      static_cast<const TfLiteAffineQuantization*>(t_->quantization.params);
+  if (affine->scale == nullptr || affine->scale->size <= 0) return q;
+  q.scales = affine->scale->data;
+  q.count = affine->scale->size;
+  if (affine->zero_point != nullptr && affine->zero_point->size == q.count) {
+    q.zero_points = affine->zero_point->data;
   }
-  buffer_.assign(static_cast<const uint8_t*>(data),
-                 static_cast<const uint8_t*>(data) + size);
-  if (!flexbuffers::VerifyBuffer(buffer_.data(), buffer_.size())) {
-    error_ = "custom options are not a valid flexbuffer";
-    return;
-  }
-  if (!flexbuffers::GetRoot(buffer_.data(), buffer_.size()).IsMap()) {
-    error_ = "custom options are not a flexbuffer map";
-    return;
-  }
-  valid_ = true;
-}
-
-namespace {
-
-flexbuffers::Reference Lookup(const std::vector<uint8_t>& buffer,
-                              const char* key) {
-  if (buffer.empty()) return flexbuffers::Reference();
-  return flexbuffers::GetRoot(buffer.data(), buffer.size()).AsMap()[key];
-}
-
-bool IsNumber(const flexbuffers::Reference& r) {
-  return r.IsNumeric() || r.IsBool();
-}
-
-}  // namespace
-
-bool Attrs::Has(const char* key) const {
-  return valid_ && !Lookup(buffer_, key).IsNull();
-}
-
-std::vector<std::string> Attrs::Keys() const {
-  std::vector<std::string> keys;
-  if (!valid_ || buffer_.empty()) return keys;
-  auto map_keys = flexbuffers::GetRoot(buffer_.data(), buffer_.size())
-                      .AsMap()
-                      .Keys();
-  for (size_t i = 0; i < map_keys.size(); ++i) {
-    keys.push_back(map_keys[i].AsKey());
-  }
-  return keys;
-}
-
-double Attrs::GetFloat(const char* key, double default_value) const {
-  if (!valid_) return default_value;
-  auto r = Lookup(buffer_, key);
-  if (r.IsNull()) return default_value;
-  if (!IsNumber(r)) {
-    error_ = std::string("attr '") + key + "' is not a number";
-    return default_value;
-  }
-  return r.AsDouble();
-}
-
-int64_t Attrs::GetInt(const char* key, int64_t default_value) const {
-  if (!valid_) return default_value;
-  auto r = Lookup(buffer_, key);
-  if (r.IsNull()) return default_value;
-  if (!(r.IsInt() || r.IsUInt() || r.IsBool())) {
-    error_ = std::string("attr '") + key + "' is not an integer";
-    return default_value;
-  }
-  return r.AsInt64();
-}
-
-bool Attrs::GetBool(const char* key, bool default_value) const {
-  if (!valid_) return default_value;
-  auto r = Lookup(buffer_, key);
-  if (r.IsNull()) return default_value;
-  // The TF converter writes bools as integers 0/1.
-  if (!(r.IsBool() || r.IsInt() || r.IsUInt())) {
-    error_ = std::string("attr '") + key + "' is not a bool";
-    return default_value;
-  }
-  return r.AsInt64() != 0;
-}
-
-std::string Attrs::GetString(const char* key,
-                             const std::string& default_value) const {
-  if (!valid_) return default_value;
-  auto r = Lookup(buffer_, key);
-  if (r.IsNull()) return default_value;
-  if (r.IsString()) return r.AsString().str();
-  if (r.IsBlob()) {
-    auto b = r.AsBlob();
-    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-  }
-  error_ = std::string("attr '") + key + "' is not a string";
-  return default_value;
-}
-
-namespace {
-
-template <typename T, typename Vec, typename Convert>
-bool ReadElements(const Vec& v, const char* key, const char* what, std::string* error,
-                  bool (*accept)(const flexbuffers::Reference&), Convert convert,
-                  std::vector<T>* out) {
-  for (size_t i = 0; i < v.size(); ++i) {
-    auto e = v[i];
-    if (!accept(e)) {
-      *error = std::string("attr '") + key + "' element " + std::to_string(i) +
-               " is not " + what;
-      out->clear();
-      return false;
-    }
-    out->push_back(convert(e));
-  }
-  return true;
-}
-
-// Lists arrive as typed vectors (numbers, bools) or untyped vectors
-// (strings); flexbuffers reads each kind through its own accessor.
-template <typename T, typename Convert>
-std::vector<T> ReadVector(const flexbuffers::Reference& r, const char* key,
-                          const char* what, std::string* error,
-                          bool (*accept)(const flexbuffers::Reference&),
-                          Convert convert) {
-  std::vector<T> out;
-  if (r.IsTypedVector()) {
-    ReadElements(r.AsTypedVector(), key, what, error, accept, convert, &out);
-  } else if (r.IsFixedTypedVector()) {
-    ReadElements(r.AsFixedTypedVector(), key, what, error, accept, convert, &out);
-  } else if (r.IsVector()) {
-    ReadElements(r.AsVector(), key, what, error, accept, convert, &out);
-  } else {
-    *error = std::string("attr '") + key + "' is not a list of " + what;
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<int64_t> Attrs::GetInts(const char* key,
-                                    std::vector<int64_t> default_value) const {
-  if (!valid_) return default_value;
-  auto r = Lookup(buffer_, key);
-  if (r.IsNull()) return default_value;
-  return ReadVector<int64_t>(
-      r, key, "integers", &error_,
-      [](const flexbuffers::Reference& e) { return e.IsInt() || e.IsUInt(); },
-      [](const flexbuffers::Reference& e) { return e.AsInt64(); });
-}
-
-std::vector<double> Attrs::GetFloats(const char* key,
-                                     std::vector<double> default_value) const {
-  if (!valid_) return default_value;
-  auto r = Lookup(buffer_, key);
-  if (r.IsNull()) return default_value;
-  return ReadVector<double>(
-      r, key, "numbers", &error_,
-      [](const flexbuffers::Reference& e) { return e.IsNumeric(); },
-      [](const flexbuffers::Reference& e) { return e.AsDouble(); });
-}
-
-std::vector<bool> Attrs::GetBools(const char* key,
-                                  std::vector<bool> default_value) const {
-  if (!valid_) return default_value;
-  auto r = Lookup(buffer_, key);
-  if (r.IsNull()) return default_value;
-  return ReadVector<bool>(
-      r, key, "bools", &error_,
-      [](const flexbuffers::Reference& e) {
-        return e.IsBool() || e.IsInt() || e.IsUInt();
-      },
-      [](const flexbuffers::Reference& e) { return e.AsInt64() != 0; });
-}
-
-std::vector<std::string> Attrs::GetStrings(
-    const char* key, std::vector<std::string> default_value) const {
-  if (!valid_) return default_value;
-  auto r = Lookup(buffer_, key);
-  if (r.IsNull()) return default_value;
-  return ReadVector<std::string>(
-      r, key, "strings", &error_,
-      [](const flexbuffers::Reference& e) { return e.IsString(); },
-      [](const flexbuffers::Reference& e) { return e.AsString().str(); });
+  q.axis = q.count > 1 ? affine->quantized_dimension : -1;
+  return q;
 }
 
 // -------------------------------------------------------------- op context
 
-const char* OpContext::op_name() const { return state_->def->name; }
-int OpContext::num_inputs() const {
-  return static_cast<int>(state_->inputs.size());
-}
-int OpContext::num_outputs() const {
-  return static_cast<int>(state_->outputs.size());
-}
+const char* OpContext::op_name() const { return state_->def->name.c_str(); }
+int OpContext::num_inputs() const { return static_cast<int>(state_->inputs.size()); }
+int OpContext::num_outputs() const { return static_cast<int>(state_->outputs.size()); }
+
 Tensor OpContext::input(int i) const {
-  if (i < 0 || i >= num_inputs() || state_->inputs[i] < 0) return Tensor();
-  return Tensor(&context_->tensors[state_->inputs[i]]);
+  if (i < 0 || i >= num_inputs() || state_->inputs[i] < 0) return Tensor(nullptr, i);
+  return Tensor(&context_->tensors[state_->inputs[i]], i);
 }
+
 Tensor OpContext::output(int i) const {
-  if (i < 0 || i >= num_outputs() || state_->outputs[i] < 0) return Tensor();
-  return Tensor(&context_->tensors[state_->outputs[i]]);
+  if (i < 0 || i >= num_outputs() || state_->outputs[i] < 0) return Tensor(nullptr, i);
+  void* override_data =
+      static_cast<size_t>(i) < state_->output_override.size() ? state_->output_override[i]
+                                                             : nullptr;
+  return Tensor(&context_->tensors[state_->outputs[i]], i, override_data);
 }
+
 const Attrs& OpContext::attrs() const { return state_->attrs; }
 
 int OpContext::num_threads() const {
-  return context_->recommended_num_threads > 0
-             ? context_->recommended_num_threads
-             : 1;
+  return state_->resources ? state_->resources->num_threads : 1;
+}
+
+void OpContext::RunParallel(int64_t n, int64_t grain,
+                            void (*fn)(void*, int64_t, int64_t, int), void* arg) {
+  if (n <= 0) return;
+  const int threads = num_threads();
+  if (threads <= 1 || n <= grain) {
+    fn(arg, 0, n, 0);
+    return;
+  }
+  state_->resources->Pool()->ParallelFor(n, grain, threads, fn, arg);
 }
 
 TfLiteStatus OpContext::ResizeOutput(int i, const std::vector<int>& dims) {
   Tensor out = output(i);
   if (!out.present()) return Fail("output %d does not exist", i);
+  for (int d : dims) {
+    if (d < 0) return Fail("output %d: negative dim %d", i, d);
+  }
   // ResizeTensor takes ownership and releases the array with free().
   auto* array = static_cast<TfLiteIntArray*>(
       std::malloc(sizeof(TfLiteIntArray) + sizeof(int) * dims.size()));
@@ -276,14 +136,8 @@ TfLiteStatus OpContext::ResizeOutput(int i, const std::vector<int>& dims) {
 }
 
 void* OpContext::Scratch(size_t bytes) {
-  if (bytes > state_->scratch_bytes) {
-    // 64 spare bytes let the pointer be aligned to a cache line.
-    state_->scratch.reset(new (std::nothrow) uint8_t[bytes + 64]);
-    state_->scratch_bytes = state_->scratch ? bytes : 0;
-    if (!state_->scratch) return nullptr;
-  }
-  auto p = reinterpret_cast<uintptr_t>(state_->scratch.get());
-  return reinterpret_cast<void*>((p + 63) & ~uintptr_t{63});
+  if (!state_->resources) return nullptr;
+  return state_->resources->scratch.Get(bytes);
 }
 
 TfLiteStatus OpContext::Fail(const char* format, ...) const {
@@ -294,24 +148,6 @@ TfLiteStatus OpContext::Fail(const char* format, ...) const {
   va_end(args);
   ReportError(context_, "%s: %s", op_name(), message);
   return kTfLiteError;
-}
-
-TfLiteStatus OpContext::ExpectType(const Tensor& t, const char* what,
-                                   TfLiteType type) const {
-  if (!t.present()) return Fail("%s is missing", what);
-  if (t.type() != type) {
-    return Fail("%s must be %s, got %s", what, TypeName(type),
-                TypeName(t.type()));
-  }
-  return kTfLiteOk;
-}
-
-TfLiteStatus OpContext::ExpectRankAtLeast(const Tensor& t, const char* what,
-                                          int rank) const {
-  if (t.rank() < rank) {
-    return Fail("%s must have rank >= %d, got rank %d", what, rank, t.rank());
-  }
-  return kTfLiteOk;
 }
 
 }  // namespace fusekit

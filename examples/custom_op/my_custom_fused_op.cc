@@ -13,36 +13,40 @@
 
 namespace {
 
-class MyCustomFusedOp : public fusekit::Kernel {
+using fusekit::In;
+using fusekit::OpContext;
+using fusekit::Out;
+
+class MyCustomFusedOp {
  public:
   MyCustomFusedOp(const fusekit::Attrs& attrs, std::string* error)
-      : limit_(static_cast<float>(attrs.GetInt("example_option", 10))) {
+      : limit_(static_cast<float>(attrs.Int("example_option"))) {
     if (limit_ < 0) *error = "attr 'example_option' must be >= 0";
   }
 
-  TfLiteStatus Prepare(fusekit::OpContext& ctx) override {
-    const fusekit::Tensor a = ctx.input(0), b = ctx.input(1);
-    if (ctx.ExpectType(a, "input_1", kTfLiteFloat32) != kTfLiteOk ||
-        ctx.ExpectType(b, "input_2", kTfLiteFloat32) != kTfLiteOk) {
-      return kTfLiteError;
-    }
-    if (a.shape() != b.shape()) {
-      return ctx.Fail("input_1 and input_2 must have the same shape");
-    }
-    if (ctx.ResizeOutput(0, a.shape()) != kTfLiteOk) return kTfLiteError;
-    return ctx.ResizeOutput(1, a.shape());
+  // The parameter lists are the schema: two float32 inputs, two float32
+  // outputs.  The SDK has checked arity and dtypes before either runs.
+  TfLiteStatus Prepare(OpContext& ctx, In<float> a, In<float> b, Out<float> gated,
+                       Out<float> clipped) {
+    FUSEKIT_ENSURE(ctx, a.shape() == b.shape(),
+                   "input_1 and input_2 must have the same shape");
+    FUSEKIT_ENSURE_OK(ctx.ResizeOutput(gated, a.shape()));
+    return ctx.ResizeOutput(clipped, a.shape());
   }
 
-  TfLiteStatus Invoke(fusekit::OpContext& ctx) override {
-    const float* a = ctx.input(0).data<float>();
-    const float* b = ctx.input(1).data<float>();
-    float* gated = ctx.output(0).data<float>();
-    float* clipped = ctx.output(1).data<float>();
-    const int64_t n = ctx.input(0).num_elements();
-    for (int64_t i = 0; i < n; ++i) {
-      gated[i] = a[i] / (1.0f + std::exp(-b[i]));
-      clipped[i] = std::min(std::max(a[i] + b[i], -limit_), limit_);
-    }
+  TfLiteStatus Invoke(OpContext& ctx, In<float> a, In<float> b, Out<float> gated,
+                      Out<float> clipped) {
+    const float* x = a.data();
+    const float* y = b.data();
+    float* g = gated.data();
+    float* c = clipped.data();
+    // Elementwise: split across the interpreter's threads in chunks of 16K.
+    ctx.ParallelFor(a.num_elements(), 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        g[i] = x[i] / (1.0f + std::exp(-y[i]));
+        c[i] = std::min(std::max(x[i] + y[i], -limit_), limit_);
+      }
+    });
     return kTfLiteOk;
   }
 
@@ -52,5 +56,7 @@ class MyCustomFusedOp : public fusekit::Kernel {
 
 }  // namespace
 
-// Name, kernel class, min and max inputs, outputs.
-FUSEKIT_REGISTER_KERNEL("my_custom_fused_op", MyCustomFusedOp, 2, 2, 2);
+FUSEKIT_REGISTER_KERNEL("my_custom_fused_op", MyCustomFusedOp,
+                        fusekit::Inputs("input_1", "input_2"),
+                        fusekit::Outputs("output_1", "output_2"),
+                        fusekit::AttrSchema(fusekit::attr::Int("example_option", 10)));

@@ -183,13 +183,22 @@ def _string_epsilon(m):
     op.customOptions = np.frombuffer(bytes(flexbuffers.Dumps({"epsilon": "tiny"})), np.uint8)
 
 
+def _string_scale(m):
+    from flatbuffers import flexbuffers
+
+    op = custom_ops(m, "fusekit_layer_norm")[0]
+    options = {"epsilon": 1e-5, "scale": "yes"}
+    op.customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+
+
 BAD = {
-    "x int32": (_x_int32, [np.ones((2, 3, 16), np.int32)], "input x must be float32, got int32"),
+    "x int32": (_x_int32, [np.ones((2, 3, 16), np.int32)], "input 'x' must be float32, got int32"),
     "gamma of length 5": (_gamma_len, None, "gamma must be a vector of length 16"),
-    "two inputs": (_drop_beta, None, "expected 3 inputs, got 2"),
+    "two inputs": (_drop_beta, None, "expected 3 inputs (x, gamma, beta, from attrs scale=1 center=1), got 2"),
     "garbage custom options": (_garbage_options, None, "malformed custom options"),
     "options not a map": (_list_options, None, "malformed custom options"),
-    "epsilon a string": (_string_epsilon, None, "attr 'epsilon' is not a number"),
+    "epsilon a string": (_string_epsilon, None, "attr 'epsilon' must be float, got string"),
+    "scale a string": (_string_scale, None, "attr 'scale' must be bool, got string"),
 }
 
 

@@ -5,40 +5,35 @@
 
 namespace {
 
-class WeightedSum : public fusekit::Kernel {
+using fusekit::In;
+using fusekit::Out;
+
+class WeightedSum {
  public:
   WeightedSum(const fusekit::Attrs& attrs, std::string* error)
-      : weights_(attrs.GetFloats("weights")),
-        enabled_(attrs.GetBools("enabled")),
-        bias_(attrs.GetFloat("bias", 0.0)) {
-    if (!attrs.ok()) {
-      *error = attrs.error();
-    } else if (weights_.empty() || weights_.size() != enabled_.size()) {
+      : weights_(attrs.Floats("weights")),
+        enabled_(attrs.Bools("enabled")),
+        bias_(attrs.Float("bias")) {
+    if (weights_.empty() || weights_.size() != enabled_.size()) {
       *error = "attrs 'weights' and 'enabled' must be non-empty lists of one length";
     }
   }
 
-  TfLiteStatus Prepare(fusekit::OpContext& ctx) override {
-    const fusekit::Tensor x = ctx.input(0);
-    if (ctx.ExpectType(x, "x", kTfLiteFloat32) != kTfLiteOk ||
-        ctx.ExpectRankAtLeast(x, "x", 1) != kTfLiteOk) {
-      return kTfLiteError;
-    }
-    if (x.dim(-1) != static_cast<int>(weights_.size())) {
-      return ctx.Fail("x's last dim is %d but 'weights' has %zu entries", x.dim(-1),
-                      weights_.size());
-    }
+  TfLiteStatus Prepare(fusekit::OpContext& ctx, In<float> x, Out<float> y) {
+    FUSEKIT_ENSURE(ctx, x.rank() >= 1, "x must have rank >= 1, got rank %d", x.rank());
+    FUSEKIT_ENSURE(ctx, x.dim(-1) == static_cast<int>(weights_.size()),
+                   "x's last dim is %d but 'weights' has %zu entries", x.dim(-1),
+                   weights_.size());
     std::vector<int> shape = x.shape();
     shape.pop_back();
-    return ctx.ResizeOutput(0, shape);
+    return ctx.ResizeOutput(y, shape);
   }
 
-  TfLiteStatus Invoke(fusekit::OpContext& ctx) override {
-    const fusekit::Tensor x = ctx.input(0);
+  TfLiteStatus Invoke(fusekit::OpContext&, In<float> x, Out<float> y) {
     const int64_t depth = x.dim(-1);
     const int64_t rows = x.num_elements() / depth;
-    const float* in = x.data<float>();
-    float* out = ctx.output(0).data<float>();
+    const float* in = x.data();
+    float* out = y.data();
     for (int64_t r = 0; r < rows; ++r) {
       double acc = bias_;
       for (int64_t i = 0; i < depth; ++i) {
@@ -57,4 +52,7 @@ class WeightedSum : public fusekit::Kernel {
 
 }  // namespace
 
-FUSEKIT_REGISTER_KERNEL("weighted_sum", WeightedSum, 1, 1, 1);
+FUSEKIT_REGISTER_KERNEL("weighted_sum", WeightedSum, fusekit::Inputs("x"), fusekit::Outputs("y"),
+                        fusekit::AttrSchema(fusekit::attr::Required(fusekit::attr::Floats("weights")),
+                                            fusekit::attr::Required(fusekit::attr::Bools("enabled")),
+                                            fusekit::attr::Float("bias", 0.0)));

@@ -1,10 +1,32 @@
 // fusekit kernel SDK: the only way fusekit kernels are written.
 //
-// A kernel sees typed tensor views, its attrs (read by key from the flexbuffer
-// custom options the converter wrote), and a context to resize outputs, get
-// scratch memory and report errors that name the op.  It knows nothing about
-// how it reaches a runtime: the delegate plugin and the resolver adapter turn
-// the registry of kernels into what each runtime takes.
+// A kernel is a class whose Prepare and Invoke take typed tensor views; their
+// parameter lists ARE the kernel's schema (in the manner of
+// onnxruntime-extensions' lite custom ops):
+//
+//   class RmsNorm {
+//    public:
+//     RmsNorm(const fusekit::Attrs& attrs, std::string* error);
+//     TfLiteStatus Prepare(fusekit::OpContext& ctx, fusekit::In<float> x,
+//                          fusekit::In<float> gamma, fusekit::Out<float> y);
+//     TfLiteStatus Invoke(fusekit::OpContext& ctx, fusekit::In<float> x,
+//                         fusekit::In<float> gamma, fusekit::Out<float> y);
+//   };
+//   FUSEKIT_REGISTER_KERNEL("fusekit_rms_norm", RmsNorm,
+//                           fusekit::Inputs("x", "gamma"),
+//                           fusekit::Outputs("y"),
+//                           fusekit::AttrSchema(fusekit::attr::Float("epsilon", 1e-6)));
+//
+// From that declaration the SDK checks, before the kernel sees a node: arity,
+// the dtype of every input and output, attrs against their declared types
+// (at init), tensor indices, shapes (no negative dims, no element-count
+// overflow) and, before every Invoke, that each tensor the kernel touches
+// has memory of the right size.  A kernel that trusts its views cannot crash
+// on a malformed model.  Registering the same name with another template
+// instance (RmsNorm<Half>) adds a dtype variant; the node's dtypes pick one.
+//
+// Kernels know nothing about how they reach a runtime: the delegate plugin
+// and the resolver adapter turn the registry into what each runtime takes.
 #pragma once
 
 #include <cstdarg>
@@ -12,13 +34,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "fusekit/tflite_abi.h"
 
 // Bumped whenever a struct or function below changes in a way that breaks
 // plugins built against an older header.
-#define FUSEKIT_ABI_VERSION 1
+#define FUSEKIT_ABI_VERSION 2
 
 namespace fusekit {
 
@@ -50,60 +74,161 @@ struct TypeOf<uint8_t> {
   static constexpr TfLiteType value = kTfLiteUInt8;
 };
 template <>
+struct TypeOf<int16_t> {
+  static constexpr TfLiteType value = kTfLiteInt16;
+};
+template <>
+struct TypeOf<bool> {
+  static constexpr TfLiteType value = kTfLiteBool;
+};
+template <>
 struct TypeOf<Half> {
   static constexpr TfLiteType value = kTfLiteFloat16;
 };
 
+// "float32", "int8", ...; "type <n>" style names for values no runtime uses.
 const char* TypeName(TfLiteType type);
+// Bytes per element, 0 for types without a fixed size (string, int4, ...).
+size_t TypeSize(TfLiteType type);
+
+// Affine quantization of a tensor: real = scale * (q - zero_point), one
+// (scale, zero_point) per tensor or one per index of `axis`.
+struct QuantParams {
+  const float* scales = nullptr;
+  const int32_t* zero_points = nullptr;  // may be null: all zero
+  int count = 0;                         // 0: not quantized
+  int axis = -1;                         // -1: per tensor
+};
 
 // A non-owning view of one tensor of the node.
 class Tensor {
  public:
   Tensor() = default;
-  explicit Tensor(TfLiteTensor* t) : t_(t) {}
+  Tensor(TfLiteTensor* t, int position, void* data_override = nullptr)
+      : t_(t), data_override_(data_override), position_(position) {}
 
   bool present() const { return t_ != nullptr; }
+  // The operand position (input or output index) this view was made for.
+  int position() const { return position_; }
   TfLiteType type() const { return t_->type; }
   int rank() const { return t_->dims ? t_->dims->size : 0; }
+  // Dimension i (negative counts from the end); 0 when i is out of range.
   int dim(int i) const {
-    return t_->dims->data[i < 0 ? rank() + i : i];
+    const int r = rank();
+    if (i < 0) i += r;
+    return (i < 0 || i >= r) ? 0 : t_->dims->data[i];
   }
   std::vector<int> shape() const {
     std::vector<int> s(rank());
     for (int i = 0; i < rank(); ++i) s[i] = t_->dims->data[i];
     return s;
   }
-  int64_t num_elements() const {
-    int64_t n = 1;
-    for (int i = 0; i < rank(); ++i) n *= t_->dims->data[i];
-    return n;
-  }
+  // Product of dims; -1 when a dim is negative or the product overflows
+  // (the SDK rejects such tensors before a kernel sees them).
+  int64_t num_elements() const;
   // Constant tensors (weights) are read-only memory mapped from the model.
   bool is_constant() const { return t_->allocation_type == kTfLiteMmapRo; }
   const char* name() const { return t_->name ? t_->name : "?"; }
 
-  // Typed access; the kernel checks the dtype in Prepare (see OpContext).
+  // Typed access: nullptr when T is not the tensor's dtype (the typed views
+  // In/Out/Opt below never hit that: the SDK checked the dtype).
   template <typename T>
   T* data() const {
-    return static_cast<T*>(FusekitTensorData(t_));
+    if (t_ == nullptr || t_->type != TypeOf<T>::value) return nullptr;
+    return static_cast<T*>(raw());
   }
-  void* raw() const { return FusekitTensorData(t_); }
+  void* raw() const {
+    return data_override_ ? data_override_ : FusekitTensorData(t_);
+  }
   size_t bytes() const { return t_->bytes; }
   TfLiteTensor* raw_tensor() const { return t_; }
 
+  // Quantization (count == 0 when the tensor is not affine-quantized).
+  QuantParams quantization() const;
+  float scale() const { return t_->params.scale; }
+  int32_t zero_point() const { return t_->params.zero_point; }
+
  private:
   TfLiteTensor* t_ = nullptr;
+  void* data_override_ = nullptr;
+  int position_ = -1;
 };
 
-// Attrs of one node, parsed from the flexbuffer map in its custom options.
-// Reading a key that is absent returns the default; a key of the wrong type
-// is an error reported by the Get call (ok() turns false, error() says why).
+// Typed views.  In<T>: a required input of dtype T.  Opt<T>: an optional
+// input (absent when the node has fewer inputs or lists index -1; check
+// present()).  Out<T>: an output.  The parameter types of a kernel's
+// Invoke declare its schema.
+template <typename T>
+class In : public Tensor {
+ public:
+  using Tensor::Tensor;
+  explicit In(const Tensor& t) : Tensor(t) {}
+  const T* data() const { return static_cast<const T*>(raw()); }
+};
+template <typename T>
+class Opt : public Tensor {
+ public:
+  using Tensor::Tensor;
+  explicit Opt(const Tensor& t) : Tensor(t) {}
+  const T* data() const { return present() ? static_cast<const T*>(raw()) : nullptr; }
+};
+template <typename T>
+class Out : public Tensor {
+ public:
+  using Tensor::Tensor;
+  explicit Out(const Tensor& t) : Tensor(t) {}
+  T* data() const { return static_cast<T*>(raw()); }
+};
+
+// ------------------------------------------------------------------ attrs
+
+enum class AttrType { kInt, kFloat, kBool, kString, kInts, kFloats, kBools, kStrings };
+const char* AttrTypeName(AttrType type);
+
+// One declared attr: its name, type and default (or required).
+struct AttrSpec {
+  const char* name;
+  AttrType type;
+  bool required;
+  double number_default;       // int, float, bool
+  const char* string_default;  // string
+};
+
+namespace attr {
+inline AttrSpec Float(const char* name, double default_value) {
+  return {name, AttrType::kFloat, false, default_value, ""};
+}
+inline AttrSpec Int(const char* name, int64_t default_value) {
+  return {name, AttrType::kInt, false, static_cast<double>(default_value), ""};
+}
+inline AttrSpec Bool(const char* name, bool default_value) {
+  return {name, AttrType::kBool, false, default_value ? 1.0 : 0.0, ""};
+}
+inline AttrSpec String(const char* name, const char* default_value) {
+  return {name, AttrType::kString, false, 0.0, default_value};
+}
+// Lists default to empty.
+inline AttrSpec Ints(const char* name) { return {name, AttrType::kInts, false, 0.0, ""}; }
+inline AttrSpec Floats(const char* name) { return {name, AttrType::kFloats, false, 0.0, ""}; }
+inline AttrSpec Bools(const char* name) { return {name, AttrType::kBools, false, 0.0, ""}; }
+inline AttrSpec Strings(const char* name) { return {name, AttrType::kStrings, false, 0.0, ""}; }
+// An attr the node must carry.
+inline AttrSpec Required(AttrSpec spec) {
+  spec.required = true;
+  return spec;
+}
+}  // namespace attr
+
+// Attrs of one node, parsed from the flexbuffer map in its custom options
+// and validated against the kernel's AttrSchema at node init (a missing
+// required attr or a wrong type never reaches the kernel).  The typed getters
+// return the node's value or the declared default.
 class Attrs {
  public:
   Attrs() = default;
   Attrs(const void* data, size_t size);
 
-  // False when the custom options are not a flexbuffer map.
+  // False when the custom options are not a flexbuffer map (error() says why).
   bool valid() const { return valid_; }
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
@@ -111,29 +236,30 @@ class Attrs {
   bool Has(const char* key) const;
   std::vector<std::string> Keys() const;
 
-  double GetFloat(const char* key, double default_value) const;
-  int64_t GetInt(const char* key, int64_t default_value) const;
-  bool GetBool(const char* key, bool default_value) const;
-  std::string GetString(const char* key,
-                        const std::string& default_value) const;
-  std::vector<int64_t> GetInts(const char* key,
-                               std::vector<int64_t> default_value = {}) const;
-  std::vector<double> GetFloats(const char* key,
-                                std::vector<double> default_value = {}) const;
-  std::vector<bool> GetBools(const char* key,
-                             std::vector<bool> default_value = {}) const;
-  std::vector<std::string> GetStrings(
-      const char* key, std::vector<std::string> default_value = {}) const;
+  // Declared attrs (defaults come from the schema).
+  double Float(const char* key) const;
+  int64_t Int(const char* key) const;
+  bool Bool(const char* key) const;
+  std::string String(const char* key) const;
+  std::vector<int64_t> Ints(const char* key) const;
+  std::vector<double> Floats(const char* key) const;
+  std::vector<bool> Bools(const char* key) const;
+  std::vector<std::string> Strings(const char* key) const;
+
+  // Checks every declared attr present in the map against its type and every
+  // required one for presence; returns false with error() set otherwise.
+  bool Validate(const std::vector<AttrSpec>* schema);
 
  private:
-  // The options are copied so that flexbuffer reads are aligned and outlive
-  // the model buffer.
-  std::vector<uint8_t> buffer_;
+  const AttrSpec* Spec(const char* key) const;
+  std::vector<uint8_t> buffer_;  // copied: aligned reads, outlives the model
   bool valid_ = false;
-  mutable std::string error_;
+  std::string error_;
+  const std::vector<AttrSpec>* schema_ = nullptr;
 };
 
-class Kernel;
+// ---------------------------------------------------------------- context
+
 struct NodeState;
 
 // What a kernel sees of its node while it prepares or runs.
@@ -152,11 +278,35 @@ class OpContext {
   // The interpreter's thread count (num_threads), at least 1.
   int num_threads() const;
 
-  // Sets output i's shape; the runtime allocates it before Invoke.
-  TfLiteStatus ResizeOutput(int i, const std::vector<int>& dims);
+  // Runs fn(begin, end) or fn(begin, end, worker) over [0, n) in chunks of
+  // at least `grain` items on the interpreter's thread pool (the caller
+  // takes part; worker < num_threads() indexes per-thread scratch).
+  template <typename F>
+  void ParallelFor(int64_t n, int64_t grain, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    RunParallel(n, grain,
+                [](void* f, int64_t b, int64_t e, int worker) {
+                  Fn& call = *static_cast<Fn*>(f);
+                  if constexpr (std::is_invocable_v<Fn&, int64_t, int64_t, int>) {
+                    call(b, e, worker);
+                  } else {
+                    (void)worker;
+                    call(b, e);
+                  }
+                },
+                const_cast<void*>(static_cast<const void*>(&fn)));
+  }
 
-  // Per-node scratch memory kept across invocations, grown on demand and
-  // 64-byte aligned.
+  // Sets an output's shape; the runtime allocates it before Invoke.
+  TfLiteStatus ResizeOutput(int i, const std::vector<int>& dims);
+  TfLiteStatus ResizeOutput(const Tensor& out, const std::vector<int>& dims) {
+    return ResizeOutput(out.position(), dims);
+  }
+
+  // Scratch memory shared by every fusekit node of the interpreter (only one
+  // node runs at a time), 64-byte aligned, grown on demand and kept.  The
+  // contents do not survive to the next Invoke.  Ask in Prepare to allocate
+  // early; nullptr when out of memory.
   void* Scratch(size_t bytes);
 
   // Reports "<op name>: <message>" through the runtime and returns
@@ -164,66 +314,199 @@ class OpContext {
   TfLiteStatus Fail(const char* format, ...) const
       __attribute__((format(printf, 2, 3)));
 
-  // Checks shared by most kernels, each reporting a message naming the op.
-  TfLiteStatus ExpectType(const Tensor& t, const char* what,
-                          TfLiteType type) const;
-  TfLiteStatus ExpectRankAtLeast(const Tensor& t, const char* what,
-                                 int rank) const;
-
   TfLiteContext* tflite_context() const { return context_; }
 
  private:
+  void RunParallel(int64_t n, int64_t grain,
+                   void (*fn)(void*, int64_t, int64_t, int), void* arg);
   TfLiteContext* context_;
   NodeState* state_;
 };
 
-// A kernel instance lives as long as its node; it is created from the node's
-// attrs and may precompute from them.
-class Kernel {
- public:
-  virtual ~Kernel() = default;
-  // Checks inputs (dtype, rank, shape) and sets output shapes.
-  virtual TfLiteStatus Prepare(OpContext& ctx) = 0;
-  virtual TfLiteStatus Invoke(OpContext& ctx) = 0;
+// Fails the calling Prepare/Invoke with a message naming the op when `cond`
+// does not hold: FUSEKIT_ENSURE(ctx, x.rank() >= 1, "x must ...", ...).
+#define FUSEKIT_ENSURE(ctx, cond, ...)                       \
+  do {                                                       \
+    if (!(cond)) return (ctx).Fail(__VA_ARGS__);             \
+  } while (0)
+// Propagates a non-ok status.
+#define FUSEKIT_ENSURE_OK(expr)                              \
+  do {                                                       \
+    const TfLiteStatus fusekit_status_ = (expr);             \
+    if (fusekit_status_ != kTfLiteOk) return fusekit_status_; \
+  } while (0)
+
+// --------------------------------------------------------------- registry
+
+// One compiled dtype variant of a kernel (one template instance).
+struct KernelVariant {
+  std::vector<TfLiteType> input_types;
+  std::vector<bool> input_optional;
+  std::vector<TfLiteType> output_types;
+  void* (*create)(const Attrs& attrs, std::string* error);
+  void (*destroy)(void* kernel);
+  TfLiteStatus (*prepare)(void* kernel, OpContext& ctx);
+  TfLiteStatus (*invoke)(void* kernel, OpContext& ctx);
 };
 
-// How a runtime may call a kernel: declared arity and the constructor.
+// A kernel: its name, operand names, attrs and dtype variants.
 struct KernelDef {
-  const char* name;
-  int min_inputs;
-  int max_inputs;
-  int num_outputs;
-  // Returns nullptr and sets *error when the attrs are unusable.
-  std::unique_ptr<Kernel> (*create)(const Attrs& attrs, std::string* error);
+  std::string name;
+  std::vector<std::string> input_names;
+  std::vector<std::string> output_names;
+  std::vector<AttrSpec> attrs;
+  std::vector<KernelVariant> variants;
+  int min_inputs = 0;  // inputs before the first optional one
+  std::string schema_json;
 };
 
 // The kernels compiled into this library.
 std::vector<KernelDef>& KernelRegistry();
 const KernelDef* FindKernel(const char* name);
+// Why this library's registry is unusable ("" when it is fine), e.g. one op
+// name registered twice with the same dtypes.
+const std::string& RegistryError();
 
-struct KernelRegistrar {
-  explicit KernelRegistrar(const KernelDef& def);
+struct NameList {
+  std::vector<std::string> names;
 };
-
-// Default constructor adapter for kernels built as `Class(const Attrs&,
-// std::string* error)`.
-template <typename K>
-std::unique_ptr<Kernel> CreateKernel(const Attrs& attrs, std::string* error) {
-  auto kernel = std::make_unique<K>(attrs, error);
-  if (!error->empty()) return nullptr;
-  return kernel;
+template <typename... S>
+NameList Inputs(S... names) {
+  return NameList{{std::string(names)...}};
+}
+template <typename... S>
+NameList Outputs(S... names) {
+  return NameList{{std::string(names)...}};
+}
+template <typename... A>
+std::vector<AttrSpec> AttrSchema(A... specs) {
+  return {specs...};
 }
 
+void RegisterVariant(const char* name, const NameList& inputs,
+                     const NameList& outputs, std::vector<AttrSpec> attrs,
+                     KernelVariant variant);
+
+// ------------------------------------------- typed-signature machinery
+
+namespace internal {
+
+template <typename T>
+struct Operand;  // what a parameter type of Invoke declares
+template <typename T>
+struct Operand<In<T>> {
+  static constexpr bool is_input = true;
+  static constexpr bool optional = false;
+  static constexpr TfLiteType type = TypeOf<T>::value;
+};
+template <typename T>
+struct Operand<Opt<T>> {
+  static constexpr bool is_input = true;
+  static constexpr bool optional = true;
+  static constexpr TfLiteType type = TypeOf<T>::value;
+};
+template <typename T>
+struct Operand<Out<T>> {
+  static constexpr bool is_input = false;
+  static constexpr bool optional = false;
+  static constexpr TfLiteType type = TypeOf<T>::value;
+};
+
+template <typename M>
+struct Signature;
+template <typename K, typename... Args>
+struct Signature<TfLiteStatus (K::*)(OpContext&, Args...)> {
+  using Kernel = K;
+  static constexpr size_t kCount = sizeof...(Args);
+  static constexpr bool kIsInput[sizeof...(Args) + 1] = {
+      Operand<std::decay_t<Args>>::is_input..., false};
+
+  // Position of parameter I among the inputs (or among the outputs).
+  static constexpr int PositionOf(size_t index) {
+    int position = 0;
+    for (size_t i = 0; i < index; ++i) {
+      if (kIsInput[i] == kIsInput[index]) ++position;
+    }
+    return position;
+  }
+
+  template <typename A>
+  static A Make(OpContext& ctx, size_t index) {
+    using Op = Operand<std::decay_t<A>>;
+    const int position = PositionOf(index);
+    return std::decay_t<A>(Op::is_input ? ctx.input(position) : ctx.output(position));
+  }
+
+  template <typename Method, size_t... I>
+  static TfLiteStatus CallWith(K* kernel, Method method, OpContext& ctx,
+                               std::index_sequence<I...>) {
+    return (kernel->*method)(ctx, Make<Args>(ctx, I)...);
+  }
+  template <typename Method>
+  static TfLiteStatus Call(K* kernel, Method method, OpContext& ctx) {
+    return CallWith(kernel, method, ctx, std::index_sequence_for<Args...>());
+  }
+
+  static void Describe(KernelVariant* v) {
+    (Add<std::decay_t<Args>>(v), ...);
+  }
+  template <typename A>
+  static void Add(KernelVariant* v) {
+    using Op = Operand<A>;
+    if (Op::is_input) {
+      v->input_types.push_back(Op::type);
+      v->input_optional.push_back(Op::optional);
+    } else {
+      v->output_types.push_back(Op::type);
+    }
+  }
+};
+
+template <typename K>
+KernelVariant MakeVariant() {
+  using InvokeSig = Signature<decltype(&K::Invoke)>;
+  using PrepareSig = Signature<decltype(&K::Prepare)>;
+  static_assert(std::is_same_v<decltype(&K::Invoke), decltype(&K::Prepare)>,
+                "a kernel's Prepare and Invoke must take the same parameters");
+  (void)sizeof(PrepareSig);
+  KernelVariant v;
+  InvokeSig::Describe(&v);
+  v.create = [](const Attrs& attrs, std::string* error) -> void* {
+    auto* kernel = new K(attrs, error);
+    if (!error->empty()) {
+      delete kernel;
+      return nullptr;
+    }
+    return kernel;
+  };
+  v.destroy = [](void* kernel) { delete static_cast<K*>(kernel); };
+  v.prepare = [](void* kernel, OpContext& ctx) {
+    return InvokeSig::Call(static_cast<K*>(kernel), &K::Prepare, ctx);
+  };
+  v.invoke = [](void* kernel, OpContext& ctx) {
+    return InvokeSig::Call(static_cast<K*>(kernel), &K::Invoke, ctx);
+  };
+  return v;
+}
+
+struct Registrar {
+  template <typename K>
+  Registrar(const char* name, const NameList& inputs, const NameList& outputs,
+            std::vector<AttrSpec> attrs, K*) {
+    RegisterVariant(name, inputs, outputs, std::move(attrs), MakeVariant<K>());
+  }
+};
+
+}  // namespace internal
 }  // namespace fusekit
 
 #define FUSEKIT_CONCAT_INNER(a, b) a##b
 #define FUSEKIT_CONCAT(a, b) FUSEKIT_CONCAT_INNER(a, b)
 
-// Registers `Class` as the kernel of custom op `name` taking between
-// `min_inputs` and `max_inputs` inputs and producing `num_outputs` outputs.
-#define FUSEKIT_REGISTER_KERNEL(name, Class, min_inputs, max_inputs,       \
-                                num_outputs)                               \
-  static ::fusekit::KernelRegistrar FUSEKIT_CONCAT(fusekit_registrar_,     \
-                                                   __COUNTER__)(           \
-      ::fusekit::KernelDef{name, min_inputs, max_inputs, num_outputs,      \
-                           &::fusekit::CreateKernel<Class>})
+// Registers kernel class `Class` (one dtype variant) as custom op `name`.
+// inputs/outputs: fusekit::Inputs("x", ...), fusekit::Outputs("y", ...) name
+// the operands of Invoke in order; attrs: fusekit::AttrSchema(...).
+#define FUSEKIT_REGISTER_KERNEL(name, Class, inputs, outputs, attrs)          \
+  static ::fusekit::internal::Registrar FUSEKIT_CONCAT(fusekit_registrar_,    \
+                                                       __COUNTER__)(          \
+      name, inputs, outputs, attrs, static_cast<Class*>(nullptr))

@@ -16,7 +16,10 @@
 
 extern "C" {
 
-typedef enum TfLiteStatus {
+// Enums get a fixed underlying type: runtimes newer than this header may
+// store values it does not list, and loading such a value into an enum
+// without one is undefined behaviour.
+typedef enum TfLiteStatus : int {
   kTfLiteOk = 0,
   kTfLiteError = 1,
   kTfLiteDelegateError = 2,
@@ -25,9 +28,12 @@ typedef enum TfLiteStatus {
   kTfLiteDelegateDataWriteError = 5,
   kTfLiteDelegateDataReadError = 6,
   kTfLiteUnresolvedOps = 7,
+  kTfLiteCancelled = 8,
+  kTfLiteOutputShapeNotKnown = 9,
 } TfLiteStatus;
 
-typedef enum TfLiteType {
+// Every type the runtimes of 2024-2026 use (LiteRT's common.h).
+typedef enum TfLiteType : int {
   kTfLiteNoType = 0,
   kTfLiteFloat32 = 1,
   kTfLiteInt32 = 2,
@@ -40,9 +46,21 @@ typedef enum TfLiteType {
   kTfLiteInt8 = 9,
   kTfLiteFloat16 = 10,
   kTfLiteFloat64 = 11,
+  kTfLiteComplex128 = 12,
+  kTfLiteUInt64 = 13,
+  kTfLiteResource = 14,
+  kTfLiteVariant = 15,
+  kTfLiteUInt32 = 16,
+  kTfLiteUInt16 = 17,
+  kTfLiteInt4 = 18,
+  kTfLiteBFloat16 = 19,
+  kTfLiteInt2 = 20,
+  kTfLiteUInt4 = 21,
+  kTfLiteFloat8E4M3FN = 22,
+  kTfLiteFloat8E5M2 = 23,
 } TfLiteType;
 
-typedef enum TfLiteAllocationType {
+typedef enum TfLiteAllocationType : int {
   kTfLiteMemNone = 0,
   kTfLiteMmapRo = 1,
   kTfLiteArenaRw = 2,
@@ -60,10 +78,29 @@ typedef struct TfLiteQuantizationParams {
   int32_t zero_point;
 } TfLiteQuantizationParams;
 
+typedef enum TfLiteQuantizationType : int {
+  kTfLiteNoQuantization = 0,
+  kTfLiteAffineQuantization = 1,
+} TfLiteQuantizationType;
+
 typedef struct TfLiteQuantization {
-  int type;
+  TfLiteQuantizationType type;
+  // TfLiteAffineQuantization* when type is kTfLiteAffineQuantization.
   void* params;
 } TfLiteQuantization;
+
+typedef struct TfLiteFloatArray {
+  int size;
+  float data[];
+} TfLiteFloatArray;
+
+// Per-tensor (one scale) or per-channel (one per index of
+// quantized_dimension) affine quantization: real = scale * (q - zero_point).
+typedef struct TfLiteAffineQuantization {
+  TfLiteFloatArray* scale;
+  TfLiteIntArray* zero_point;
+  int32_t quantized_dimension;
+} TfLiteAffineQuantization;
 
 typedef struct TfLiteTensor {
   TfLiteType type;
@@ -198,6 +235,12 @@ static_assert(offsetof(TfLiteTensor, sparsity) == 96, "TfLiteTensor.sparsity");
 static_assert(offsetof(TfLiteTensor, dims_signature) == 104,
               "TfLiteTensor.dims_signature");
 static_assert(sizeof(TfLiteTensor) == 112, "sizeof(TfLiteTensor)");
+static_assert(sizeof(TfLiteType) == 4, "TfLiteType is an int");
+static_assert(offsetof(TfLiteFloatArray, data) == 4, "TfLiteFloatArray.data");
+static_assert(offsetof(TfLiteAffineQuantization, zero_point) == 8,
+              "TfLiteAffineQuantization.zero_point");
+static_assert(offsetof(TfLiteAffineQuantization, quantized_dimension) == 16,
+              "TfLiteAffineQuantization.quantized_dimension");
 
 static_assert(offsetof(TfLiteNode, inputs) == 0, "TfLiteNode.inputs");
 static_assert(offsetof(TfLiteNode, outputs) == 8, "TfLiteNode.outputs");
