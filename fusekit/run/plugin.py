@@ -13,7 +13,7 @@ from fusekit.errors import FusekitError
 
 _LIB_NAME = "libfusekit_ops.so"
 # Must equal FUSEKIT_ABI_VERSION in custom_ops_cc/include/fusekit/kernel_sdk.h.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 def library_path() -> str:
