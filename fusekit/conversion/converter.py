@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from fusekit.conversion.kernel_match import Reason
 from fusekit.conversion.plan import Plan, check_saved_model, inspect
 from fusekit.conversion.quantization import float_islands
 from fusekit.conversion.report import CompositeRow, Report, op_count_dict
@@ -131,6 +132,9 @@ def finish(
             fused=after.get(f"CUSTOM:{op}", 0),
             kernel_available=any(c.kernel_available for c in entries),
             reasons=sorted({c.reason for c in entries if c.reason}),
+            codes=sorted(
+                {code for c in entries for code in (c.reason_code, c.kernel_code) if code}
+            ),
             float_in_quantized=islands.get(op, 0),
         )
         if not fuse:
@@ -158,9 +162,19 @@ def finish(
         )
     for row in rows:
         if row.fused and not row.kernel_available:
+            why = sorted(
+                {c.kernel_message for c in plan.composites if c.op == row.op and c.kernel_message}
+            )
             report.warnings.append(
-                f"{row.op}: no loaded fusekit kernel provides this op; build or load one "
-                "before running the model"
+                f"{row.op}: no loaded fusekit kernel accepts this op ("
+                + "; ".join(why)
+                + "); build or load one before running the model"
+            )
+    for c in plan.composites:
+        if c.undeclared_attrs:
+            report.warnings.append(
+                f"{c.op} (function {c.function}): the kernel does not declare attr(s) "
+                f"{', '.join(c.undeclared_attrs)}: it will not read them"
             )
     if problems:
         message = "composites not fused: " + "; ".join(problems)
@@ -208,7 +222,7 @@ def convert(
 
         if fuse and strict:
             for c in plan.composites:
-                if c.call_sites and c.reason and c.reason.startswith("attr types"):
+                if c.call_sites and c.reason_code == Reason.ATTR_TYPE_UNSUPPORTED:
                     raise ConversionError(
                         f"composite {c.op} (function {c.function}) cannot fuse: {c.reason}"
                     )

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from fusekit.author import typed_attrs
-from fusekit.conversion import mlir_text
+from fusekit.conversion import kernel_match, mlir_text
+from fusekit.conversion.kernel_match import Reason
 from fusekit.errors import ConversionError
 
 # Attr types the TF 2.21 converter writes into custom options.  Anything else
@@ -35,6 +36,13 @@ class PlannedComposite:
     kernel_available: bool
     # Fused ops each exported signature should hold.
     call_sites_by_signature: dict[str, int] = field(default_factory=dict)
+    # Why it will not fuse (a Reason value; `reason` is the message).
+    reason_code: str | None = None
+    # Why no loaded kernel accepts it (a Reason value), with the message.
+    kernel_code: str | None = None
+    kernel_message: str | None = None
+    # Attrs the kernel does not declare (it never reads them).
+    undeclared_attrs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -87,7 +95,13 @@ class Plan:
                 f"({', '.join(c.arg_types)}) -> ({', '.join(c.result_types)})"
             )
             if c.reason:
-                lines.append(f"{'':<42}reason: {c.reason}")
+                lines.append(f"{'':<42}reason [{c.reason_code}]: {c.reason}")
+            if c.kernel_code:
+                lines.append(f"{'':<42}kernel [{c.kernel_code}]: {c.kernel_message}")
+            if c.undeclared_attrs:
+                lines.append(
+                    f"{'':<42}attrs the kernel does not read: {', '.join(c.undeclared_attrs)}"
+                )
         return "\n".join(lines)
 
 
@@ -152,19 +166,20 @@ def inspect(saved_model_dir: str | Path) -> Plan:
             by_signature[name] = root_counts
 
     try:
-        from fusekit.run.plugin import kernel_providers, registered_plugins
+        from fusekit.run.kernel_schema import kernel_schemas
+        from fusekit.run.plugin import registered_plugins
 
-        kernels = set(kernel_providers(tuple(registered_plugins())))
+        schemas = kernel_schemas(tuple(registered_plugins()))
     except Exception:  # noqa: BLE001 - a plan is still useful without the plugin
-        kernels = set()
+        schemas = {}
 
     plan = Plan(saved_model=path, signatures=signatures, import_seconds=seconds)
     for symbol, fn in sorted(composites_fns.items(), key=lambda kv: kv[1].implements or ""):
         attrs = dict(parsed[symbol])
         fusable_flag = attrs.pop("tfl_fusable_op", (False, "bool"))[0] is True
-        reason = None
+        reason, code = None, None
         if not fusable_flag:
-            reason = "no tfl_fusable_op attr: inlined into builtins"
+            reason, code = "no tfl_fusable_op attr: inlined into builtins", Reason.NOT_FUSABLE
         else:
             bad = [
                 f"{k} ({t})"
@@ -173,24 +188,33 @@ def inspect(saved_model_dir: str | Path) -> Plan:
             ]
             if bad:
                 reason = "attr types the converter cannot carry: " + ", ".join(bad)
+                code = Reason.ATTR_TYPE_UNSUPPORTED
         calls = counts.get(symbol, 0)
         if calls == 0 and reason is None:
-            reason = "not reachable from the exported signatures"
+            reason, code = "not reachable from the exported signatures", Reason.UNREACHABLE
+        op = fn.implements or ""
+        attr_types = {k: t for k, (_, t) in attrs.items()}
+        schema = schemas.get(op)
+        mismatch = kernel_match.check(schema, op, fn.arg_types, fn.result_types, attr_types)
         plan.composites.append(
             PlannedComposite(
-                op=fn.implements or "",
+                op=op,
                 function=symbol,
                 attrs={k: v for k, (v, _) in attrs.items()},
-                attr_types={k: t for k, (_, t) in attrs.items()},
+                attr_types=attr_types,
                 arg_types=fn.arg_types,
                 result_types=fn.result_types,
                 call_sites=calls,
                 fusable=fusable_flag and reason is None,
                 reason=reason,
-                kernel_available=(fn.implements in kernels),
+                kernel_available=mismatch is None,
                 call_sites_by_signature={
                     sig: c[symbol] for sig, c in sorted(by_signature.items()) if c.get(symbol)
                 },
+                reason_code=code.value if code else None,
+                kernel_code=mismatch.code.value if mismatch else None,
+                kernel_message=mismatch.message if mismatch else None,
+                undeclared_attrs=kernel_match.undeclared_attrs(schema, attrs) if schema else [],
             )
         )
     return plan

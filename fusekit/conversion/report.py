@@ -15,6 +15,9 @@ class CompositeRow:
     fused: int
     kernel_available: bool
     reasons: list[str] = field(default_factory=list)
+    # Reason codes (fusekit.conversion.kernel_match.Reason values) behind
+    # the messages, for code to compare.
+    codes: list[str] = field(default_factory=list)
     # Fused ops sitting between DEQUANTIZE/QUANTIZE in a quantized model.
     float_in_quantized: int = 0
 
