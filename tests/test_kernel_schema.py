@@ -65,19 +65,21 @@ def _saved(tmp_path, name, fn, signature):
     return path
 
 
-def test_float16_layer_norm_is_planned_without_a_kernel(tmp_path):
-    gamma = tf.constant(np.ones(8, np.float16))
+def test_float64_layer_norm_is_planned_without_a_kernel(tmp_path):
+    # The kernel has float32 and float16 variants: a float64 composite has a
+    # kernel of its name but none that takes its dtypes.
+    gamma = tf.constant(np.ones(8, np.float64))
     path = _saved(
         tmp_path,
-        "f16",
+        "f64",
         lambda x: fusekit.ops.layer_norm(x, gamma, gamma),
-        [tf.TensorSpec([None, 8], tf.float16)],
+        [tf.TensorSpec([None, 8], tf.float64)],
     )
     plan = fusekit.inspect(path)
     (c,) = plan.composites
     assert c.kernel_available is False
     assert c.kernel_code == Reason.KERNEL_DTYPE
-    assert "float16" in c.kernel_message and "float32" in c.kernel_message
+    assert "float64" in c.kernel_message and "float16" in c.kernel_message
     result = fusekit.convert(path, strict=False)
     assert any("no loaded fusekit kernel accepts" in w for w in result.report.warnings)
     assert Reason.KERNEL_DTYPE.value in result.report.composites[0].codes

@@ -1,5 +1,6 @@
 // fusekit_layer_norm: y = (x - mean) / sqrt(var + epsilon) * gamma + beta
-// over the last axis of x.  Inputs: x [..., D] float32, then gamma [D] when
+// over the last axis of x.  Inputs: x [..., D] float32 or float16 (all
+// operands one dtype; float16 is computed in float32), then gamma [D] when
 // attr `scale`, then beta [D] when attr `center` (Keras' scale=False /
 // center=False drop them).  Attrs: epsilon (float, 1e-5), scale, center.
 //
@@ -10,6 +11,7 @@
 // TensorFlow's own float32 error at no cost.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/layer_norm.cc"
@@ -22,30 +24,66 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 #include "fusekit/simd_tail.h"
 
+// Loads `count` (< a full vector when partial) elements of storage type T
+// as float32 lanes.
+template <class DF, typename T>
+HWY_INLINE hn::VFromD<DF> LoadF(DF df, const T* HWY_RESTRICT p, size_t count,
+                                bool full) {
+  if constexpr (std::is_same_v<T, float>) {
+    return full ? hn::LoadU(df, p) : LoadTail(df, p, count);
+  } else {
+    const hn::Rebind<T, DF> dh;
+    return hn::PromoteTo(df, full ? hn::LoadU(dh, p) : LoadTail(dh, p, count));
+  }
+}
+
+template <class DF, typename T>
+HWY_INLINE void StoreF(hn::VFromD<DF> v, DF df, T* HWY_RESTRICT p, size_t count,
+                       bool full) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (full) {
+      hn::StoreU(v, df, p);
+    } else {
+      StoreTail(v, df, p, count);
+    }
+  } else {
+    const hn::Rebind<T, DF> dh;
+    const auto h = hn::DemoteTo(dh, v);
+    if (full) {
+      hn::StoreU(h, dh, p);
+    } else {
+      StoreTail(h, dh, p, count);
+    }
+  }
+}
+
 // gamma / beta may be null (no scale / no center).
-void LayerNormRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT gamma,
-                   const float* HWY_RESTRICT beta, float* HWY_RESTRICT y,
-                   int64_t rows, int64_t depth, float epsilon) {
+template <typename T>
+void LayerNormRowsT(const T* HWY_RESTRICT x, const T* HWY_RESTRICT gamma,
+                    const T* HWY_RESTRICT beta, T* HWY_RESTRICT y, int64_t rows,
+                    int64_t depth, float epsilon) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t probe = depth < 16 ? depth : 16;
+  // The first vector of the row estimates the mean (the shift).
+  const size_t probe = static_cast<size_t>(depth < lanes ? depth : lanes);
   const auto one = hn::Set(d, 1.0f);
   const auto zero = hn::Zero(d);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* HWY_RESTRICT xr = x + r * depth;
-    float* HWY_RESTRICT yr = y + r * depth;
+    const T* HWY_RESTRICT xr = x + r * depth;
+    T* HWY_RESTRICT yr = y + r * depth;
 
-    float shift = 0.0f;
-    for (int64_t i = 0; i < probe; ++i) shift += xr[i];
-    shift /= static_cast<float>(probe);
+    const auto head = hn::IfThenElseZero(
+        hn::FirstN(d, probe), LoadF(d, xr, probe, probe == static_cast<size_t>(lanes)));
+    const float shift =
+        hn::GetLane(hn::SumOfLanes(d, head)) / static_cast<float>(probe);
 
     const auto vshift = hn::Set(d, shift);
     auto s1a = hn::Zero(d), s1b = hn::Zero(d);
     auto s2a = hn::Zero(d), s2b = hn::Zero(d);
     int64_t i = 0;
     for (; i + 2 * lanes <= depth; i += 2 * lanes) {
-      const auto a = hn::Sub(hn::LoadU(d, xr + i), vshift);
-      const auto b = hn::Sub(hn::LoadU(d, xr + i + lanes), vshift);
+      const auto a = hn::Sub(LoadF(d, xr + i, lanes, true), vshift);
+      const auto b = hn::Sub(LoadF(d, xr + i + lanes, lanes, true), vshift);
       s1a = hn::Add(s1a, a);
       s1b = hn::Add(s1b, b);
       s2a = hn::MulAdd(a, a, s2a);
@@ -55,7 +93,8 @@ void LayerNormRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT gamma,
       const size_t n = static_cast<size_t>(depth - i < lanes ? depth - i : lanes);
       // Masked-off lanes load 0 and would count as -shift: mask them again.
       const auto m = hn::FirstN(d, n);
-      const auto a = hn::IfThenElseZero(m, hn::Sub(LoadTail(d, xr + i, n), vshift));
+      const auto a = hn::IfThenElseZero(
+          m, hn::Sub(LoadF(d, xr + i, n, n == static_cast<size_t>(lanes)), vshift));
       s1a = hn::Add(s1a, a);
       s2a = hn::MulAdd(a, a, s2a);
     }
@@ -74,17 +113,25 @@ void LayerNormRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT gamma,
     for (i = 0; i < depth; i += lanes) {
       const size_t n = static_cast<size_t>(depth - i < lanes ? depth - i : lanes);
       const bool full = n == static_cast<size_t>(lanes);
-      const auto xv = full ? hn::LoadU(d, xr + i) : LoadTail(d, xr + i, n);
-      const auto g = gamma ? (full ? hn::LoadU(d, gamma + i) : LoadTail(d, gamma + i, n)) : one;
-      const auto b = beta ? (full ? hn::LoadU(d, beta + i) : LoadTail(d, beta + i, n)) : zero;
-      const auto out = hn::MulAdd(hn::Mul(hn::Sub(xv, vmean), vrstd), g, b);
-      if (full) {
-        hn::StoreU(out, d, yr + i);
-      } else {
-        StoreTail(out, d, yr + i, n);
-      }
+      const auto xv = LoadF(d, xr + i, n, full);
+      const auto g = gamma ? LoadF(d, gamma + i, n, full) : one;
+      const auto b = beta ? LoadF(d, beta + i, n, full) : zero;
+      StoreF(hn::MulAdd(hn::Mul(hn::Sub(xv, vmean), vrstd), g, b), d, yr + i, n, full);
     }
   }
+}
+
+void LayerNormRowsF32(const float* x, const float* gamma, const float* beta, float* y,
+                      int64_t rows, int64_t depth, float epsilon) {
+  LayerNormRowsT(x, gamma, beta, y, rows, depth, epsilon);
+}
+
+// fusekit::Half and hwy::float16_t are both the raw IEEE half bits.
+void LayerNormRowsF16(const void* x, const void* gamma, const void* beta, void* y,
+                      int64_t rows, int64_t depth, float epsilon) {
+  using H = hwy::float16_t;
+  LayerNormRowsT(static_cast<const H*>(x), static_cast<const H*>(gamma),
+                 static_cast<const H*>(beta), static_cast<H*>(y), rows, depth, epsilon);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -99,21 +146,37 @@ HWY_AFTER_NAMESPACE();
 namespace fusekit {
 namespace {
 
+// Storage type -> the dispatched row function.
+template <typename T>
+struct RowsFn;
+template <>
+struct RowsFn<float> {
+  using Fn = void (*)(const float*, const float*, const float*, float*, int64_t, int64_t,
+                      float);
+  static Fn Choose() { return FUSEKIT_SIMD_CHOOSE(LayerNormRowsF32); }
+};
+template <>
+struct RowsFn<Half> {
+  using Fn = void (*)(const void*, const void*, const void*, void*, int64_t, int64_t,
+                      float);
+  static Fn Choose() { return FUSEKIT_SIMD_CHOOSE(LayerNormRowsF16); }
+};
+
+template <typename T>
 class LayerNorm {
  public:
   LayerNorm(const Attrs& attrs, std::string* error)
       : epsilon_(static_cast<float>(attrs.Float("epsilon"))),
         scale_(attrs.Bool("scale")),
         center_(attrs.Bool("center")),
-        compute_(FUSEKIT_SIMD_CHOOSE(LayerNormRows)) {
+        compute_(RowsFn<T>::Choose()) {
     if (!(epsilon_ >= 0.0f) || !std::isfinite(epsilon_)) {
       *error = "attr 'epsilon' must be a finite number >= 0, got " +
                std::to_string(epsilon_);
     }
   }
 
-  TfLiteStatus Prepare(OpContext& ctx, In<float> x, Opt<float> in1, Opt<float> in2,
-                       Out<float> y) {
+  TfLiteStatus Prepare(OpContext& ctx, In<T> x, Opt<T> in1, Opt<T> in2, Out<T> y) {
     const int expected = 1 + scale_ + center_;
     FUSEKIT_ENSURE(ctx, ctx.num_inputs() == expected,
                    "expected %d inputs (x%s%s, from attrs scale=%d center=%d), got %d",
@@ -133,14 +196,13 @@ class LayerNorm {
     return ctx.ResizeOutput(y, x.shape());
   }
 
-  TfLiteStatus Invoke(OpContext& ctx, In<float> x, Opt<float> in1, Opt<float> in2,
-                      Out<float> y) {
+  TfLiteStatus Invoke(OpContext& ctx, In<T> x, Opt<T> in1, Opt<T> in2, Out<T> y) {
     const int64_t depth = x.dim(-1);
     if (depth == 0 || x.num_elements() == 0) return kTfLiteOk;
-    const float* gamma = scale_ ? in1.data() : nullptr;
-    const float* beta = center_ ? (scale_ ? in2.data() : in1.data()) : nullptr;
-    const float* xs = x.data();
-    float* ys = y.data();
+    const T* gamma = scale_ ? in1.data() : nullptr;
+    const T* beta = center_ ? (scale_ ? in2.data() : in1.data()) : nullptr;
+    const T* xs = x.data();
+    T* ys = y.data();
     const int64_t rows = x.num_elements() / depth;
     // About 16 KB of x per chunk keeps the hand-off cost well under the work.
     const int64_t grain = depth >= 4096 ? 1 : 4096 / depth + 1;
@@ -154,15 +216,20 @@ class LayerNorm {
  private:
   float epsilon_;
   bool scale_, center_;
-  decltype(FUSEKIT_SIMD_CHOOSE(LayerNormRows)) compute_;
+  typename RowsFn<T>::Fn compute_;
 };
+
+using LayerNormF32 = LayerNorm<float>;
+using LayerNormF16 = LayerNorm<Half>;
 
 }  // namespace
 
-FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNorm, Inputs("x", "gamma", "beta"),
-                        Outputs("y"),
-                        AttrSchema(attr::Float("epsilon", 1e-5), attr::Bool("scale", true),
-                                   attr::Bool("center", true)));
+#define FUSEKIT_LAYER_NORM_SCHEMA                                            \
+  Inputs("x", "gamma", "beta"), Outputs("y"),                                \
+      AttrSchema(attr::Float("epsilon", 1e-5), attr::Bool("scale", true),    \
+                 attr::Bool("center", true))
+FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNormF32, FUSEKIT_LAYER_NORM_SCHEMA);
+FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNormF16, FUSEKIT_LAYER_NORM_SCHEMA);
 
 }  // namespace fusekit
 

@@ -139,6 +139,51 @@ def test_two_interpreters_in_two_threads(session_dir, runtime):
     assert not errors
 
 
+# ----------------------------------------------------------------- float16
+
+
+@pytest.fixture(scope="session")
+def float16_cases(session_dir):
+    """float16 models (the kernel's second dtype variant) with inputs."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(16)
+    cases = []
+    for depth in (1, 7, 768, 1001):
+        gamma = (rng.random(depth) + 0.5).astype(np.float16)
+        beta = rng.standard_normal(depth).astype(np.float16)
+
+        class Half(tf.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.gamma = tf.Variable(gamma)
+                self.beta = tf.Variable(beta)
+
+            @tf.function(input_signature=[tf.TensorSpec([None, depth], tf.float16)])
+            def __call__(self, x):
+                return fusekit.ops.layer_norm(x, self.gamma, self.beta)
+
+        module = Half()
+        result = save_and_convert(module, session_dir / f"ln_f16_{depth}")
+        x = (rng.standard_normal((5, depth)) * 3 + 2).astype(np.float16)
+        tf_out = module(x).numpy()
+        cases.append((result.model, x, truth(x, gamma, beta, 1e-5), tf_out))
+    return cases
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_float16_parity(runtime, float16_cases):
+    outcomes = run_jobs(runtime, [Job(model, [[x]]) for model, x, _, _ in float16_cases])
+    for (_, _, t, tf_out), outcome in zip(float16_cases, outcomes):
+        (y,) = outcome.ok()[0]
+        assert y.dtype == np.float16
+        err = np.abs(y.astype(np.float64) - t)
+        # Computed in float32, rounded once to float16: within one half-ulp of
+        # the exact value, and never worse than TensorFlow's float16 composite.
+        assert np.all(err <= 1e-3 * np.abs(t) + 1e-3)
+        assert err.max() <= np.abs(tf_out.astype(np.float64) - t).max() + 1e-3
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -151,6 +196,12 @@ def _x_int32(m):
     op = custom_ops(m, "fusekit_layer_norm")[0]
     for index in (m.subgraphs[0].inputs[0], op.inputs[0]):
         m.subgraphs[0].tensors[index].type = 2  # INT32
+
+
+def _gamma_f16(m):
+    op = custom_ops(m, "fusekit_layer_norm")[0]
+    set_constant(m, op.inputs[1], np.ones(16, np.float16))
+    m.subgraphs[0].tensors[op.inputs[1]].type = 1  # FLOAT16
 
 
 def _gamma_len(m):
@@ -192,7 +243,12 @@ def _string_scale(m):
 
 
 BAD = {
-    "x int32": (_x_int32, [np.ones((2, 3, 16), np.int32)], "input 'x' must be float32, got int32"),
+    "x int32": (_x_int32, [np.ones((2, 3, 16), np.int32)], "input 'x' must be float32 or float16, got int32"),
+    "gamma float16, x float32": (
+        _gamma_f16,
+        None,
+        "input dtypes x=float32, gamma=float16, beta=float32 match none of the kernel's",
+    ),
     "gamma of length 5": (_gamma_len, None, "gamma must be a vector of length 16"),
     "two inputs": (_drop_beta, None, "expected 3 inputs (x, gamma, beta, from attrs scale=1 center=1), got 2"),
     "garbage custom options": (_garbage_options, None, "malformed custom options"),

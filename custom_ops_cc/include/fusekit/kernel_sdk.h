@@ -491,8 +491,8 @@ KernelVariant MakeVariant() {
 
 struct Registrar {
   template <typename K>
-  Registrar(const char* name, const NameList& inputs, const NameList& outputs,
-            std::vector<AttrSpec> attrs, K*) {
+  Registrar(const char* name, K*, const NameList& inputs, const NameList& outputs,
+            std::vector<AttrSpec> attrs = {}) {
     RegisterVariant(name, inputs, outputs, std::move(attrs), MakeVariant<K>());
   }
 };
@@ -503,10 +503,11 @@ struct Registrar {
 #define FUSEKIT_CONCAT_INNER(a, b) a##b
 #define FUSEKIT_CONCAT(a, b) FUSEKIT_CONCAT_INNER(a, b)
 
-// Registers kernel class `Class` (one dtype variant) as custom op `name`.
+// Registers kernel class `Class` (one dtype variant) as custom op `name`:
+//   FUSEKIT_REGISTER_KERNEL(name, Class, inputs, outputs[, attrs])
 // inputs/outputs: fusekit::Inputs("x", ...), fusekit::Outputs("y", ...) name
 // the operands of Invoke in order; attrs: fusekit::AttrSchema(...).
-#define FUSEKIT_REGISTER_KERNEL(name, Class, inputs, outputs, attrs)          \
-  static ::fusekit::internal::Registrar FUSEKIT_CONCAT(fusekit_registrar_,    \
-                                                       __COUNTER__)(          \
-      name, inputs, outputs, attrs, static_cast<Class*>(nullptr))
+#define FUSEKIT_REGISTER_KERNEL(name, Class, ...)                          \
+  static ::fusekit::internal::Registrar FUSEKIT_CONCAT(fusekit_registrar_, \
+                                                       __COUNTER__)(       \
+      name, static_cast<Class*>(nullptr), __VA_ARGS__)
