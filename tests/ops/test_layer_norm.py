@@ -154,7 +154,7 @@ def float16_cases(session_dir):
         beta = rng.standard_normal(depth).astype(np.float16)
 
         class Half(tf.Module):
-            def __init__(self) -> None:
+            def __init__(self, gamma=gamma, beta=beta) -> None:
                 super().__init__()
                 self.gamma = tf.Variable(gamma)
                 self.beta = tf.Variable(beta)
@@ -243,14 +243,22 @@ def _string_scale(m):
 
 
 BAD = {
-    "x int32": (_x_int32, [np.ones((2, 3, 16), np.int32)], "input 'x' must be float32 or float16, got int32"),
+    "x int32": (
+        _x_int32,
+        [np.ones((2, 3, 16), np.int32)],
+        "input 'x' must be float32 or float16, got int32",
+    ),
     "gamma float16, x float32": (
         _gamma_f16,
         None,
         "input dtypes x=float32, gamma=float16, beta=float32 match none of the kernel's",
     ),
     "gamma of length 5": (_gamma_len, None, "gamma must be a vector of length 16"),
-    "two inputs": (_drop_beta, None, "expected 3 inputs (x, gamma, beta, from attrs scale=1 center=1), got 2"),
+    "two inputs": (
+        _drop_beta,
+        None,
+        "expected 3 inputs (x, gamma, beta, from attrs scale=1 center=1), got 2",
+    ),
     "garbage custom options": (_garbage_options, None, "malformed custom options"),
     "options not a map": (_list_options, None, "malformed custom options"),
     "epsilon a string": (_string_epsilon, None, "attr 'epsilon' must be float, got string"),
