@@ -20,12 +20,13 @@ from fusekit.author.kernel_build import PluginBuildError, build_plugin, include_
 from fusekit.errors import (
     ConversionError,
     FusekitError,
+    InvalidModelError,
     MissingKernelError,
     RuntimeNotAvailableError,
 )
 from fusekit.run.interpreter import Interpreter, available_runtimes
 from fusekit.run.plugin import kernel_names, library_path, load_delegate, simd_target
-from fusekit.run.registerer import registerer
+from fusekit.run.registerer import registerer, registerer_for
 
 # Public names that need TensorFlow, resolved lazily (PEP 562).
 _LAZY = {
@@ -54,6 +55,7 @@ __all__ = [
     "ConversionResult",
     "FusekitError",
     "Interpreter",
+    "InvalidModelError",
     "MissingKernelError",
     "RuntimeNotAvailableError",
     "__version__",
@@ -70,6 +72,7 @@ __all__ = [
     "load_delegate",
     "ops",
     "registerer",
+    "registerer_for",
     "simd_target",
     "unfused",
 ]

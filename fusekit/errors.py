@@ -32,3 +32,23 @@ class MissingKernelError(FusekitError):
 
 class RuntimeNotAvailableError(FusekitError, ImportError):
     """The requested TFLite runtime is not installed or lacks a feature."""
+
+
+class InvalidModelError(FusekitError, ValueError):
+    """A .tflite model is malformed: its flatbuffer points outside the file,
+    or its graph breaks a rule runtimes rely on (tensor indices in range, one
+    writer per tensor, ...).  fusekit checks this before any runtime reads
+    the model, because some runtimes (tflite-runtime 2.14) do not and crash.
+
+    Attributes:
+      source: the model's path, or ``"<model_content>"`` for bytes.
+      reason: what is wrong, with the indices of the offending objects.
+    """
+
+    def __init__(self, source: str, reason: str):
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source}: not a valid TFLite model: {reason}")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.source, self.reason))

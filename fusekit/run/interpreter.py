@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fusekit.errors import MissingKernelError, RuntimeNotAvailableError
-from fusekit.run import model_ops, plugin
+from fusekit.run import model_check, model_ops, plugin
 
 # Runtime name -> module providing Interpreter and load_delegate.
 _RUNTIME_MODULES = {
@@ -83,7 +84,7 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
     model_content: bytes | None = None,
     num_threads: int | None = None,
     runtime: str = "auto",
-    plugins: Sequence[str] = (),
+    plugins: Sequence[str | os.PathLike[str]] = (),
     **kwargs: Any,
 ) -> Any:
     """Creates the chosen runtime's own Interpreter with fusekit's kernels.
@@ -93,25 +94,40 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
       num_threads: interpreter threads (None: the runtime's default).
       runtime: "auto" (ai-edge-litert, then tflite-runtime, then tf.lite),
         "litert", "tflite_runtime" or "tf".
-      plugins: extra kernel plugin libraries besides fusekit's own.
+      plugins: extra kernel plugin libraries besides fusekit's own (a library
+        named twice, e.g. through a symlink, is loaded once).
       **kwargs: passed to the runtime's Interpreter (e.g.
         experimental_delegates are appended after fusekit's).
 
     Raises:
+      InvalidModelError: the model is malformed (checked before any runtime
+        reads it: some runtimes crash on such models).
       MissingKernelError: the model has custom ops that no loaded kernel
         provides (runtimes would only fail later, at allocate_tensors).
+      FusekitError: a plugin path is empty or missing, or a plugin is
+        unusable (ABI version, missing exports, broken registry).
     """
     if (model_path is None) == (model_content is None):
         raise ValueError("pass exactly one of model_path or model_content")
     name = resolve_runtime(runtime)
     module = runtime_module(name)
-    content = model_content if model_content is not None else Path(model_path).read_bytes()
 
-    provided = plugin.kernel_providers(tuple(map(str, plugins)))
-    libraries = list(dict.fromkeys([plugin.library_path(), *map(str, plugins)]))
+    if isinstance(plugins, (str, os.PathLike)):
+        plugins = [plugins]  # one path, not a sequence of characters
+    libraries = plugin.plugin_libraries(plugins)
+    provided = plugin.kernel_providers(libraries[1:])
     for lib in libraries[1:]:
         plugin.register_plugin(lib)
-    missing = [op for op in model_ops.custom_op_names(content) if op not in provided]
+
+    if model_content is not None:
+        model_check.verify_model(model_content)
+        ops = model_ops.list_verified_ops(model_content)
+    else:
+        with model_check.mapped_model(model_path) as mapped:
+            model_check.verify_model(mapped, str(model_path))
+            ops = model_ops.list_verified_ops(mapped)
+    custom = sorted({op.custom_code for op in ops if op.custom_code is not None})
+    missing = [op for op in custom if op not in provided]
     if missing:
         raise MissingKernelError(missing, sorted(provided))
 

@@ -4,8 +4,8 @@ external delegate into a runtime."""
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,20 @@ from fusekit.errors import FusekitError
 _LIB_NAME = "libfusekit_ops.so"
 # Must equal FUSEKIT_ABI_VERSION in custom_ops_cc/include/fusekit/kernel_sdk.h.
 ABI_VERSION = 2
+# What fusekit calls in every plugin besides fusekit_abi_version (checked
+# first, so that an old plugin is told to rebuild rather than which symbol
+# it lacks).
+_FUSEKIT_EXPORTS = (
+    "fusekit_num_kernels",
+    "fusekit_kernel_name",
+    "fusekit_kernel_schema",
+    "fusekit_simd_target",
+    "fusekit_register_ops_with",
+)
+# The external delegate ABI every runtime's load_delegate looks up.
+_DELEGATE_EXPORTS = ("tflite_plugin_create_delegate", "tflite_plugin_destroy_delegate")
+
+PathLike = str | os.PathLike[str]
 
 
 def library_path() -> str:
@@ -34,56 +48,181 @@ def library_path() -> str:
     return str(path)
 
 
-@functools.cache
-def _open(path: str) -> ctypes.CDLL:
+def resolve_plugin(path: PathLike | None = None) -> str:
+    """The canonical path of a plugin library: absolute, symlinks resolved
+    (``None``: fusekit's own).  dlopen searches the library path, not the
+    working directory, for a bare file name, so relative paths are made
+    absolute here.
+
+    Raises:
+      FusekitError: the path is empty, missing or not a file.
+    """
+    if path is None:
+        path = library_path()
     try:
-        lib = ctypes.CDLL(path)
+        text = os.fspath(path)
+    except TypeError:
+        raise FusekitError(
+            f"a plugin must be given by its path (str or os.PathLike), not {type(path).__name__}"
+        ) from None
+    if not text.strip():
+        raise FusekitError(
+            "empty plugin path: pass the path of a plugin library (fusekit.build_plugin "
+            "returns one); fusekit's own kernels are always loaded"
+        )
+    real = os.path.realpath(text)
+    if not os.path.exists(real):
+        raise FusekitError(f"plugin {text} does not exist")
+    if not os.path.isfile(real):
+        raise FusekitError(f"plugin {text} is not a file (a plugin is a shared library)")
+    return real
+
+
+def _identity(real: str) -> tuple[int, int]:
+    # Device and inode: the same library through a hard link or another
+    # mount compares equal where path strings do not.
+    try:
+        st = os.stat(real)
     except OSError as exc:
-        raise FusekitError(f"cannot load plugin {path}: {exc}") from exc
+        raise FusekitError(f"cannot read plugin {real}: {exc.strerror}") from None
+    return (st.st_dev, st.st_ino)
+
+
+def same_library(a: PathLike, b: PathLike) -> bool:
+    """Whether two paths name the same library file."""
+    return _identity(resolve_plugin(a)) == _identity(resolve_plugin(b))
+
+
+# Opened plugins by (st_dev, st_ino): each library is opened and checked once.
+_OPENED: dict[tuple[int, int], ctypes.CDLL] = {}
+
+
+def _open(real: str) -> ctypes.CDLL:
+    key = _identity(real)
+    if key in _OPENED:
+        return _OPENED[key]
+    try:
+        lib = ctypes.CDLL(real)
+    except OSError as exc:
+        raise FusekitError(f"cannot load plugin {real}: {exc}") from None
     if not hasattr(lib, "fusekit_abi_version"):
-        raise FusekitError(f"{path} is not a fusekit plugin (no fusekit_abi_version)")
+        raise FusekitError(f"{real} is not a fusekit plugin (no fusekit_abi_version)")
     lib.fusekit_abi_version.restype = ctypes.c_int
     version = lib.fusekit_abi_version()
     if version != ABI_VERSION:
         raise FusekitError(
-            f"plugin {path} was built for fusekit kernel ABI version {version}, but this "
+            f"plugin {real} was built for fusekit kernel ABI version {version}, but this "
             f"fusekit uses ABI version {ABI_VERSION}: rebuild it with fusekit.build_plugin"
         )
+    missing = [name for name in _FUSEKIT_EXPORTS if not hasattr(lib, name)]
+    if missing:
+        raise FusekitError(
+            f"plugin {real} does not export {', '.join(missing)}: it is not a complete "
+            "fusekit plugin; rebuild it with fusekit.build_plugin"
+        )
+    missing = [name for name in _DELEGATE_EXPORTS if not hasattr(lib, name)]
+    if missing:
+        raise FusekitError(
+            f"plugin {real} does not export {', '.join(missing)}: runtimes cannot load it "
+            "as an external delegate; rebuild it with fusekit.build_plugin"
+        )
+    # Optional (older builds lack it): the library's own verdict on its
+    # kernel registry, e.g. one op name registered twice.
+    error_export = getattr(lib, "fusekit_plugin_error", None)
+    if error_export is not None:
+        error_export.restype = ctypes.c_char_p
+        error_export.argtypes = []
+        error = error_export()
+        if error:
+            raise FusekitError(f"plugin {real} is broken: {error.decode('utf-8', 'replace')}")
     lib.fusekit_num_kernels.restype = ctypes.c_int
     lib.fusekit_kernel_name.restype = ctypes.c_char_p
     lib.fusekit_kernel_name.argtypes = [ctypes.c_int]
     lib.fusekit_simd_target.restype = ctypes.c_char_p
     lib.fusekit_register_ops_with.restype = ctypes.c_int
     lib.fusekit_register_ops_with.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    _kernel_names(lib, real)  # a malformed name table fails here, once
+    _OPENED[key] = lib
     return lib
+
+
+def _kernel_names(lib: ctypes.CDLL, real: str) -> list[str]:
+    count = lib.fusekit_num_kernels()
+    if count < 0:
+        raise FusekitError(f"plugin {real} reports {count} kernels")
+    names = []
+    for i in range(count):
+        raw = lib.fusekit_kernel_name(i)
+        if raw is None:
+            raise FusekitError(f"plugin {real}: kernel {i} has no name")
+        try:
+            names.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise FusekitError(
+                f"plugin {real}: the name of kernel {i} is not valid UTF-8 ({raw!r}); "
+                "op names in a TFLite model are UTF-8 strings"
+            ) from None
+    return names
+
+
+def open_plugin(path: PathLike | None = None) -> ctypes.CDLL:
+    """ctypes handle of a plugin (fusekit's own by default), checked: ABI
+    version, every export fusekit needs, its registry, its kernel names.
+
+    Raises:
+      FusekitError: the plugin cannot be used, and why.
+    """
+    return _open(resolve_plugin(path))
 
 
 _REGISTERED: list[str] = []
 
 
-def register_plugin(path: str) -> None:
+def register_plugin(path: PathLike) -> None:
     """Remembers a user plugin (built or loaded in this process), so that
     conversion can tell which custom ops have kernels."""
-    path = str(path)
-    open_plugin(path)
-    if path not in _REGISTERED:
-        _REGISTERED.append(path)
+    real = resolve_plugin(path)
+    open_plugin(real)
+    key = _identity(real)
+    if key != _identity(resolve_plugin(None)) and all(
+        _identity(other) != key for other in _REGISTERED
+    ):
+        _REGISTERED.append(real)
 
 
 def registered_plugins() -> list[str]:
     return list(_REGISTERED)
 
 
-def kernel_providers(extra: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+def plugin_libraries(extra: Iterable[PathLike] = ()) -> list[str]:
+    """fusekit's own library followed by the given plugins, as canonical
+    paths, each library once however it was named (relative path, symlink,
+    hard link).
+
+    Raises:
+      FusekitError: a path is empty or missing, or a plugin is unusable.
+    """
+    libraries: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for path in [None, *extra]:
+        real = resolve_plugin(path)
+        key = _identity(real)
+        if key not in seen:
+            seen.add(key)
+            libraries.append(real)
+            open_plugin(real)
+    return libraries
+
+
+def kernel_providers(extra: Iterable[PathLike] = ()) -> dict[str, str]:
     """Op name -> library for fusekit's kernels plus the given plugins.
 
-    Raises FusekitError when two libraries register the same op name."""
+    Raises:
+      FusekitError: two different libraries register the same op name, or
+        a plugin is unusable.
+    """
     providers: dict[str, str] = {}
-    libraries = [library_path()]
-    for lib in map(str, extra):
-        if lib not in libraries:
-            libraries.append(lib)
-    for lib in libraries:
+    for lib in plugin_libraries(extra):
         for op in kernel_names(lib):
             if op in providers:
                 raise FusekitError(
@@ -93,22 +232,18 @@ def kernel_providers(extra: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
     return providers
 
 
-def open_plugin(path: str | None = None) -> ctypes.CDLL:
-    """ctypes handle of a plugin (fusekit's own by default), ABI-checked."""
-    return _open(path or library_path())
-
-
-def kernel_names(path: str | None = None) -> list[str]:
+def kernel_names(path: PathLike | None = None) -> list[str]:
     """Names of the custom ops whose kernels a plugin provides."""
-    lib = open_plugin(path)
-    return [lib.fusekit_kernel_name(i).decode() for i in range(lib.fusekit_num_kernels())]
+    real = resolve_plugin(path)
+    return _kernel_names(_open(real), real)
 
 
-def simd_target(path: str | None = None) -> str:
+def simd_target(path: PathLike | None = None) -> str:
     """SIMD level the kernels dispatch to on this CPU: baseline, avx2 or avx512.
 
     ``FUSEKIT_SIMD=baseline|avx2|avx512`` lowers it (read once per process)."""
-    return open_plugin(path).fusekit_simd_target().decode()
+    raw = open_plugin(path).fusekit_simd_target()
+    return raw.decode("utf-8", "replace") if raw is not None else "unknown"
 
 
 def runtime_load_delegate(runtime: str) -> Any:
@@ -119,7 +254,7 @@ def runtime_load_delegate(runtime: str) -> Any:
 
 
 def load_delegate(
-    path: str | None = None,
+    path: PathLike | None = None,
     options: dict[str, str] | None = None,
     runtime: str = "auto",
 ) -> Any:
@@ -131,12 +266,15 @@ def load_delegate(
       options: delegate options; ``{"verbose": "1"}`` logs each claimed node.
       runtime: whose ``load_delegate`` to use ("auto", "litert", "tf",
         "tflite_runtime"); it must match the interpreter's runtime.
+
+    Raises:
+      FusekitError: the plugin path is empty or missing, or the plugin is
+        unusable (wrong ABI, missing exports, broken registry).
     """
-    path = path or library_path()
-    open_plugin(path)  # ABI check before the runtime dlopens it
-    if path != library_path():
-        register_plugin(path)
+    real = resolve_plugin(path)
+    open_plugin(real)  # checked before the runtime dlopens it
+    register_plugin(real)
     from fusekit.run.interpreter import resolve_runtime
 
     loader = runtime_load_delegate(resolve_runtime(runtime))
-    return loader(path, options or {})
+    return loader(real, options or {})
