@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fusekit.errors import MissingKernelError, RuntimeNotAvailableError
-from fusekit.run import model_check, model_ops, plugin
+from fusekit.run import kernel_schema, model_check, model_ops, plugin
 
 # Runtime name -> module providing Interpreter and load_delegate.
 _RUNTIME_MODULES = {
@@ -119,12 +119,18 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
     for lib in libraries[1:]:
         plugin.register_plugin(lib)
 
+    # Which inputs of fusekit's custom ops may be left out (-1): the
+    # verifier refuses -1 elsewhere.
+    optional = {
+        op: {i for i, operand in enumerate(schema.inputs) if operand.optional}
+        for op, schema in kernel_schema.kernel_schemas(libraries[1:]).items()
+    }
     if model_content is not None:
-        model_check.verify_model(model_content)
+        model_check.verify_model(model_content, custom_optional_inputs=optional)
         ops = model_ops.list_verified_ops(model_content)
     else:
         with model_check.mapped_model(model_path) as mapped:
-            model_check.verify_model(mapped, str(model_path))
+            model_check.verify_model(mapped, str(model_path), optional)
             ops = model_ops.list_verified_ops(mapped)
     custom = sorted({op.custom_code for op in ops if op.custom_code is not None})
     missing = [op for op in custom if op not in provided]

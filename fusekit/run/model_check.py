@@ -23,11 +23,10 @@ model given by path is memory-mapped instead of read (``mapped_model``).
 
 from __future__ import annotations
 
-import math
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -287,6 +286,11 @@ _ITEM_SIZE_BY_TYPE = {
 _BITS_BY_TYPE = {
     value: _SUB_BYTE_BITS[name] for value, name in _TYPE_NAMES.items() if name in _SUB_BYTE_BITS
 }
+# The TFLite schema version every runtime requires (Model.version).
+_SCHEMA_VERSION = 3
+_BUILTIN_NAMES = {
+    value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")
+}
 # Largest tensor a 64-bit runtime can size without overflowing size_t math.
 _MAX_TENSOR_BYTES = 2**62
 
@@ -308,6 +312,30 @@ _SUBGRAPH_REFS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+# Builtin operator inputs that may be -1 (left out), by position; None: any
+# position.  Every other input must name a tensor: tflite-runtime 2.14's
+# kernels dereference a left-out required input (MEAN segfaults on it).
+_LSTM_OPTIONAL = frozenset({1, 5, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23})
+_OPTIONAL_INPUTS: dict[str, frozenset[int] | None] = {
+    "CONV_2D": frozenset({2}),  # bias
+    "DEPTHWISE_CONV_2D": frozenset({2}),
+    "FULLY_CONNECTED": frozenset({2}),
+    "CONV_3D": frozenset({2}),
+    "TRANSPOSE_CONV": frozenset({3}),
+    "CONV_3D_TRANSPOSE": frozenset({3}),
+    "SVDF": frozenset({3}),
+    "RNN": frozenset({3}),
+    "UNIDIRECTIONAL_SEQUENCE_RNN": frozenset({3}),
+    "LSH_PROJECTION": frozenset({2}),  # weights
+    # CIFG, peephole, projection and layer-norm tensors
+    "LSTM": _LSTM_OPTIONAL,
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": _LSTM_OPTIONAL,
+    "BIDIRECTIONAL_SEQUENCE_LSTM": None,
+    "BIDIRECTIONAL_SEQUENCE_RNN": None,
+    "DELEGATE": None,
+}
+
+
 def _ints(array: Any) -> list[int]:
     """A vector accessor's numpy result as ints (the accessors return the
     int 0 for an absent vector)."""
@@ -318,9 +346,15 @@ class _Graph:
     """The TFLite-level checks, through the schema's lazy accessors (valid
     to use once the walker has bounds-checked every offset)."""
 
-    def __init__(self, buf: ModelBuffer, size: int):
+    def __init__(
+        self,
+        buf: ModelBuffer,
+        size: int,
+        custom_optional_inputs: Mapping[str, Collection[int]] | None,
+    ):
         self.buf = buf
         self.size = size
+        self.custom_optional_inputs = custom_optional_inputs or {}
         self.model = schema.Model.GetRootAs(buf, 0)
 
     def check(self) -> None:
@@ -328,7 +362,13 @@ class _Graph:
         self.num_subgraphs = model.SubgraphsLength()
         if self.num_subgraphs == 0:
             raise _MalformedError("the model has no subgraphs")
+        version = model.Version()
+        if version != _SCHEMA_VERSION:
+            raise _MalformedError(
+                f"schema version {version}; TFLite runtimes read version {_SCHEMA_VERSION}"
+            )
         self.num_codes = model.OperatorCodesLength()
+        self.op_names = [self._operator_code(c) for c in range(self.num_codes)]
         self.buffer_bytes = [self._buffer(b) for b in range(model.BuffersLength())]
         self.tensor_counts = [model.Subgraphs(s).TensorsLength() for s in range(self.num_subgraphs)]
         for s in range(self.num_subgraphs):
@@ -343,10 +383,28 @@ class _Graph:
                     f"(model has {num_buffers} buffers)"
                 )
 
-    def _buffer(self, index: int) -> int:
-        """Checks buffer ``index`` and returns how many bytes of data it holds."""
+    def _operator_code(self, index: int) -> tuple[str, bool]:
+        """Checks an operator code; returns its name (``CUSTOM:<name>`` for
+        custom ops) and whether it is a builtin."""
+        code = self.model.OperatorCodes(index)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        if builtin == schema.BuiltinOperator.CUSTOM:
+            # The walker checked that custom codes are UTF-8.
+            return "CUSTOM:" + (code.CustomCode() or b"").decode(), False
+        if builtin not in _BUILTIN_NAMES:
+            raise _MalformedError(f"operator code {index}: unknown builtin operator code {builtin}")
+        return _BUILTIN_NAMES[builtin], True
+
+    def _optional_inputs(self, name: str, is_builtin: bool) -> Collection[int] | None:
+        """Input positions of an op that may be -1; None: any (unknown)."""
+        if is_builtin:
+            return _OPTIONAL_INPUTS.get(name, frozenset())
+        return self.custom_optional_inputs.get(name[len("CUSTOM:") :])
+
+    def _buffer(self, index: int) -> int | None:
+        """Checks buffer ``index``; returns how many bytes of constant data it
+        holds, None when it holds none (the buffer of a computed tensor)."""
         buffer = self.model.Buffers(index)
-        data = buffer.DataLength()
         offset, size = buffer.Offset(), buffer.Size()
         # Offsets 0 and 1 mean "no offset" (1 is the converter's placeholder
         # while it writes a model larger than 2 GB); above that, the data
@@ -357,9 +415,11 @@ class _Graph:
                     f"buffer {index}: data at offset {offset} of size {size} ends at byte "
                     f"{offset + size}, past the end of the file ({self.size} bytes)"
                 )
-            if not data:
+            if buffer.DataIsNone():
                 return size
-        return data
+        # Runtimes take a present data vector, even an empty one, as constant
+        # data: its tensor becomes read-only.
+        return None if buffer.DataIsNone() else buffer.DataLength()
 
     def _tensor_name(self, subgraph: Any, index: int) -> str:
         name = subgraph.Tensors(index).Name()
@@ -396,11 +456,22 @@ class _Graph:
                     f"subgraph {s} {where}: opcode index {opcode} out of range "
                     f"(model has {self.num_codes} operator codes)"
                 )
+            op_name, is_builtin = self.op_names[opcode]
+            where = f"operator {k} ({op_name})"
             op_inputs = _ints(op.InputsAsNumpy())
             op_outputs = _ints(op.OutputsAsNumpy())
+            optional = None
             for j, t in enumerate(op_inputs):
-                if t != -1:  # -1: an optional input left out
+                if t != -1:
                     in_range(t, f"{where} input {j}")
+                    continue
+                if optional is None:
+                    optional = self._optional_inputs(op_name, is_builtin)
+                if optional is not None and j not in optional:
+                    raise _MalformedError(
+                        f"subgraph {s} {where} input {j} is -1 (left out), but that input "
+                        "is not optional"
+                    )
             for j, t in enumerate(op_outputs):
                 in_range(t, f"{where} output {j}")
             for j, t in enumerate(_ints(op.IntermediatesAsNumpy())):
@@ -428,6 +499,9 @@ class _Graph:
                 )
 
             size = op.LargeCustomOptionsSize()
+            if is_builtin and (size or op.CustomOptionsLength()):
+                # Runtimes refuse these; only CUSTOM operators read them.
+                raise _MalformedError(f"subgraph {s} {where}: builtin operator with custom options")
             if size:
                 offset = op.LargeCustomOptionsOffset()
                 if offset + size > self.size:
@@ -457,20 +531,30 @@ class _Graph:
             raise _MalformedError(
                 f"subgraph {s} tensor {i}: dimension below -1 in shape_signature {signature}"
             )
-        count = math.prod(shape)
         item = _ITEM_SIZE_BY_TYPE.get(dtype, 1)
-        if count * item > _MAX_TENSOR_BYTES:
-            raise _MalformedError(
-                f"subgraph {s} tensor {i}: shape {shape} is too large to allocate"
-            )
+        count = 1
+        for d in shape:
+            count *= d
+            # Runtimes multiply dims left to right with an overflow check, so
+            # a later 0 does not save a huge prefix.
+            if count * item > _MAX_TENSOR_BYTES:
+                raise _MalformedError(
+                    f"subgraph {s} tensor {i}: shape {shape} is too large to allocate"
+                )
         quantization = tensor.Quantization()
         if quantization is not None:
             self._quantization(s, i, quantization, shape)
 
         data = self.buffer_bytes[buffer]
-        if not data or tensor.Sparsity() is not None:
-            # Sparse constants hold compressed data of another size.
-            return bool(data)
+        if data is None:
+            return False
+        if tensor.IsVariable():
+            raise _MalformedError(
+                f"subgraph {s} tensor {i}: a variable tensor with constant data in buffer "
+                f"{buffer} (runtimes refuse to initialize variables from buffers)"
+            )
+        if tensor.Sparsity() is not None:
+            return True  # sparse constants hold compressed data of another size
         if dtype in _ITEM_SIZE_BY_TYPE:
             expected = {count * item}
         elif dtype in _BITS_BY_TYPE:
@@ -539,12 +623,17 @@ class _Graph:
                     f"signature {k}: subgraph index {s} out of range "
                     f"(model has {self.num_subgraphs} subgraphs)"
                 )
+            if signature.SignatureKey() is None:
+                raise _MalformedError(f"signature {k} has no signature_key")
             for kind, count, get in (
                 ("input", signature.InputsLength(), signature.Inputs),
                 ("output", signature.OutputsLength(), signature.Outputs),
             ):
                 for j in range(count):
-                    t = get(j).TensorIndex()
+                    tensor_map = get(j)
+                    if tensor_map.Name() is None:
+                        raise _MalformedError(f"signature {k} {kind} {j} has no name")
+                    t = tensor_map.TensorIndex()
                     if t >= self.tensor_counts[s]:
                         raise _MalformedError(
                             f"signature {k} {kind} {j}: tensor index {t} out of range "
@@ -552,13 +641,20 @@ class _Graph:
                         )
 
 
-def verify_model(model: ModelBuffer, source: str = MODEL_CONTENT) -> None:
+def verify_model(
+    model: ModelBuffer,
+    source: str = MODEL_CONTENT,
+    custom_optional_inputs: Mapping[str, Collection[int]] | None = None,
+) -> None:
     """Checks that ``model`` is a well-formed TFLite flatbuffer whose graph
     runtimes can load without reading out of bounds.
 
     Args:
       model: the model's bytes (bytes, bytearray, memoryview or mmap).
       source: the model's path, or ``"<model_content>"``, for the message.
+      custom_optional_inputs: custom op name -> positions of the inputs that
+        may be left out (-1), for the custom ops whose kernels are known;
+        other custom ops may leave out any input.
 
     Raises:
       InvalidModelError: what is wrong, e.g. ``subgraph 0 operator 3 input 1:
@@ -582,7 +678,7 @@ def verify_model(model: ModelBuffer, source: str = MODEL_CONTENT) -> None:
         except _MalformedError as exc:
             raise _MalformedError("root offset: " + exc.reason) from None
         walker.table(root, "Model", 0)
-        _Graph(model, size).check()
+        _Graph(model, size, custom_optional_inputs).check()
     except _MalformedError as exc:
         raise InvalidModelError(source, exc.describe()) from None
     except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError) as exc:
