@@ -621,6 +621,7 @@ def test_byte_flipped_models_never_crash_tflite_runtime(model, tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=tmp_path,
     )
     started = [line for line in proc.stdout.splitlines() if line.startswith("variant")]
     assert proc.returncode >= 0, (

@@ -73,6 +73,26 @@ def register_with(resolver_address: int, add_custom: int) -> None:
         raise RuntimeNotAvailableError("fusekit could not register its kernels")
 
 
+# Modules whose InterpreterWithCustomOps.__init__ calls registerers from
+# C++, so that the Python frame below the registerer is theirs.
+_CALLING_MODULES = {
+    "tflite_runtime.interpreter": "tflite_runtime",
+    "ai_edge_litert.interpreter": "litert",
+    "tensorflow.lite.python.interpreter": "tf",
+}
+
+
+def _calling_runtime() -> str | None:
+    """The runtime whose interpreter is calling the registerer right now,
+    if the caller is one (None: called some other way, e.g. by hand)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return _CALLING_MODULES.get(frame.f_globals.get("__name__", ""))
+
+
 def loaded_runtimes() -> list[str]:
     """Runtimes whose registerer-calling module is imported in this process."""
     return [name for name, module in _CALLERS.items() if module in sys.modules]
@@ -113,6 +133,12 @@ def registerer_for(runtime: str) -> Callable[[int], None]:
     def tflite_runtime_registerer(resolver_address: int) -> None:
         """Registers every fusekit kernel with tflite-runtime's resolver at
         this address."""
+        caller = _calling_runtime()
+        if caller not in (None, "tflite_runtime"):
+            raise RuntimeNotAvailableError(
+                f"fusekit.registerer_for('tflite_runtime') was called by {_CALLERS[caller]}'s "
+                "InterpreterWithCustomOps; it only fits tflite_runtime's. " + _USE_DELEGATE
+            )
         register_with(resolver_address, add_custom)
 
     return tflite_runtime_registerer
