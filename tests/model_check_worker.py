@@ -38,9 +38,10 @@ def run(interp) -> bool:
     """Allocates and invokes; False when the runtime reports an error (its
     kernels check shapes and options at prepare time) or a tensor is too
     large to run here."""
-    if any(int(np.prod(d["shape"])) * 8 > MAX_RUN_BYTES for d in interp.get_tensor_details()):
-        return False
     try:
+        details = interp.get_tensor_details()
+        if any(int(np.prod(d["shape"])) * 8 > MAX_RUN_BYTES for d in details):
+            return False
         interp.allocate_tensors()
         for d in interp.get_input_details():
             x = np.ones([max(1, int(s)) for s in d["shape"]], d["dtype"])
