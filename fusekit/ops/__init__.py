@@ -1,5 +1,6 @@
 """Ready composites with fusekit kernels (op names ``fusekit_<op>``)."""
 
 from fusekit.ops.layer_norm import layer_norm
+from fusekit.ops.rotary_embedding import rotary_embedding
 
-__all__ = ["layer_norm"]
+__all__ = ["layer_norm", "rotary_embedding"]

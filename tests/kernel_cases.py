@@ -1,0 +1,473 @@
+"""Every library kernel, listed once: a few converted models that exercise it
+and the float64 numpy reference of their outputs.
+
+tests/test_simd_levels.py and tests/test_threads.py run every kernel that
+``fusekit.kernel_names()`` reports through this table, and fail for a kernel
+that has no entry here.  Adding a kernel is one function:
+
+    @kernel_cases("fusekit_my_op")
+    def my_op_models(workdir: Path) -> list[Model]:
+        ...  # save and convert a few models (awkward sizes), return them
+
+Sizes are chosen to hit every vector-tail case (D not a multiple of 4, 8 or
+16; D=1; D above 4096) and each model has one run large enough for
+ParallelFor to split it between two threads.
+
+The module is also the worker that runs jobs in a subprocess, either under
+FUSEKIT_SIMD=<level> (the level is read once per process) or in the
+tflite-runtime virtual environment (``python kernel_cases.py JOBS.json``).
+It imports neither TensorFlow nor pytest at module level: the
+tflite-runtime environment has neither.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import gc
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from runtimes import feed_and_invoke, input_order, tflite_runtime_python, unpack_runs  # noqa: E402
+
+import fusekit  # noqa: E402
+
+
+@dataclass
+class Model:
+    """One converted model: its runs (inputs in the model's input order, one
+    resize + invoke each) and the float64 reference outputs of each run."""
+
+    name: str
+    model: bytes
+    runs: list[list[np.ndarray]]
+    expected: list[list[np.ndarray]]
+
+
+Builder = Callable[[Path], list[Model]]
+BUILDERS: dict[str, Builder] = {}
+
+
+def kernel_cases(op: str) -> Callable[[Builder], Builder]:
+    """Registers the model builder of kernel ``op``."""
+
+    def register(fn: Builder) -> Builder:
+        if op in BUILDERS:
+            raise ValueError(f"{op} has two case builders: {BUILDERS[op].__name__}, {fn.__name__}")
+        BUILDERS[op] = fn
+        return fn
+
+    return register
+
+
+@functools.cache
+def built_models() -> dict[str, list[Model]]:
+    """Every registered kernel's models, converted once per process."""
+    root = Path(tempfile.mkdtemp(prefix="fusekit_kernel_cases_"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    out = {}
+    for op, build in BUILDERS.items():
+        workdir = root / op
+        workdir.mkdir()
+        out[op] = build(workdir)
+    return out
+
+
+def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
+    """Largest difference relative to the largest magnitude of the reference
+    (element-wise relative error is meaningless where outputs cross zero)."""
+    got = np.asarray(got, np.float64)
+    ref = np.asarray(ref, np.float64)
+    if got.shape != ref.shape:
+        return float("inf")
+    if got.size == 0:
+        return 0.0
+    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def save_and_convert(module, path: Path) -> bytes:
+    import tensorflow as tf
+
+    tf.saved_model.save(module, str(path))
+    return fusekit.convert(str(path)).model
+
+
+def ordered(model: bytes, named: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Arrays keyed by signature argument name, in the model's input order."""
+    order = input_order(model, list(named))
+    feeds: list[np.ndarray] = [None] * len(named)  # type: ignore[list-item]
+    for array, position in zip(named.values(), order):
+        feeds[position] = array
+    return feeds
+
+
+# ---------------------------------------------------------------- layer norm
+
+
+def layer_norm_reference(x, gamma, beta, epsilon=1e-5):
+    x = x.astype(np.float64)
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + epsilon) * gamma + beta
+
+
+@kernel_cases("fusekit_layer_norm")
+def layer_norm_models(workdir: Path) -> list[Model]:
+    from models import layer_norm_module
+
+    rng = np.random.default_rng(11)
+    models = []
+    # depth -> leading shapes of the runs; the last one spans several chunks
+    # of the kernel's ParallelFor (about 4096 floats per chunk).
+    plan = {
+        1: [(3, 2), (2, 9000)],
+        17: [(1, 1), (4, 600)],
+        100: [(2, 5), (3, 200)],
+        4097: [(1, 3), (3, 5)],
+    }
+    for depth, leads in plan.items():
+        module = layer_norm_module(depth, 2, seed=depth)
+        model = save_and_convert(module, workdir / f"ln_{depth}")
+        gamma, beta = module.gamma.numpy(), module.beta.numpy()
+        runs, expected = [], []
+        for lead in leads:
+            x = (rng.standard_normal(lead + (depth,)) * 2 + 0.5).astype(np.float32)
+            runs.append([x])
+            expected.append([layer_norm_reference(x, gamma, beta)])
+        models.append(Model(f"layer_norm D={depth}", model, runs, expected))
+    return models
+
+
+# ----------------------------------------------------------- rotary embedding
+
+
+def rotary_reference(x, cos, sin, interleaved):
+    """float64 RoPE; cos/sin of rank 2 [S, R], 3 [B|1, S, R] or 4."""
+    x = x.astype(np.float64)
+    cos = cos.astype(np.float64)
+    sin = sin.astype(np.float64)
+    if cos.ndim == 2:
+        cos, sin = cos[:, None, :], sin[:, None, :]
+    elif cos.ndim == 3:
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    r = cos.shape[-1]
+    xr = x[..., :r]
+    rot = np.empty_like(xr)
+    if interleaved:
+        rot[..., 0::2] = -xr[..., 1::2]
+        rot[..., 1::2] = xr[..., 0::2]
+    else:
+        rot[..., : r // 2] = -xr[..., r // 2 :]
+        rot[..., r // 2 :] = xr[..., : r // 2]
+    return np.concatenate([xr * cos + rot * sin, x[..., r:]], axis=-1)
+
+
+def rotary_module(heads: int, depth: int, cos_shape: list, interleaved: bool, rotary_dim: int):
+    """x [None, None, heads, depth], cos/sin of `cos_shape` -> RoPE."""
+    import tensorflow as tf
+
+    class Rope(tf.Module):
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, None, heads, depth], tf.float32),
+                tf.TensorSpec(cos_shape, tf.float32),
+                tf.TensorSpec(cos_shape, tf.float32),
+            ]
+        )
+        def __call__(self, x, cos, sin):
+            return fusekit.ops.rotary_embedding(
+                x, cos, sin, interleaved=interleaved, rotary_dim=rotary_dim
+            )
+
+    return Rope()
+
+
+def rotary_tables(rng, shape) -> tuple[np.ndarray, np.ndarray]:
+    angle = rng.uniform(-np.pi, np.pi, shape)
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+def cos_shape_for(form: str, b: int, s: int, h: int, r: int) -> tuple[int, ...]:
+    return {
+        "[S,R]": (s, r),
+        "[B,S,R]": (b, s, r),
+        "[1,S,R]": (1, s, r),
+        "[B,S,1,R]": (b, s, 1, r),
+        "[1,S,H,R]": (1, s, h, r),
+        "[B,S,H,R]": (b, s, h, r),
+    }[form]
+
+
+def cos_signature(form: str, h: int, r: int) -> list:
+    return {
+        "[S,R]": [None, r],
+        "[B,S,R]": [None, None, r],
+        "[1,S,R]": [1, None, r],
+        "[B,S,1,R]": [None, None, 1, r],
+        "[1,S,H,R]": [1, None, h, r],
+        "[B,S,H,R]": [None, None, h, r],
+    }[form]
+
+
+def rotary_model(workdir: Path, name: str, heads, depth, rotary, form, interleaved, shapes, rng):
+    """A converted rotary model and runs at the given (batch, seq) shapes."""
+    module = rotary_module(
+        heads,
+        depth,
+        cos_signature(form, heads, rotary),
+        interleaved,
+        0 if rotary == depth else rotary,
+    )
+    model = save_and_convert(module, workdir / name)
+    runs, expected, tf_outputs = [], [], []
+    for b, s in shapes:
+        x = rng.standard_normal((b, s, heads, depth)).astype(np.float32)
+        cos, sin = rotary_tables(rng, cos_shape_for(form, b, s, heads, rotary))
+        runs.append(ordered(model, {"x": x, "cos": cos, "sin": sin}))
+        expected.append([rotary_reference(x, cos, sin, interleaved)])
+        tf_outputs.append([module(x, cos, sin).numpy()])
+    return model, runs, expected, tf_outputs
+
+
+@kernel_cases("fusekit_rotary_embedding")
+def rotary_embedding_models(workdir: Path) -> list[Model]:
+    rng = np.random.default_rng(12)
+    # (heads, depth, rotary, cos form, interleaved, [(batch, seq), ...]); the
+    # last run of each spans several ParallelFor chunks.
+    plan = [
+        (5, 2, 2, "[S,R]", False, [(1, 1), (2, 500)]),
+        (3, 18, 18, "[B,S,R]", True, [(2, 3), (3, 70)]),
+        (3, 17, 10, "[1,S,R]", False, [(1, 5), (2, 100)]),
+        (4, 34, 34, "[B,S,1,R]", False, [(1, 2), (2, 40)]),
+        (2, 4097, 4000, "[1,S,H,R]", True, [(1, 1), (2, 3)]),
+        (1, 4098, 4098, "[B,S,H,R]", False, [(1, 2), (3, 2)]),
+    ]
+    models = []
+    for i, (h, d, r, form, interleaved, shapes) in enumerate(plan):
+        name = f"rope H={h} D={d} R={r} {form} {'interleaved' if interleaved else 'half'}"
+        model, runs, expected, _ = rotary_model(
+            workdir, f"rope_{i}", h, d, r, form, interleaved, shapes, rng
+        )
+        models.append(Model(name, model, runs, expected))
+    return models
+
+
+# ------------------------------------------------------------------- worker
+#
+# Jobs go to a subprocess as JSON plus .tflite and .npz files; arrays are
+# stored as r<run>_i<k> / r<run>_o<k> (runtimes.unpack_runs), which both
+# numpy 1 and 2 read.
+
+
+def _interpreter(runtime: str, model_path: str, num_threads: int):
+    return fusekit.Interpreter(model_path=model_path, runtime=runtime, num_threads=num_threads)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _thread_count() -> int:
+    with open("/proc/self/status") as f:
+        return int(re.search(r"^Threads:\s+(\d+)", f.read(), re.M).group(1))
+
+
+def _load_runs(path: str, tag: str = "i") -> list[list[np.ndarray]]:
+    with np.load(path) as data:
+        return unpack_runs(data, tag)
+
+
+def work_run(job: dict) -> dict:
+    """Runs a model's inputs on one interpreter; outputs to job['outputs']."""
+    interp = _interpreter(job["runtime"], job["model"], job["num_threads"])
+    outputs = {}
+    for r, inputs in enumerate(_load_runs(job["inputs"])):
+        for k, y in enumerate(feed_and_invoke(interp, inputs)):
+            outputs[f"r{r}_o{k}"] = y
+    np.savez(job["outputs"], **outputs)
+    return {"simd": fusekit.simd_target()}
+
+
+def work_concurrent(job: dict) -> dict:
+    """One interpreter per (model, thread count), all invoked at once from
+    Python threads; each checks every output against the reference."""
+    tasks = []
+    for entry in job["models"]:
+        runs = _load_runs(entry["inputs"])
+        expected = _load_runs(entry["expected"], "o")
+        for threads in job["thread_counts"]:
+            tasks.append((entry["name"], entry["model"], threads, runs, expected))
+    errors: list[str] = []
+    start = threading.Barrier(len(tasks))
+
+    def work(name, path, threads, runs, expected):
+        try:
+            interp = _interpreter(job["runtime"], path, threads)
+            start.wait()
+            for _ in range(job["rounds"]):
+                for r, (inputs, want) in enumerate(zip(runs, expected)):
+                    got = feed_and_invoke(interp, inputs)
+                    for g, w in zip(got, want):
+                        err = rel_err(g, w)
+                        if not err <= job["tolerance"]:
+                            errors.append(f"{name} threads={threads} run {r}: rel err {err:.2e}")
+                            return
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            errors.append(f"{name} threads={threads}: {type(exc).__name__}: {exc}")
+
+    workers = [threading.Thread(target=work, args=t) for t in tasks]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return {"errors": errors, "interpreters": len(tasks)}
+
+
+def work_cycles(job: dict) -> dict:
+    """resize/allocate/invoke cycles on one interpreter; RSS after a warm-up
+    and at the end."""
+    runs = _load_runs(job["inputs"])
+    interp = _interpreter(job["runtime"], job["model"], job["num_threads"])
+    for i in range(job["warmup"]):
+        feed_and_invoke(interp, runs[i % len(runs)])
+    gc.collect()
+    before = _rss_bytes()
+    samples = []
+    for i in range(job["cycles"]):
+        feed_and_invoke(interp, runs[i % len(runs)])
+        if i % 100 == 99:
+            samples.append(_rss_bytes())
+    gc.collect()
+    return {"before": before, "after": _rss_bytes(), "samples": samples}
+
+
+def work_churn(job: dict) -> dict:
+    """Creates, runs and destroys interpreters; RSS and thread count after a
+    warm-up and at the end."""
+    runs = _load_runs(job["inputs"])
+
+    def one() -> int:
+        interp = _interpreter(job["runtime"], job["model"], job["num_threads"])
+        feed_and_invoke(interp, runs[0])
+        alive = _thread_count()
+        del interp
+        gc.collect()
+        return alive
+
+    for _ in range(job["warmup"]):
+        one()
+    gc.collect()
+    before = (_rss_bytes(), _thread_count())
+    alive = [one() for _ in range(job["count"])]
+    gc.collect()
+    return {
+        "rss_before": before[0],
+        "rss_after": _rss_bytes(),
+        "threads_before": before[1],
+        "threads_after": _thread_count(),
+        "threads_alive_min": min(alive),
+        "threads_alive_max": max(alive),
+    }
+
+
+WORKERS = {
+    "run": work_run,
+    "concurrent": work_concurrent,
+    "cycles": work_cycles,
+    "churn": work_churn,
+}
+
+
+def main(jobs_path: str) -> None:
+    results = []
+    for job in json.loads(Path(jobs_path).read_text()):
+        try:
+            results.append({"error": None, **WORKERS[job["kind"]](job)})
+        except Exception as exc:  # noqa: BLE001 - reported per job
+            results.append({"error": f"{type(exc).__name__}: {exc}"})
+    Path(jobs_path).with_suffix(".results.json").write_text(json.dumps(results))
+
+
+# ------------------------------------------------------------ driver side
+
+
+class JobDir:
+    """A temporary directory for one subprocess's models, arrays and jobs."""
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="fusekit_jobs_")
+        self.path = Path(self._tmp.name)
+        self._count = 0
+        self._models: dict[int, str] = {}
+
+    def model(self, model: bytes) -> str:
+        key = id(model)
+        if key not in self._models:
+            path = self.path / f"m{len(self._models)}.tflite"
+            path.write_bytes(model)
+            self._models[key] = str(path)
+        return self._models[key]
+
+    def arrays(self, runs: list[list[np.ndarray]], tag: str = "i") -> str:
+        self._count += 1
+        path = self.path / f"a{self._count}.npz"
+        np.savez(
+            path, **{f"r{r}_{tag}{k}": a for r, run in enumerate(runs) for k, a in enumerate(run)}
+        )
+        return str(path)
+
+    def output_path(self) -> str:
+        self._count += 1
+        return str(self.path / f"o{self._count}.npz")
+
+    def cleanup(self) -> None:
+        self._tmp.cleanup()
+
+
+def python_for(runtime: str) -> str:
+    return str(tflite_runtime_python()) if runtime == "tflite_runtime" else sys.executable
+
+
+def run_worker(
+    jobs: list[dict], jobdir: JobDir, python: str, env: dict[str, str] | None = None
+) -> list[dict]:
+    """Runs jobs in a subprocess of `python` with `env`; results per job."""
+    manifest = jobdir.path / f"jobs{len(list(jobdir.path.glob('jobs*.json')))}.json"
+    manifest.write_text(json.dumps(jobs))
+    proc = subprocess.run(
+        [python, str(Path(__file__).resolve()), str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=jobdir.path,
+        env=env,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"worker crashed (exit {proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    return json.loads(manifest.with_suffix(".results.json").read_text())
+
+
+def env_without_simd_override() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("FUSEKIT_SIMD", None)
+    return env
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
