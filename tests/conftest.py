@@ -15,3 +15,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 @pytest.fixture(scope="session")
 def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fusekit")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # tests/fuzz/test_fuzz.py: size and seed of the mutation fuzz run.
+    group = parser.getgroup("fusekit fuzz")
+    group.addoption(
+        "--fuzz-mutants",
+        type=int,
+        default=None,
+        help="mutants per runtime (default: the short CI run)",
+    )
+    group.addoption("--fuzz-seed", type=int, default=None, help="fuzz seed (default: 1)")

@@ -1,0 +1,221 @@
+"""Base models the fuzzer mutates: fusekit-written models of every library
+kernel and of a user plugin op.
+
+A new kernel joins the fuzzer by ONE entry in LIBRARY (or USER for ops of
+the test plugin): op name -> function returning {model name: .tflite bytes}.
+test_fuzz fails when fusekit.kernel_names() lists a kernel without an entry.
+Keep the models small: the fuzzer runs thousands of mutants of them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "custom_op"
+USER_PLUGIN_SOURCES = [EXAMPLE / "my_custom_fused_op.cc"]
+
+Builder = Callable[[Path], dict[str, bytes]]
+
+
+def _convert(module, folder: Path, signatures=None) -> bytes:
+    import tensorflow as tf
+
+    import fusekit
+
+    if signatures is None:
+        tf.saved_model.save(module, str(folder))
+    else:
+        tf.saved_model.save(module, str(folder), signatures=signatures)
+    return fusekit.convert(str(folder)).model
+
+
+def layer_norm_models(work: Path) -> dict[str, bytes]:
+    import tensorflow as tf
+
+    import fusekit
+
+    rng = np.random.default_rng(0)
+    depth = 16
+    gamma = (rng.random(depth) + 0.5).astype(np.float32)
+    beta = rng.standard_normal(depth).astype(np.float32)
+
+    # Two norms in a row: edits that make two ops write one tensor, or one
+    # op read another's output, have a partner op to work with.
+    class Chain(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.gamma = tf.Variable(gamma)
+            self.beta = tf.Variable(beta)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None, depth], tf.float32)])
+        def __call__(self, x):
+            y = fusekit.ops.layer_norm(x, self.gamma, self.beta, epsilon=1e-5)
+            return fusekit.ops.layer_norm(y, self.gamma, self.beta, epsilon=1e-3)
+
+    class Half(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.gamma = tf.Variable(gamma[:8].astype(np.float16))
+            self.beta = tf.Variable(beta[:8].astype(np.float16))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float16)])
+        def __call__(self, x):
+            return fusekit.ops.layer_norm(x, self.gamma, self.beta)
+
+    return {
+        "layer_norm_chain": _convert(Chain(), work / "layer_norm_chain"),
+        "layer_norm_f16": _convert(Half(), work / "layer_norm_f16"),
+    }
+
+
+def rotary_embedding_models(work: Path) -> dict[str, bytes]:
+    import tensorflow as tf
+
+    import fusekit
+
+    # The kernel's composite, written from its documented semantics
+    # (custom_ops_cc/kernels/rotary_embedding.cc): the model only needs the
+    # op name, its operands and its attrs.
+    @fusekit.composite("fusekit_rotary_embedding", interleaved=False, rotary_dim=0)
+    def rope(x, cos, sin, interleaved, rotary_dim):
+        r = cos.shape[-1]
+        # cos/sin [S, R] and [B, S, R] broadcast over heads: [.., S, 1, R].
+        if cos.shape.rank < 4:
+            cos, sin = cos[..., None, :], sin[..., None, :]
+        head, rest = x[..., :r], x[..., r:]
+        if interleaved:
+            pairs = tf.reshape(head, tf.concat([tf.shape(head)[:-1], [r // 2, 2]], 0))
+            rot = tf.reshape(tf.stack([-pairs[..., 1], pairs[..., 0]], -1), tf.shape(head))
+        else:
+            rot = tf.concat([-head[..., r // 2 :], head[..., : r // 2]], -1)
+        return tf.concat([head * cos + rot * sin, rest], -1)
+
+    seq, heads, depth = 4, 2, 8
+    angles = np.arange(seq)[:, None] * (1.0 / 10000 ** (np.arange(depth) / depth))[None, :]
+
+    class Full(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, seq, heads, depth], tf.float32)])
+        def __call__(self, x):
+            cos = tf.constant(np.cos(angles), tf.float32)
+            sin = tf.constant(np.sin(angles), tf.float32)
+            return rope(x, cos, sin)
+
+    class Partial(tf.Module):
+        # Interleaved, rotary_dim 4 of 8, cos/sin as inputs of rank 4.
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, seq, heads, depth], tf.float32),
+                tf.TensorSpec([1, seq, 1, 4], tf.float32),
+                tf.TensorSpec([1, seq, 1, 4], tf.float32),
+            ]
+        )
+        def __call__(self, x, cos, sin):
+            return rope(x, cos, sin, interleaved=True, rotary_dim=4)
+
+    return {
+        "rope_full": _convert(Full(), work / "rope_full"),
+        "rope_partial": _convert(Partial(), work / "rope_partial"),
+    }
+
+
+def my_custom_fused_op_models(work: Path) -> dict[str, bytes]:
+    import tensorflow as tf
+
+    import fusekit
+
+    if str(EXAMPLE) not in sys.path:
+        sys.path.insert(0, str(EXAMPLE))
+    from model import TestModel, my_custom_fused_op
+
+    def two_inputs(body):
+        class M(tf.Module):
+            @tf.function(
+                input_signature=[
+                    tf.TensorSpec([None, 5, 3], tf.float32),
+                    tf.TensorSpec([None, 5, 3], tf.float32),
+                ]
+            )
+            def __call__(self, a, b):
+                return body(a, b)
+
+        return M()
+
+    gamma = np.linspace(0.5, 1.5, 3).astype(np.float32)
+    guide = TestModel()
+    return {
+        "user_both": _convert(
+            two_inputs(lambda a, b: my_custom_fused_op(a, b, example_option=1)),
+            work / "user_both",
+        ),
+        # Only one output read: the runtime leaves the other unallocated.
+        "user_first": _convert(
+            two_inputs(lambda a, b: my_custom_fused_op(a, b)[0]), work / "user_first"
+        ),
+        "user_second": _convert(
+            two_inputs(lambda a, b: my_custom_fused_op(a, b, example_option=3)[1] * 2.0),
+            work / "user_second",
+        ),
+        # A library op feeding the user op: two delegates in one graph.
+        "user_mixed": _convert(
+            two_inputs(
+                lambda a, b: my_custom_fused_op(
+                    fusekit.ops.layer_norm(a, tf.constant(gamma), tf.constant(gamma)), b
+                )[0]
+            ),
+            work / "user_mixed",
+        ),
+        "user_guide": _convert(
+            guide, work / "user_guide", signatures=guide.simple_eval.get_concrete_function()
+        ),
+    }
+
+
+# Library kernel (fusekit.kernel_names()) -> base models.  One line per kernel.
+LIBRARY: dict[str, Builder] = {
+    "fusekit_layer_norm": layer_norm_models,
+    "fusekit_rotary_embedding": rotary_embedding_models,
+}
+
+# Ops of the user plugin built from USER_PLUGIN_SOURCES -> base models.
+USER: dict[str, Builder] = {
+    "my_custom_fused_op": my_custom_fused_op_models,
+}
+
+
+def missing_builders(kernel_names: list[str]) -> list[str]:
+    return sorted(set(kernel_names) - set(LIBRARY))
+
+
+def build_plugin(extra_cflags: tuple[str, ...] = ()) -> str:
+    import fusekit
+
+    return fusekit.build_plugin(
+        "fuzz_user_ops", USER_PLUGIN_SOURCES, extra_cflags=list(extra_cflags)
+    )
+
+
+def build_base_models(work: Path) -> dict[str, bytes]:
+    """Every base model, converted once and cached as files under `work`
+    (a later call with the same folder reads them back)."""
+    done = work / "models"
+    if done.is_dir():
+        return {p.stem: p.read_bytes() for p in sorted(done.glob("*.tflite"))}
+    models: dict[str, bytes] = {}
+    for builder in [*LIBRARY.values(), *USER.values()]:
+        sub = work / "saved" / builder.__name__
+        sub.mkdir(parents=True, exist_ok=True)
+        for name, model in builder(sub).items():
+            if name in models:
+                raise ValueError(f"two builders make a base model called {name}")
+            models[name] = model
+    tmp = work / "models.tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name, model in models.items():
+        (tmp / f"{name}.tflite").write_bytes(model)
+    tmp.rename(done)
+    return models
