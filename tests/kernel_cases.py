@@ -202,6 +202,7 @@ def rotary_tables(rng, shape) -> tuple[np.ndarray, np.ndarray]:
 def cos_shape_for(form: str, b: int, s: int, h: int, r: int) -> tuple[int, ...]:
     return {
         "[S,R]": (s, r),
+        "[1,R]": (1, r),
         "[B,S,R]": (b, s, r),
         "[1,S,R]": (1, s, r),
         "[B,S,1,R]": (b, s, 1, r),
@@ -213,6 +214,7 @@ def cos_shape_for(form: str, b: int, s: int, h: int, r: int) -> tuple[int, ...]:
 def cos_signature(form: str, h: int, r: int) -> list:
     return {
         "[S,R]": [None, r],
+        "[1,R]": [1, r],
         "[B,S,R]": [None, None, r],
         "[1,S,R]": [1, None, r],
         "[B,S,1,R]": [None, None, 1, r],

@@ -27,7 +27,7 @@ import fusekit
 
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize(
-    "form", ["[S,R]", "[B,S,R]", "[1,S,R]", "[B,S,1,R]", "[1,S,H,R]", "[B,S,H,R]"]
+    "form", ["[S,R]", "[1,R]", "[B,S,R]", "[1,S,R]", "[B,S,1,R]", "[1,S,H,R]", "[B,S,H,R]"]
 )
 @pytest.mark.parametrize("depth,rotary", [(16, 16), (20, 8)])
 def test_composite_matches_float64(interleaved, form, depth, rotary):
@@ -70,6 +70,7 @@ PARITY_PLAN = [
     (2, 96, 32, "[B,S,1,R]", [(1, 5), (2, 9)]),  # partial rotary
     (1, 128, 128, "[B,S,R]", [(1, 1), (3, 13)]),  # H=1, S=1
     (2, 6, 2, "[1,S,R]", [(3, 5), (1, 2)]),  # R/2 = 1
+    (3, 32, 32, "[1,R]", [(2, 5), (1, 1)]),  # one position for every s
 ]
 
 
