@@ -80,9 +80,7 @@ def check_vector(op: str, what: str, vector: Any | None, channels: int | None) -
     shape = tf.TensorShape(getattr(vector, "shape", None))
     if shape.rank is None:
         return
-    if shape.rank != 1 or (
-        channels is not None and shape[0] is not None and shape[0] != channels
-    ):
+    if shape.rank != 1 or (channels is not None and shape[0] is not None and shape[0] != channels):
         raise ValueError(
             f"{op}: {what} must be a vector of length {channels if channels else 'C'} "
             f"(x's last dim), got shape {shape.as_list()}"

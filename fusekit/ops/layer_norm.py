@@ -25,9 +25,7 @@ def _reference(
 _VARIANTS = affine_variants("fusekit_layer_norm", _reference, epsilon=1e-5)
 
 
-def layer_norm(
-    x: Any, gamma: Any | None, beta: Any | None, epsilon: float = 1e-5
-) -> tf.Tensor:
+def layer_norm(x: Any, gamma: Any | None, beta: Any | None, epsilon: float = 1e-5) -> tf.Tensor:
     """``(x - mean) / sqrt(var + epsilon) * gamma + beta`` over the last axis.
 
     One fused op ``fusekit_layer_norm``.  Its inputs are x, then gamma if
