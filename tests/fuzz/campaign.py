@@ -83,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         help="workers run under sanitizers (set LD_PRELOAD etc. yourself)",
     )
     parser.add_argument("--extra-cflags", default="", help="for the user plugin build")
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment of the worker processes only (sanitizer preloads)",
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -92,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings.runtimes = tuple(args.runtimes.split(","))
     settings.modes = tuple(args.modes.split(","))
+    settings.extra_env = dict(item.split("=", 1) for item in args.worker_env)
     settings.jobs, settings.timeout, settings.regressions = (
         args.jobs,
         args.timeout,

@@ -51,10 +51,12 @@ def build_native(work: Path) -> tuple[str, str]:
     work.mkdir(parents=True, exist_ok=True)
     control = work / "libfuzz_control_delegate.so"
     trace = work / "libfuzz_crash_trace.so"
+    # Plain g++/gcc even when CXX points at a sanitizing wrapper: the
+    # helpers must not add reports (or instrumented frames) of their own.
     if not control.exists():
         subprocess.run(
             [
-                os.environ.get("CXX", "g++"),
+                "g++",
                 "-std=c++17",
                 "-O1",
                 "-shared",
@@ -69,7 +71,7 @@ def build_native(work: Path) -> tuple[str, str]:
     if not trace.exists():
         subprocess.run(
             [
-                os.environ.get("CC", "gcc"),
+                "gcc",
                 "-O1",
                 "-shared",
                 "-fPIC",
@@ -106,8 +108,7 @@ class Settings:
     def lanes(self) -> list[tuple[str, str]]:
         return [(r, m) for m in self.modes for r in self.runtimes]
 
-    gdb_per_signature: int = 1
-    control_per_signature: int = 3
+    control_per_signature: int = 2
     extra_env: dict[str, str] = field(default_factory=dict)
     keep_logs: bool = False  # every worker's stderr kept (sanitizer runs grep them)
     regressions: Path | None = REGRESSIONS  # where fusekit crashes are saved
@@ -448,7 +449,7 @@ class Campaign:
                 ):
                     f.verdict, f.inferred_from = decided[0].verdict, decided[0].id
                     continue
-                self._decide(f)
+                self._decide(f, first=not decided)
                 decided.append(f)
         for f in self.failures:
             self.results[f.lane][f.id] = {
@@ -460,7 +461,7 @@ class Campaign:
                 saved = self._save(f)
                 f.saved = str(saved) if saved else None
 
-    def _again(self, runtime: str, mode: str, mutant_id: int, kind: str, tries: int = 3) -> str:
+    def _again(self, runtime: str, mode: str, mutant_id: int, kind: str, tries: int = 2) -> str:
         """Outcome of running one mutant alone, retried: heap corruption
         does not crash every time."""
         outcome = ""
@@ -470,8 +471,13 @@ class Campaign:
                 break
         return outcome
 
-    def _decide(self, f: Failure) -> None:
+    def _decide(self, f: Failure, first: bool = True) -> None:
         kind = f.kind
+        if f.site_in_fusekit and not first:
+            # Decided by the stack; the control run is for the record, once
+            # per crash site.
+            f.verdict = f"{kind}-fusekit"
+            return
         f.control = self._again(f.runtime, "control", f.id, kind)
         if not f.site_in_fusekit and f.control == kind:
             f.verdict = f"{kind}-runtime"
