@@ -12,6 +12,7 @@ conversion with it; runtime parity tests feed ``case.job()`` to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,8 @@ def convert_op(
     outputs of each run (a dict of input arrays by spec name).  ``truth``
     is called as ``truth(**inputs, **weights)``."""
     module = op_module(fn, specs, weights)
-    path = workdir / name.replace(" ", "_").replace("/", "_")
+    # TensorFlow globs checkpoint paths: keep brackets and commas out.
+    path = workdir / re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
     tf.saved_model.save(module, str(path))
     result = fusekit.convert(str(path), strict=strict)
     names = list(specs)

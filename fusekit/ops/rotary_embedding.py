@@ -16,6 +16,8 @@ _OP = "fusekit_rotary_embedding"
 def _rotary(
     x: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor, interleaved: bool, rotary_dim: int
 ) -> tf.Tensor:
+    # Under fusekit.unfused() the body gets the caller's arrays as they are.
+    x, cos, sin = (tf.convert_to_tensor(t) for t in (x, cos, sin))
     rotary = cos.shape[-1]
     # The op's inputs are cos/sin as the caller gave them; only the
     # reference lines them up with x's [B, S, H, R].
