@@ -57,6 +57,16 @@ def layer_norm_models(work: Path) -> dict[str, bytes]:
             y = fusekit.ops.layer_norm(x, self.gamma, self.beta, epsilon=1e-5)
             return fusekit.ops.layer_norm(y, self.gamma, self.beta, epsilon=1e-3)
 
+    # scale=False: the op carries (x, beta) and the attrs say which is which.
+    class NoScale(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.beta = tf.Variable(beta)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, depth], tf.float32)])
+        def __call__(self, x):
+            return fusekit.ops.layer_norm(x, None, self.beta)
+
     class Half(tf.Module):
         def __init__(self):
             super().__init__()
@@ -70,6 +80,62 @@ def layer_norm_models(work: Path) -> dict[str, bytes]:
     return {
         "layer_norm_chain": _convert(Chain(), work / "layer_norm_chain"),
         "layer_norm_f16": _convert(Half(), work / "layer_norm_f16"),
+        "layer_norm_no_scale": _convert(NoScale(), work / "layer_norm_no_scale"),
+    }
+
+
+def rms_norm_models(work: Path) -> dict[str, bytes]:
+    import tensorflow as tf
+
+    import fusekit
+
+    gamma = np.linspace(0.5, 1.5, 16).astype(np.float32)
+
+    class Chain(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.gamma = tf.Variable(gamma)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None, 16], tf.float32)])
+        def __call__(self, x):
+            y = fusekit.ops.rms_norm(x, self.gamma)
+            return fusekit.ops.rms_norm(y, self.gamma, epsilon=1e-3)
+
+    return {"rms_norm_chain": _convert(Chain(), work / "rms_norm_chain")}
+
+
+def group_norm_models(work: Path) -> dict[str, bytes]:
+    import tensorflow as tf
+
+    import fusekit
+
+    rng = np.random.default_rng(1)
+    gamma = (rng.random(8) + 0.5).astype(np.float32)
+    beta = rng.standard_normal(8).astype(np.float32)
+
+    class Image(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.gamma = tf.Variable(gamma)
+            self.beta = tf.Variable(beta)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4, 4, 8], tf.float32)])
+        def __call__(self, x):
+            return fusekit.ops.group_norm(x, self.gamma, self.beta, groups=2)
+
+    # No gamma: the op carries (x, beta) and scale/center attrs.
+    class Sequence(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.beta = tf.Variable(beta[:6])
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 5, 6], tf.float32)])
+        def __call__(self, x):
+            return fusekit.ops.group_norm(x, None, self.beta, groups=3)
+
+    return {
+        "group_norm_image": _convert(Image(), work / "group_norm_image"),
+        "group_norm_no_scale": _convert(Sequence(), work / "group_norm_no_scale"),
     }
 
 
@@ -78,23 +144,7 @@ def rotary_embedding_models(work: Path) -> dict[str, bytes]:
 
     import fusekit
 
-    # The kernel's composite, written from its documented semantics
-    # (custom_ops_cc/kernels/rotary_embedding.cc): the model only needs the
-    # op name, its operands and its attrs.
-    @fusekit.composite("fusekit_rotary_embedding", interleaved=False, rotary_dim=0)
-    def rope(x, cos, sin, interleaved, rotary_dim):
-        r = cos.shape[-1]
-        # cos/sin [S, R] and [B, S, R] broadcast over heads: [.., S, 1, R].
-        if cos.shape.rank < 4:
-            cos, sin = cos[..., None, :], sin[..., None, :]
-        head, rest = x[..., :r], x[..., r:]
-        if interleaved:
-            pairs = tf.reshape(head, tf.concat([tf.shape(head)[:-1], [r // 2, 2]], 0))
-            rot = tf.reshape(tf.stack([-pairs[..., 1], pairs[..., 0]], -1), tf.shape(head))
-        else:
-            rot = tf.concat([-head[..., r // 2 :], head[..., : r // 2]], -1)
-        return tf.concat([head * cos + rot * sin, rest], -1)
-
+    rope = fusekit.ops.rotary_embedding
     seq, heads, depth = 4, 2, 8
     angles = np.arange(seq)[:, None] * (1.0 / 10000 ** (np.arange(depth) / depth))[None, :]
 
@@ -179,6 +229,8 @@ def my_custom_fused_op_models(work: Path) -> dict[str, bytes]:
 LIBRARY: dict[str, Builder] = {
     "fusekit_layer_norm": layer_norm_models,
     "fusekit_rotary_embedding": rotary_embedding_models,
+    "fusekit_rms_norm": rms_norm_models,
+    "fusekit_group_norm": group_norm_models,
 }
 
 # Ops of the user plugin built from USER_PLUGIN_SOURCES -> base models.
@@ -199,14 +251,16 @@ def build_plugin(extra_cflags: tuple[str, ...] = ()) -> str:
     )
 
 
-def build_base_models(work: Path) -> dict[str, bytes]:
-    """Every base model, converted once and cached as files under `work`
-    (a later call with the same folder reads them back)."""
+def build_base_models(work: Path, library_kernels: list[str]) -> dict[str, bytes]:
+    """The base models of the library's kernels and the user ops, converted
+    once and cached as files under `work` (a later call with the same folder
+    reads them back).  A builder listed before its kernel exists is skipped."""
     done = work / "models"
     if done.is_dir():
         return {p.stem: p.read_bytes() for p in sorted(done.glob("*.tflite"))}
     models: dict[str, bytes] = {}
-    for builder in [*LIBRARY.values(), *USER.values()]:
+    wanted = [LIBRARY[k] for k in sorted(LIBRARY) if k in library_kernels]
+    for builder in [*wanted, *USER.values()]:
         sub = work / "saved" / builder.__name__
         sub.mkdir(parents=True, exist_ok=True)
         for name, model in builder(sub).items():

@@ -42,7 +42,7 @@ def prepare(work: Path, extra_cflags: tuple[str, ...] = (), sanitized: bool = Fa
         raise ValueError(
             f"kernels without a fuzz model builder in tests/fuzz/builders.py: {missing}"
         )
-    models = builders.build_base_models(work / "base")
+    models = builders.build_base_models(work / "base", library_ops)
     kernels = library_ops + user_ops
     bases = mutate.describe_bases(models, set(kernels))
     settings = engine.Settings(
@@ -55,6 +55,7 @@ def prepare(work: Path, extra_cflags: tuple[str, ...] = (), sanitized: bool = Fa
     if sanitized:
         settings.rlimit_as = None
         settings.keep_logs = True
+        settings.faulthandler = False
     return settings, bases, kernels
 
 

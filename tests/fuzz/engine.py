@@ -110,6 +110,9 @@ class Settings:
 
     control_per_signature: int = 2
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Python frames of a crash; off under ASan, which would report
+    # faulthandler's re-raised signal instead of the crash.
+    faulthandler: bool = True
     keep_logs: bool = False  # every worker's stderr kept (sanitizer runs grep them)
     regressions: Path | None = REGRESSIONS  # where fusekit crashes are saved
 
@@ -206,9 +209,9 @@ class Campaign:
 
     def _env(self, runtime: str) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(
-            {"PYTHONFAULTHANDLER": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
-        )
+        env.update({"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"})
+        if self.s.faulthandler:
+            env["PYTHONFAULTHANDLER"] = "1"
         if self.s.rlimit_as and runtime in self.s.rlimit_as:
             env["FUSEKIT_FUZZ_RLIMIT_AS"] = str(self.s.rlimit_as[runtime])
         env.update(self.s.extra_env)
@@ -440,7 +443,9 @@ class Campaign:
         for f in self.failures:
             f.native = _native_frames(f.stderr)
             self._classify_stack(f)
-            groups[(f.lane, f.kind, f.returncode, tuple(_signature(f.native)))].append(f)
+            # Without a stack nothing says two crashes are one: no grouping.
+            site = tuple(_signature(f.native)) or ("id", f.id)
+            groups[(f.lane, f.kind, f.returncode, site)].append(f)
         for members in groups.values():
             decided: list[Failure] = []
             for f in members:
