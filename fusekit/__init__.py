@@ -37,6 +37,7 @@ _LAZY = {
     "ConversionResult": ("fusekit.conversion.converter", "ConversionResult"),
     "inspect": ("fusekit.conversion.plan", "inspect"),
     "converter_hook": ("fusekit.conversion.hook", "converter_hook"),
+    "keras": ("fusekit.keras", None),
 }
 
 
@@ -67,6 +68,7 @@ __all__ = [
     "convert",
     "converter_hook",
     "inspect",
+    "keras",
     "kernel_names",
     "library_path",
     "load_delegate",

@@ -1,0 +1,41 @@
+"""Keras 3 drop-ins computed by fusekit composites, and ``fuse`` to swap
+them into an existing model.
+
+    import fusekit
+    fused = fusekit.keras.fuse(model)      # a new model; model is unchanged
+    result = fusekit.convert(fused)        # one fused op per swapped layer
+
+Importing this module registers the drop-ins with Keras' serialization
+(package "fusekit"): import it before loading a saved model that holds
+them.  Needs TensorFlow and Keras 3.
+"""
+
+from fusekit.keras.fuse import (
+    SWAPS,
+    FuseReport,
+    LayerEntry,
+    SwapFunction,
+    class_swap,
+    fuse,
+    register_swap,
+)
+from fusekit.keras.layers import (
+    DROP_INS,
+    GroupNormalization,
+    LayerNormalization,
+    RMSNormalization,
+)
+
+__all__ = [
+    "DROP_INS",
+    "SWAPS",
+    "FuseReport",
+    "GroupNormalization",
+    "LayerEntry",
+    "LayerNormalization",
+    "RMSNormalization",
+    "SwapFunction",
+    "class_swap",
+    "fuse",
+    "register_swap",
+]
