@@ -4,9 +4,12 @@ as regression cases.
 
 Outcomes per (runtime, mutant): ok, error (a Python exception: the clean
 failure fusekit promises), crash-fusekit, crash-runtime, hang-fusekit,
-hang-runtime.  A crash or hang is the runtime's own only when fusekit code
-is not on its native stack AND the control delegate (no fusekit code,
-control_delegate.cc) crashes or hangs the runtime on the same mutant too.
+hang-runtime.  A crash or hang is the runtime's own only when its site (the
+innermost frame outside libc and libstdc++) is not in fusekit's libraries
+AND the control delegate (no fusekit code, control_delegate.cc) crashes or
+hangs the runtime on the same mutant too.  A runtime crashing inside a call
+fusekit made into it (fusekit frames below the site) is the runtime's when
+the control, making the same kind of calls, crashes it as well.
 """
 
 from __future__ import annotations
@@ -104,10 +107,7 @@ class Settings:
         default_factory=lambda: {"litert": 4 << 30, "tflite_runtime": 4 << 30, "tf": 8 << 30}
     )
     gdb: bool = shutil.which("gdb") is not None
-
-    def lanes(self) -> list[tuple[str, str]]:
-        return [(r, m) for m in self.modes for r in self.runtimes]
-
+    # Crashes at one site: this many are triaged, the rest take their verdict.
     control_per_signature: int = 2
     extra_env: dict[str, str] = field(default_factory=dict)
     # Python frames of a crash; off under ASan, which would report
@@ -115,6 +115,9 @@ class Settings:
     faulthandler: bool = True
     keep_logs: bool = False  # every worker's stderr kept (sanitizer runs grep them)
     regressions: Path | None = REGRESSIONS  # where fusekit crashes are saved
+
+    def lanes(self) -> list[tuple[str, str]]:
+        return [(r, m) for m in self.modes for r in self.runtimes]
 
 
 # ----------------------------------------------------------------- corpus
@@ -136,7 +139,7 @@ def write_corpus(folder: Path, mutants: list[Mutant]) -> tuple[Path, Path]:
                 "length": len(mu.model),
                 "runs": mu.runs,
                 "threads": mu.threads,
-                "seed": mu.id,
+                "input_seed": mu.id,
             }
             m.write(json.dumps(entry) + "\n")
             d.write(
@@ -219,9 +222,9 @@ class Campaign:
             env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), self.s.crash_trace]))
         return env
 
-    def _spawn(self, runtime: str, mode: str, start: int, stop: int, tag: str = "") -> Worker:
+    def _spawn(self, runtime: str, mode: str, start: int, stop: int) -> Worker:
         self.counter += 1
-        stem = self.folder / "workers" / f"{runtime}-{mode}-{self.counter}{tag}"
+        stem = self.folder / "workers" / f"{runtime}-{mode}-{self.counter}"
         stem.parent.mkdir(parents=True, exist_ok=True)
         progress, log = stem.with_suffix(".progress"), stem.with_suffix(".log")
         progress.write_text("")
@@ -313,6 +316,9 @@ class Campaign:
                 self._read(w, sink[lane_name(w.runtime, w.mode)])
                 code = w.proc.poll()
                 if code is None:
+                    if w.current is None and w.last is None and time.time() - w.since > 300:
+                        os.killpg(w.proc.pid, signal.SIGKILL)
+                        raise RuntimeError(f"fuzz worker did not start in 300 s: {w.log}")
                     if w.current is not None and time.time() - w.since > self.s.timeout:
                         stack = self._stack_of_hang(w)
                         os.killpg(w.proc.pid, signal.SIGKILL)

@@ -106,7 +106,7 @@ def default_shape(detail) -> list[int]:
 
 
 def run_mutant(make_interpreter, spec, model: bytes) -> None:
-    rng = np.random.default_rng(spec.get("seed", 0))
+    rng = np.random.default_rng(spec.get("input_seed", 0))
     interp = make_interpreter(model, spec.get("threads", 1))
     try:
         runs = spec.get("runs") or [{}]
