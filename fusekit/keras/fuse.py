@@ -63,8 +63,9 @@ def register_swap(keras_class: type, swap: SwapFunction) -> None:
 
 @dataclass
 class LayerEntry:
-    """One layer fuse looked at: its path (layer names from the model down,
-    joined by '/'), its class, and the drop-in or the reason it was left."""
+    """One layer fuse looked at: its path (names of the original model's
+    layers from the top down, joined by '/'), its class, and the drop-in or
+    the reason it was left."""
 
     path: str
     keras_class: str
@@ -108,19 +109,31 @@ def _children(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
     return list(layer._flatten_layers(include_self=False, recursive=False))
 
 
-def _walk(root: keras.layers.Layer) -> Iterator[tuple[str, keras.layers.Layer]]:
+def _walk(
+    copy: keras.layers.Layer, original: keras.layers.Layer
+) -> Iterator[tuple[str, keras.layers.Layer]]:
+    """Every layer under ``copy`` once, with its path in ``original``: the
+    copy has the same structure, but sub-layers a custom layer creates in
+    its constructor get new automatic names there."""
     seen: set[int] = set()
 
-    def visit(layer: keras.layers.Layer, path: str) -> Iterator[tuple[str, keras.layers.Layer]]:
-        for child in _children(layer):
+    def visit(
+        layer: keras.layers.Layer, twin: keras.layers.Layer | None, path: str
+    ) -> Iterator[tuple[str, keras.layers.Layer]]:
+        children = _children(layer)
+        twins = _children(twin) if twin is not None else []
+        if len(twins) != len(children):
+            twins = [None] * len(children)
+        for child, child_twin in zip(children, twins):
             if id(child) in seen:  # a shared layer is swapped once
                 continue
             seen.add(id(child))
-            child_path = f"{path}/{child.name}" if path else child.name
+            name = (child_twin if child_twin is not None else child).name
+            child_path = f"{path}/{name}" if path else name
             yield child_path, child
-            yield from visit(child, child_path)
+            yield from visit(child, child_twin, child_path)
 
-    yield from visit(root, "")
+    yield from visit(copy, original, "")
 
 
 def _subclass_reason(layer: keras.layers.Layer) -> str | None:
@@ -213,7 +226,7 @@ def fuse(model: keras.Model, verbose: bool = True) -> keras.Model:
         copy = _copy_other(model)
 
     report = FuseReport()
-    for path, layer in _walk(copy):
+    for path, layer in _walk(copy, model):
         swap = SWAPS.get(type(layer))
         if swap is None:
             reason = _subclass_reason(layer)
