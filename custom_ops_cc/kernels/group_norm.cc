@@ -50,6 +50,36 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 size_t GroupNormLanes() { return hn::Lanes(hn::ScalableTag<float>()); }
 
+// Accumulates R rows of x (row stride W) into s1/s2 around shift, one column
+// vector at a time; the partial last vector of a row (W % lanes floats)
+// loads zeros against the zero padding of shift.  Two partial sums per
+// column keep the dependency chains short.
+template <int R, class D>
+HWY_INLINE void StatsRows(D d, const float* HWY_RESTRICT p, int64_t W, int64_t full,
+                          size_t rest, int64_t padded, const float* HWY_RESTRICT shift,
+                          float* HWY_RESTRICT s1, float* HWY_RESTRICT s2) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t j = 0; j < padded; j += lanes) {
+    const bool whole = j < full;
+    const auto sh = hn::Load(d, shift + j);
+    auto a1 = hn::Zero(d), b1 = hn::Zero(d), a2 = hn::Zero(d), b2 = hn::Zero(d);
+    for (int k = 0; k < R; k += 2) {
+      const float* q = p + k * W + j;
+      const auto d0 = hn::Sub(whole ? hn::LoadU(d, q) : LoadTail(d, q, rest), sh);
+      a1 = hn::Add(a1, d0);
+      a2 = hn::MulAdd(d0, d0, a2);
+      if (k + 1 < R) {
+        const auto d1 =
+            hn::Sub(whole ? hn::LoadU(d, q + W) : LoadTail(d, q + W, rest), sh);
+        b1 = hn::Add(b1, d1);
+        b2 = hn::MulAdd(d1, d1, b2);
+      }
+    }
+    hn::Store(hn::Add(hn::Load(d, s1 + j), hn::Add(a1, b1)), d, s1 + j);
+    hn::Store(hn::Add(hn::Load(d, s2 + j), hn::Add(a2, b2)), d, s2 + j);
+  }
+}
+
 // Statistics of rows [row_begin, row_end) of one batch item xb, viewed as
 // full_rows rows of W floats followed by one partial row of `tail` floats.
 // shift, acc: W floats padded with zeros to a whole number of vectors (acc
@@ -66,41 +96,17 @@ void GroupNormStats(const float* HWY_RESTRICT xb, int64_t W, int64_t C,
   float* HWY_RESTRICT s2 = acc + padded;
   for (int64_t j = 0; j < 2 * padded; j += lanes) hn::Store(hn::Zero(d), d, acc + j);
 
-  // Columns [0, full) are whole vectors; a row of W % lanes != 0 ends in a
-  // masked vector whose missing lanes load 0 against a zero-padded shift.
   const int64_t full = W / lanes * lanes;
   const size_t rest = static_cast<size_t>(W - full);
   const int64_t end_full = row_end < full_rows ? row_end : full_rows;
   int64_t r = row_begin;
-  // Four rows per sweep: the accumulators of a column are loaded and stored
-  // once per four vectors of x.
-  for (; r + 4 <= end_full; r += 4) {
-    const float* HWY_RESTRICT p = xb + r * W;
-    for (int64_t j = 0; j < padded; j += lanes) {
-      const bool whole = j < full;
-      const auto sh = hn::Load(d, shift + j);
-      const auto d0 = hn::Sub(whole ? hn::LoadU(d, p + j) : LoadTail(d, p + j, rest), sh);
-      const auto d1 =
-          hn::Sub(whole ? hn::LoadU(d, p + W + j) : LoadTail(d, p + W + j, rest), sh);
-      const auto d2 = hn::Sub(
-          whole ? hn::LoadU(d, p + 2 * W + j) : LoadTail(d, p + 2 * W + j, rest), sh);
-      const auto d3 = hn::Sub(
-          whole ? hn::LoadU(d, p + 3 * W + j) : LoadTail(d, p + 3 * W + j, rest), sh);
-      const auto q01 = hn::MulAdd(d1, d1, hn::Mul(d0, d0));
-      const auto q23 = hn::MulAdd(d3, d3, hn::Mul(d2, d2));
-      hn::Store(hn::Add(hn::Load(d, s1 + j), hn::Add(hn::Add(d0, d1), hn::Add(d2, d3))), d,
-                s1 + j);
-      hn::Store(hn::Add(hn::Load(d, s2 + j), hn::Add(q01, q23)), d, s2 + j);
-    }
+  // Eight rows per sweep: a column's accumulators are loaded and stored once
+  // per eight vectors of x, which keeps the sweep at load-port speed.
+  for (; r + 8 <= end_full; r += 8) {
+    StatsRows<8>(d, xb + r * W, W, full, rest, padded, shift, s1, s2);
   }
   for (; r < end_full; ++r) {
-    const float* HWY_RESTRICT p = xb + r * W;
-    for (int64_t j = 0; j < padded; j += lanes) {
-      const auto v = j < full ? hn::LoadU(d, p + j) : LoadTail(d, p + j, rest);
-      const auto dv = hn::Sub(v, hn::Load(d, shift + j));
-      hn::Store(hn::Add(hn::Load(d, s1 + j), dv), d, s1 + j);
-      hn::Store(hn::MulAdd(dv, dv, hn::Load(d, s2 + j)), d, s2 + j);
-    }
+    StatsRows<1>(d, xb + r * W, W, full, rest, padded, shift, s1, s2);
   }
   if (row_end > full_rows && tail > 0) {
     // The partial last row holds `tail` floats (whole positions); lanes past
@@ -127,6 +133,34 @@ void GroupNormStats(const float* HWY_RESTRICT xb, int64_t W, int64_t C,
   }
 }
 
+// y = (x - shift) * scale + offset on R rows, one column vector at a time:
+// the three parameter vectors are loaded once per R vectors of x.
+template <int R, class D>
+HWY_INLINE void ApplyRows(D d, const float* HWY_RESTRICT p, float* HWY_RESTRICT o,
+                          int64_t W, int64_t full, size_t rest,
+                          const float* HWY_RESTRICT shift, const float* HWY_RESTRICT scale,
+                          const float* HWY_RESTRICT offset) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t j = 0; j < full; j += lanes) {
+    const auto sh = hn::Load(d, shift + j);
+    const auto sc = hn::Load(d, scale + j);
+    const auto of = hn::Load(d, offset + j);
+    for (int k = 0; k < R; ++k) {
+      const int64_t at = k * W + j;
+      hn::StoreU(hn::MulAdd(hn::Sub(hn::LoadU(d, p + at), sh), sc, of), d, o + at);
+    }
+  }
+  if (rest > 0) {
+    const auto sh = hn::Load(d, shift + full);
+    const auto sc = hn::Load(d, scale + full);
+    const auto of = hn::Load(d, offset + full);
+    for (int k = 0; k < R; ++k) {
+      const int64_t at = k * W + full;
+      StoreTail(hn::MulAdd(hn::Sub(LoadTail(d, p + at, rest), sh), sc, of), d, o + at, rest);
+    }
+  }
+}
+
 // y = (x - shift) * scale + offset for rows [row_begin, row_end) (same row
 // view as GroupNormStats); shift, scale, offset are W floats, zero-padded.
 void GroupNormApply(const float* HWY_RESTRICT xb, float* HWY_RESTRICT yb, int64_t W,
@@ -135,52 +169,15 @@ void GroupNormApply(const float* HWY_RESTRICT xb, float* HWY_RESTRICT yb, int64_
                     const float* HWY_RESTRICT offset) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t padded = (W + lanes - 1) / lanes * lanes;
   const int64_t full = W / lanes * lanes;
   const size_t rest = static_cast<size_t>(W - full);
   const int64_t end_full = row_end < full_rows ? row_end : full_rows;
   int64_t r = row_begin;
-  // Four rows per sweep: the three parameter vectors of a column are loaded
-  // once per four vectors of x.
-  for (; r + 4 <= end_full; r += 4) {
-    const float* HWY_RESTRICT p = xb + r * W;
-    float* HWY_RESTRICT o = yb + r * W;
-    for (int64_t j = 0; j < full; j += lanes) {
-      const auto sh = hn::Load(d, shift + j);
-      const auto sc = hn::Load(d, scale + j);
-      const auto of = hn::Load(d, offset + j);
-      hn::StoreU(hn::MulAdd(hn::Sub(hn::LoadU(d, p + j), sh), sc, of), d, o + j);
-      hn::StoreU(hn::MulAdd(hn::Sub(hn::LoadU(d, p + W + j), sh), sc, of), d, o + W + j);
-      hn::StoreU(hn::MulAdd(hn::Sub(hn::LoadU(d, p + 2 * W + j), sh), sc, of), d,
-                 o + 2 * W + j);
-      hn::StoreU(hn::MulAdd(hn::Sub(hn::LoadU(d, p + 3 * W + j), sh), sc, of), d,
-                 o + 3 * W + j);
-    }
-    if (full < padded) {
-      const auto sh = hn::Load(d, shift + full);
-      const auto sc = hn::Load(d, scale + full);
-      const auto of = hn::Load(d, offset + full);
-      for (int64_t k = 0; k < 4; ++k) {
-        const int64_t at = k * W + full;
-        StoreTail(hn::MulAdd(hn::Sub(LoadTail(d, p + at, rest), sh), sc, of), d, o + at,
-                  rest);
-      }
-    }
+  for (; r + 8 <= end_full; r += 8) {
+    ApplyRows<8>(d, xb + r * W, yb + r * W, W, full, rest, shift, scale, offset);
   }
   for (; r < end_full; ++r) {
-    const float* HWY_RESTRICT p = xb + r * W;
-    float* HWY_RESTRICT o = yb + r * W;
-    for (int64_t j = 0; j < padded; j += lanes) {
-      const bool whole = j < full;
-      const auto v = whole ? hn::LoadU(d, p + j) : LoadTail(d, p + j, rest);
-      const auto out = hn::MulAdd(hn::Sub(v, hn::Load(d, shift + j)),
-                                  hn::Load(d, scale + j), hn::Load(d, offset + j));
-      if (whole) {
-        hn::StoreU(out, d, o + j);
-      } else {
-        StoreTail(out, d, o + j, rest);
-      }
-    }
+    ApplyRows<1>(d, xb + r * W, yb + r * W, W, full, rest, shift, scale, offset);
   }
   if (row_end > full_rows && tail > 0) {
     const float* HWY_RESTRICT p = xb + full_rows * W;

@@ -12,7 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from flatbuffers import flexbuffers
+from model_surgery import custom_ops, edit, set_constant
 from op_cases import OpCase, convert_op, fused_ops
+from runtimes import RUNTIMES, Job, run_jobs
 
 import fusekit
 
@@ -259,3 +262,323 @@ def test_converts_to_one_fused_op(group_cases):
 
 # ------------------------------------------------------------ runtime parity
 # (kernel: custom_ops_cc/kernels/group_norm.cc, added with the kernel)
+#
+# The kernel on every runtime (tflite-runtime through the delegate and the
+# registerer) against the TF composite and the float64 reference, on the
+# composite section's cases plus this section's own, chosen for the
+# kernel's code paths: channels that are a multiple of the vector width
+# (128, 256) or not (3, 12, 33, 40, 1001, 4097, where the kernel's
+# accumulator row spans several positions or ends in a masked vector),
+# groups 1, 2, 4, 7, 32 and C, rank 2 to 5, batch 1 and batches resized
+# between runs, a 1e4 offset and a 1e3 spread, and shapes large enough to
+# split between threads both by batch item ([8, 32, 32, 128]) and within
+# one ([1, 64, 64, 256], [3, 4, 4, 128]).  Then 2 threads against 1, and
+# clear errors for bad input.
+
+GROUP_OP = "fusekit_group_norm"
+# Relative to the largest output magnitude (at least 1): a few float32
+# roundings.  The kernel's sums are shifted and combined in double, so
+# unlike the composite it needs no allowance for large offsets.
+GROUP_TOLERANCE = 1e-6
+
+
+def _rel(got: np.ndarray, ref: np.ndarray) -> float:
+    got64, ref64 = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    return float(np.abs(got64 - ref64).max() / max(np.abs(ref64).max(), 1.0))
+
+
+@pytest.fixture(scope="session")
+def group_kernel_cases(session_dir, group_cases) -> list[OpCase]:
+    rng = np.random.default_rng(11)
+    # (input signature, groups, variant, runs as (x shape, kind))
+    plan = [
+        (
+            [None, None, None, 128],
+            32,
+            "gamma+beta",
+            [
+                ((8, 32, 32, 128), "normal"),
+                ((1, 1, 1, 128), "normal"),
+                ((2, 7, 9, 128), "offset"),
+                ((3, 4, 4, 128), "wide"),
+            ],
+        ),
+        (
+            [None, None, None, 256],
+            32,
+            "gamma",
+            [((1, 64, 64, 256), "normal"), ((1, 64, 64, 256), "offset")],
+        ),
+        (
+            [None, 3, 4, 5, 40],
+            4,
+            "gamma",
+            [((2, 3, 4, 5, 40), "normal"), ((1, 3, 4, 5, 40), "offset")],
+        ),
+        (
+            [None, None, 33],
+            33,
+            "none",
+            [((2, 7, 33), "normal"), ((1, 1, 33), "normal"), ((3, 5, 33), "offset")],
+        ),
+        (
+            [None, None, 4097],
+            1,
+            "gamma+beta",
+            [((1, 3, 4097), "normal"), ((2, 5, 4097), "offset")],
+        ),
+        ([None, None, 1001], 7, "beta", [((3, 50, 1001), "normal"), ((1, 2, 1001), "wide")]),
+        (
+            [None, 12],
+            2,
+            "gamma+beta",
+            [((5, 12), "normal"), ((1, 12), "normal"), ((64, 12), "offset")],
+        ),
+        (
+            [None, None, None, 3],
+            1,
+            "gamma+beta",
+            [((2, 5, 7, 3), "normal"), ((1, 1, 1, 3), "normal"), ((2, 9, 9, 3), "offset")],
+        ),
+        (
+            [None, None, None, None, 8],
+            2,
+            "beta",
+            [((2, 3, 1, 4, 8), "wide"), ((1, 1, 1, 1, 8), "normal")],
+        ),
+    ]
+    extra = []
+    for signature, groups, variant, runs in plan:
+        channels = signature[-1]
+        gamma, beta = _weights(rng, channels, *VARIANTS[variant])
+        weights = {k: v for k, v in (("gamma", gamma), ("beta", beta)) if v is not None}
+
+        def fn(x, gamma=None, beta=None, groups=groups):
+            return fusekit.ops.group_norm(x, gamma, beta, groups=groups)
+
+        def exact(x, gamma=None, beta=None, groups=groups):
+            return truth(x, gamma, beta, groups)
+
+        extra.append(
+            convert_op(
+                session_dir,
+                f"gn kernel C={channels} rank={len(signature)} groups={groups} {variant}",
+                fn,
+                {"x": signature},
+                [{"x": _data(rng, shape, kind)} for shape, kind in runs],
+                truth=exact,
+                weights=weights,
+            )
+        )
+    return list(group_cases) + extra
+
+
+def _modes(runtime: str) -> list[str]:
+    return ["delegate", "registerer"] if runtime == "tflite_runtime" else ["delegate"]
+
+
+def _parity_failures(cases, jobs, outcomes) -> list[str]:
+    failures = []
+    for case, job, outcome in zip(cases, jobs, outcomes):
+        label = f"{case.name} ({job.mode}, {job.num_threads} threads)"
+        if outcome.error:
+            failures.append(f"{label}: {outcome.error}")
+            continue
+        for r, (got, ref, exact) in enumerate(zip(outcome.outputs, case.reference, case.truth)):
+            (y,) = got
+            if y.shape != exact[0].shape or y.dtype != np.float32:
+                failures.append(f"{label} run {r}: {y.dtype}{y.shape} != {exact[0].shape}")
+                continue
+            ours, theirs, apart = _rel(y, exact[0]), _rel(ref[0], exact[0]), _rel(y, ref[0])
+            # Within a few roundings of the exact value, and close to
+            # TensorFlow unless TensorFlow is the one further from it (its
+            # float32 moments lose digits on offset data and long groups).
+            if ours > GROUP_TOLERANCE or (apart > 1e-5 and ours > theirs):
+                failures.append(
+                    f"{label} run {r}: rel err {ours:.2e} vs float64 "
+                    f"(TF: {theirs:.2e}), {apart:.2e} vs TF"
+                )
+    return failures
+
+
+@pytest.fixture(scope="session")
+def group_outcomes(group_kernel_cases):
+    """(runtime, threads) -> (jobs, outcomes) of every case per mode; run once."""
+    cache: dict = {}
+
+    def get(runtime: str, threads: int):
+        key = (runtime, threads)
+        if key not in cache:
+            jobs = [
+                c.job(mode=mode, num_threads=threads)
+                for mode in _modes(runtime)
+                for c in group_kernel_cases
+            ]
+            cache[key] = (jobs, run_jobs(runtime, jobs))
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_kernel_parity(runtime, group_kernel_cases, group_outcomes):
+    jobs, outcomes = group_outcomes(runtime, 1)
+    cases = group_kernel_cases * len(_modes(runtime))
+    failures = _parity_failures(cases, jobs, outcomes)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_two_threads_match_one(runtime, group_kernel_cases, group_outcomes):
+    # The kernel splits work the same way for any thread count and adds
+    # partial sums in a fixed order: the bits do not change.
+    _, one = group_outcomes(runtime, 1)
+    jobs, two = group_outcomes(runtime, 2)
+    cases = group_kernel_cases * len(_modes(runtime))
+    failures = _parity_failures(cases, jobs, two)
+    for case, a, b in zip(cases, one, two):
+        if a.error or b.error:
+            continue
+        for r, (ya, yb) in enumerate(zip(a.outputs, b.outputs)):
+            if not np.array_equal(ya[0], yb[0]):
+                failures.append(f"{case.name} run {r}: 2 threads differ from 1")
+    assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------- group bad input
+
+
+@pytest.fixture(scope="session")
+def group_bad_model(session_dir) -> bytes:
+    rng = np.random.default_rng(12)
+    gamma, beta = _weights(rng, 8, True, True)
+    return convert_op(
+        session_dir,
+        "gn bad",
+        lambda x, gamma, beta: fusekit.ops.group_norm(x, gamma, beta, groups=2),
+        {"x": [None, None, None, 8]},
+        [{"x": np.ones((2, 3, 3, 8), np.float32)}],
+        weights={"gamma": gamma, "beta": beta},
+    ).model
+
+
+def _group_op(m):
+    return custom_ops(m, GROUP_OP)[0]
+
+
+def _group_x_int32(m):
+    op = _group_op(m)
+    for index in (m.subgraphs[0].inputs[0], op.inputs[0]):
+        m.subgraphs[0].tensors[index].type = 2  # INT32
+
+
+def _group_constant(position, value, type_code=None):
+    def change(m):
+        index = _group_op(m).inputs[position]
+        set_constant(m, index, value)
+        if type_code is not None:
+            m.subgraphs[0].tensors[index].type = type_code
+
+    return change
+
+
+def _group_options(**attrs):
+    def change(m):
+        options = {"epsilon": 1e-5, "groups": 2, **attrs}
+        options = {k: v for k, v in options.items() if v is not None}
+        _group_op(m).customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+
+    return change
+
+
+def _group_drop_beta(m):
+    op = _group_op(m)
+    op.inputs = op.inputs[:2]
+
+
+ONES = np.ones((2, 3, 3, 8), np.float32)
+# name -> (model edit or None, x fed, expected message)
+GROUP_BAD = {
+    "x int32": (_group_x_int32, ONES.astype(np.int32), "input 'x' must be float32, got int32"),
+    "beta float16": (
+        _group_constant(2, np.ones(8, np.float16), 1),  # schema TensorType FLOAT16
+        None,
+        "input 'beta' must be float32, got float16",
+    ),
+    "x of rank 1": (
+        None,
+        np.ones(8, np.float32),
+        "input x must have rank 2 to 5 ([batch, *spatial, channels], channels last), got rank 1",
+    ),
+    "x of rank 6": (None, np.ones((1, 2, 1, 2, 1, 8), np.float32), "got rank 6"),
+    "gamma of length 5": (
+        _group_constant(1, np.ones(5, np.float32)),
+        None,
+        "gamma must be a vector of length 8 (x's channels, last dim), got 5 elements in rank 1",
+    ),
+    "beta [1, 8]": (
+        _group_constant(2, np.ones((1, 8), np.float32)),
+        None,
+        "beta must be a vector of length 8 (x's channels, last dim), got 8 elements in rank 2",
+    ),
+    "x with 6 channels": (
+        None,
+        np.ones((2, 3, 3, 6), np.float32),
+        "gamma must be a vector of length 6",
+    ),
+    "groups not dividing C": (
+        _group_options(groups=3),
+        None,
+        "attr groups=3 does not divide the 8 channels of x (last dim)",
+    ),
+    "x's channels not divisible": (
+        None,
+        np.ones((1, 2, 2, 7), np.float32),
+        "attr groups=2 does not divide the 7 channels of x (last dim)",
+    ),
+    "groups 0": (_group_options(groups=0), None, "attr 'groups' must be > 0, got 0"),
+    "groups -4": (_group_options(groups=-4), None, "attr 'groups' must be > 0, got -4"),
+    "groups missing": (
+        _group_options(groups=None),
+        None,
+        "required attr 'groups' (int) is missing",
+    ),
+    "groups a string": (
+        _group_options(groups="2"),
+        None,
+        "attr 'groups' must be int, got string",
+    ),
+    "groups a float": (_group_options(groups=2.0), None, "attr 'groups' must be int, got float"),
+    "epsilon a string": (
+        _group_options(epsilon="tiny"),
+        None,
+        "attr 'epsilon' must be float, got string",
+    ),
+    "epsilon negative": (
+        _group_options(epsilon=-1.0),
+        None,
+        "attr 'epsilon' must be a finite number >= 0",
+    ),
+    "center false, beta given": (
+        _group_options(scale=True, center=False),
+        None,
+        "expected 2 inputs (x, gamma, from attrs scale=1 center=0), got 3",
+    ),
+    "beta missing": (_group_drop_beta, None, "expected 3 inputs (x, gamma, beta"),
+}
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_kernel_bad_input_gives_clear_error(runtime, group_bad_model):
+    jobs = []
+    for change, x, _ in GROUP_BAD.values():
+        model = edit(group_bad_model, change) if change else group_bad_model
+        jobs.append(Job(model, [[ONES if x is None else x]]))
+    outcomes = run_jobs(runtime, jobs)
+    failures = []
+    for name, outcome, (_, _, message) in zip(GROUP_BAD, outcomes, GROUP_BAD.values()):
+        if outcome.error is None:
+            failures.append(f"{name}: no error")
+        elif GROUP_OP not in outcome.error or message not in outcome.error:
+            failures.append(f"{name}: {outcome.error}")
+    assert not failures, "\n".join(failures)

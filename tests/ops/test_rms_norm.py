@@ -11,7 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from flatbuffers import flexbuffers
+from model_surgery import custom_ops, edit, set_constant
 from op_cases import OpCase, convert_op, fused_ops
+from runtimes import RUNTIMES, Job, run_jobs
 
 import fusekit
 
@@ -175,3 +178,235 @@ def test_one_op_per_call_with_distinct_epsilons(session_dir):
 
 # ------------------------------------------------------------ runtime parity
 # (kernel: custom_ops_cc/kernels/rms_norm.cc, added with the kernel)
+#
+# The kernel on every runtime (tflite-runtime through the delegate and the
+# registerer) against the TF composite and the float64 reference, on the
+# composite section's cases plus a few of this section's own: D=3 and 33,
+# rank 1, 2 and 4, the [8, 128, 768] benchmark shape; then 2 threads
+# against 1, and clear errors for bad input.
+
+RMS_OP = "fusekit_rms_norm"
+# Relative to the largest output magnitude: a few float32 roundings.
+RMS_TOLERANCE = 1e-6
+
+
+def _rel(got: np.ndarray, ref: np.ndarray) -> float:
+    got64, ref64 = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    return float(np.abs(got64 - ref64).max() / max(np.abs(ref64).max(), 1.0))
+
+
+@pytest.fixture(scope="session")
+def rms_kernel_cases(session_dir, rms_cases) -> list[OpCase]:
+    rng = np.random.default_rng(7)
+    extra = []
+    for depth, signature, leads in [
+        (3, [None, 3], [((1,), "normal"), ((5,), "normal"), ((9,), "offset")]),
+        (
+            33,
+            [None, None, None, 33],
+            [
+                ((1, 1, 1), "normal"),
+                ((2, 3, 4), "normal"),
+                ((2, 1, 3), "offset"),
+                ((1, 5, 2), "wide"),
+            ],
+        ),
+        (768, [768], [((), "normal"), ((), "offset")]),
+        (768, [None, None, 768], [((8, 128), "normal"), ((1, 1), "tiny"), ((2, 33), "wide")]),
+    ]:
+        gamma = (rng.random(depth) + 0.5).astype(np.float32)
+        runs = [{"x": _data(rng, lead + (depth,), kind)} for lead, kind in leads]
+        extra.append(
+            convert_op(
+                session_dir,
+                f"rms kernel D={depth} rank={len(signature)}",
+                lambda x, gamma: fusekit.ops.rms_norm(x, gamma),
+                {"x": signature},
+                runs,
+                truth=lambda x, gamma: truth(x, gamma),
+                weights={"gamma": gamma},
+            )
+        )
+    return list(rms_cases) + extra
+
+
+def _modes(runtime: str) -> list[str]:
+    return ["delegate", "registerer"] if runtime == "tflite_runtime" else ["delegate"]
+
+
+def _parity_failures(cases, jobs, outcomes) -> list[str]:
+    failures = []
+    for case, job, outcome in zip(cases, jobs, outcomes):
+        label = f"{case.name} ({job.mode}, {job.num_threads} threads)"
+        if outcome.error:
+            failures.append(f"{label}: {outcome.error}")
+            continue
+        for r, (got, ref, exact) in enumerate(zip(outcome.outputs, case.reference, case.truth)):
+            (y,) = got
+            if y.shape != exact[0].shape or y.dtype != np.float32:
+                failures.append(f"{label} run {r}: {y.dtype}{y.shape} != {exact[0].shape}")
+                continue
+            ours, theirs, apart = _rel(y, exact[0]), _rel(ref[0], exact[0]), _rel(y, ref[0])
+            # Within a few roundings of the exact value, and close to
+            # TensorFlow unless TensorFlow is the one further from it.
+            if ours > RMS_TOLERANCE or (apart > 1e-5 and ours > theirs):
+                failures.append(
+                    f"{label} run {r}: rel err {ours:.2e} vs float64 "
+                    f"(TF: {theirs:.2e}), {apart:.2e} vs TF"
+                )
+    return failures
+
+
+@pytest.fixture(scope="session")
+def rms_outcomes(rms_kernel_cases):
+    """runtime -> threads -> outcomes of every case, per mode; run once."""
+    cache: dict = {}
+
+    def get(runtime: str, threads: int):
+        key = (runtime, threads)
+        if key not in cache:
+            jobs = [
+                c.job(mode=mode, num_threads=threads)
+                for mode in _modes(runtime)
+                for c in rms_kernel_cases
+            ]
+            cache[key] = (jobs, run_jobs(runtime, jobs))
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_kernel_parity(runtime, rms_kernel_cases, rms_outcomes):
+    jobs, outcomes = rms_outcomes(runtime, 1)
+    cases = rms_kernel_cases * len(_modes(runtime))
+    failures = _parity_failures(cases, jobs, outcomes)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_two_threads_match_one(runtime, rms_kernel_cases, rms_outcomes):
+    # Rows are independent: any split between threads gives the same bits.
+    _, one = rms_outcomes(runtime, 1)
+    jobs, two = rms_outcomes(runtime, 2)
+    cases = rms_kernel_cases * len(_modes(runtime))
+    failures = _parity_failures(cases, jobs, two)
+    for case, a, b in zip(cases, one, two):
+        if a.error or b.error:
+            continue
+        for r, (ya, yb) in enumerate(zip(a.outputs, b.outputs)):
+            if not np.array_equal(ya[0], yb[0]):
+                failures.append(f"{case.name} run {r}: 2 threads differ from 1")
+    assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------ rms bad input
+
+
+@pytest.fixture(scope="session")
+def rms_bad_model(session_dir) -> bytes:
+    gamma = np.linspace(0.5, 1.5, 16).astype(np.float32)
+    x = np.ones((2, 3, 16), np.float32)
+    return convert_op(
+        session_dir,
+        "rms bad",
+        lambda x, gamma: fusekit.ops.rms_norm(x, gamma),
+        {"x": [None, None, 16]},
+        [{"x": x}],
+        weights={"gamma": gamma},
+    ).model
+
+
+def _rms_op(m):
+    return custom_ops(m, RMS_OP)[0]
+
+
+def _rms_x_int32(m):
+    op = _rms_op(m)
+    for index in (m.subgraphs[0].inputs[0], op.inputs[0]):
+        m.subgraphs[0].tensors[index].type = 2  # INT32
+
+
+def _rms_gamma(value, type_code=None):
+    def change(m):
+        index = _rms_op(m).inputs[1]
+        set_constant(m, index, value)
+        if type_code is not None:
+            m.subgraphs[0].tensors[index].type = type_code
+
+    return change
+
+
+def _rms_options(options):
+    def change(m):
+        _rms_op(m).customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+
+    return change
+
+
+def _rms_extra_input(m):
+    op = _rms_op(m)
+    op.inputs = [*op.inputs, op.inputs[1]]
+
+
+def _rms_garbage_options(m):
+    _rms_op(m).customOptions = np.frombuffer(b"\xff\x13\x07garbage\x00\x99", np.uint8)
+
+
+# name -> (model edit or None, x fed, expected message)
+RMS_BAD = {
+    "x int32": (
+        _rms_x_int32,
+        np.ones((2, 3, 16), np.int32),
+        "input 'x' must be float32, got int32",
+    ),
+    "gamma float16": (
+        _rms_gamma(np.ones(16, np.float16), 1),  # schema TensorType FLOAT16
+        None,
+        "input 'gamma' must be float32, got float16",
+    ),
+    "gamma of length 5": (
+        _rms_gamma(np.ones(5, np.float32)),
+        None,
+        "gamma must be a vector of length 16 (x's last dim), got 5 elements in rank 1",
+    ),
+    "gamma [1, 16]": (
+        _rms_gamma(np.ones((1, 16), np.float32)),
+        None,
+        "gamma must be a vector of length 16 (x's last dim), got 16 elements in rank 2",
+    ),
+    "x of rank 0": (None, np.ones((), np.float32), "input x must have rank >= 1, got rank 0"),
+    "x's last dim 8": (
+        None,
+        np.ones((2, 8), np.float32),
+        "gamma must be a vector of length 8 (x's last dim), got 16 elements in rank 1",
+    ),
+    "three inputs": (_rms_extra_input, None, "expected 2 inputs, got 3"),
+    "epsilon a string": (
+        _rms_options({"epsilon": "tiny"}),
+        None,
+        "attr 'epsilon' must be float, got string",
+    ),
+    "epsilon negative": (
+        _rms_options({"epsilon": -1.0}),
+        None,
+        "attr 'epsilon' must be a finite number >= 0",
+    ),
+    "garbage custom options": (_rms_garbage_options, None, "malformed custom options"),
+}
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_kernel_bad_input_gives_clear_error(runtime, rms_bad_model):
+    jobs = []
+    for change, x, _ in RMS_BAD.values():
+        model = edit(rms_bad_model, change) if change else rms_bad_model
+        jobs.append(Job(model, [[np.ones((2, 3, 16), np.float32) if x is None else x]]))
+    outcomes = run_jobs(runtime, jobs)
+    failures = []
+    for name, outcome, (_, _, message) in zip(RMS_BAD, outcomes, RMS_BAD.values()):
+        if outcome.error is None:
+            failures.append(f"{name}: no error")
+        elif RMS_OP not in outcome.error or message not in outcome.error:
+            failures.append(f"{name}: {outcome.error}")
+    assert not failures, "\n".join(failures)
