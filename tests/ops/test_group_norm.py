@@ -582,3 +582,73 @@ def test_kernel_bad_input_gives_clear_error(runtime, group_bad_model):
         elif GROUP_OP not in outcome.error or message not in outcome.error:
             failures.append(f"{name}: {outcome.error}")
     assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------- group kernel shape sweep
+# The kernel views each batch item as rows of W = k*C floats (k positions,
+# W a multiple of the vector width where that stays small), cuts the rows
+# into items of up to 128 rows, and ends with a partial row when k does not
+# divide the positions.  Positions around each of those boundaries, for
+# channel counts that give each kind of row, against float64 only (the
+# parity tests above cover TensorFlow and the other runtimes), with 1 and 2
+# threads.
+
+SWEEP = [  # (channels, groups)
+    (1, 1),
+    (2, 2),
+    (3, 1),
+    (5, 5),
+    (16, 4),
+    (17, 17),
+    (48, 12),
+    (100, 25),
+]
+SWEEP_POSITIONS = (1, 2, 3, 7, 31, 33, 47, 49, 63, 65, 159, 161, 337, 341, 959, 961)
+SWEEP_POSITIONS += (1023, 1025, 3263, 3265, 5423, 5425, 8191, 8193, 16385)
+
+
+@pytest.fixture(scope="session")
+def group_sweep_cases(session_dir) -> list[OpCase]:
+    rng = np.random.default_rng(21)
+    cases = []
+    for channels, groups in SWEEP:
+        gamma, beta = _weights(rng, channels, True, True)
+        runs = []
+        for i, positions in enumerate(SWEEP_POSITIONS):
+            if positions * channels > 400_000:
+                continue
+            batch = 1 + i % 3
+            x = rng.standard_normal((batch, positions, channels)) * (1 + 10 * (i % 2))
+            runs.append({"x": (x + 100 * (i % 4 == 3)).astype(np.float32)})
+        cases.append(
+            convert_op(
+                session_dir,
+                f"gn sweep C={channels} groups={groups}",
+                lambda x, gamma, beta, groups=groups: fusekit.ops.group_norm(
+                    x, gamma, beta, groups=groups
+                ),
+                {"x": [None, None, channels]},
+                runs,
+                truth=lambda x, gamma, beta, groups=groups: truth(x, gamma, beta, groups),
+                weights={"gamma": gamma, "beta": beta},
+            )
+        )
+    return cases
+
+
+def test_kernel_shape_sweep(group_sweep_cases):
+    jobs = [c.job(num_threads=t) for t in (1, 2) for c in group_sweep_cases]
+    outcomes = run_jobs("litert", jobs)
+    n = len(group_sweep_cases)
+    failures = []
+    for case, one, two in zip(group_sweep_cases, outcomes[:n], outcomes[n:]):
+        if one.error or two.error:
+            failures.append(f"{case.name}: {one.error or two.error}")
+            continue
+        for (x,), (a,), (b,), (exact,) in zip(case.runs, one.outputs, two.outputs, case.truth):
+            err = _rel(a, exact)
+            if err > GROUP_TOLERANCE:
+                failures.append(f"{case.name} x{list(x.shape)}: rel err {err:.2e} vs float64")
+            if not np.array_equal(a, b):
+                failures.append(f"{case.name} x{list(x.shape)}: 2 threads differ from 1")
+    assert not failures, "\n".join(failures)

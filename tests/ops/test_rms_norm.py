@@ -410,3 +410,54 @@ def test_kernel_bad_input_gives_clear_error(runtime, rms_bad_model):
         elif RMS_OP not in outcome.error or message not in outcome.error:
             failures.append(f"{name}: {outcome.error}")
     assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------- rms kernel depth sweep
+# Depths on either side of the vector widths (4, 8, 16 lanes, four
+# accumulators) and past two of the kernel's 4096-element blocks, against
+# float64 only (parity above covers TensorFlow and the other runtimes), with
+# 1 and 2 threads.
+
+SWEEP_DEPTHS = (15, 16, 17, 63, 65, 8193)
+
+
+@pytest.fixture(scope="session")
+def rms_sweep_cases(session_dir) -> list[OpCase]:
+    rng = np.random.default_rng(22)
+    cases = []
+    for depth in SWEEP_DEPTHS:
+        gamma = (rng.random(depth) + 0.5).astype(np.float32)
+        runs = [
+            {"x": _data(rng, (rows, depth), kind)}
+            for rows, kind in [(1, "normal"), (2, "offset"), (5, "wide"), (300, "normal")]
+        ]
+        cases.append(
+            convert_op(
+                session_dir,
+                f"rms sweep D={depth}",
+                lambda x, gamma: fusekit.ops.rms_norm(x, gamma),
+                {"x": [None, depth]},
+                runs,
+                truth=lambda x, gamma: truth(x, gamma),
+                weights={"gamma": gamma},
+            )
+        )
+    return cases
+
+
+def test_kernel_depth_sweep(rms_sweep_cases):
+    jobs = [c.job(num_threads=t) for t in (1, 2) for c in rms_sweep_cases]
+    outcomes = run_jobs("litert", jobs)
+    n = len(rms_sweep_cases)
+    failures = []
+    for case, one, two in zip(rms_sweep_cases, outcomes[:n], outcomes[n:]):
+        if one.error or two.error:
+            failures.append(f"{case.name}: {one.error or two.error}")
+            continue
+        for (x,), (a,), (b,), (exact,) in zip(case.runs, one.outputs, two.outputs, case.truth):
+            err = _rel(a, exact)
+            if err > RMS_TOLERANCE:
+                failures.append(f"{case.name} x{list(x.shape)}: rel err {err:.2e} vs float64")
+            if not np.array_equal(a, b):
+                failures.append(f"{case.name} x{list(x.shape)}: 2 threads differ from 1")
+    assert not failures, "\n".join(failures)
