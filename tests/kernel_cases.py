@@ -150,6 +150,105 @@ def layer_norm_models(workdir: Path) -> list[Model]:
     return models
 
 
+def weighted_module(op, signature: list, weights: dict[str, np.ndarray], **attrs):
+    """x of shape `signature` -> op(x, *weights, **attrs), the weights held as
+    variables (None stays None: an op variant without that operand)."""
+    import tensorflow as tf
+
+    class Weighted(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.held = [None if w is None else tf.Variable(w) for w in weights.values()]
+
+        @tf.function(input_signature=[tf.TensorSpec(signature, tf.float32)])
+        def __call__(self, x):
+            return op(x, *self.held, **attrs)
+
+    return Weighted()
+
+
+# ------------------------------------------------------------------ rms norm
+
+
+def rms_norm_reference(x, gamma, epsilon=1e-6):
+    x = x.astype(np.float64)
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + epsilon) * gamma
+
+
+@kernel_cases("fusekit_rms_norm")
+def rms_norm_models(workdir: Path) -> list[Model]:
+    rng = np.random.default_rng(13)
+    plan = {
+        1: [(3, 2), (2, 9000)],
+        17: [(1, 1), (4, 600)],
+        100: [(2, 5), (3, 200)],
+        4097: [(1, 3), (3, 5)],
+    }
+    models = []
+    for depth, leads in plan.items():
+        gamma = (rng.random(depth) + 0.5).astype(np.float32)
+        module = weighted_module(fusekit.ops.rms_norm, [None, None, depth], {"gamma": gamma})
+        model = save_and_convert(module, workdir / f"rms_{depth}")
+        runs, expected = [], []
+        for lead in leads:
+            x = (rng.standard_normal(lead + (depth,)) * 2 + 0.5).astype(np.float32)
+            runs.append([x])
+            expected.append([rms_norm_reference(x, gamma)])
+        models.append(Model(f"rms_norm D={depth}", model, runs, expected))
+    return models
+
+
+# ---------------------------------------------------------------- group norm
+
+
+def group_norm_reference(x, gamma, beta, groups, epsilon=1e-5):
+    x = x.astype(np.float64)
+    c = x.shape[-1]
+    g = x.reshape(x.shape[0], -1, groups, c // groups)
+    mean = g.mean(axis=(1, 3), keepdims=True)
+    var = ((g - mean) ** 2).mean(axis=(1, 3), keepdims=True)
+    y = ((g - mean) / np.sqrt(var + epsilon)).reshape(x.shape)
+    if gamma is not None:
+        y = y * gamma
+    if beta is not None:
+        y = y + beta
+    return y
+
+
+@kernel_cases("fusekit_group_norm")
+def group_norm_models(workdir: Path) -> list[Model]:
+    rng = np.random.default_rng(14)
+    # (x shapes per run (the last one large enough to split between
+    # threads), groups, gamma given, beta given)
+    plan = [
+        ([(2, 5, 7, 34), (2, 40, 50, 34)], 2, True, True),  # 17 channels a group
+        ([(1, 9, 17), (3, 300, 17)], 17, True, False),  # instance norm, C=17
+        ([(3, 4097), (64, 4097)], 1, False, True),  # rank 2, C=4097
+        ([(2, 2, 3, 4, 6), (2, 30, 20, 10, 6)], 3, False, False),  # rank 5
+        ([(1, 1, 1), (2, 2000, 1)], 1, True, True),  # one channel
+    ]
+    models = []
+    for i, (shapes, groups, scale, center) in enumerate(plan):
+        c = shapes[0][-1]
+        gamma = (rng.random(c) + 0.5).astype(np.float32) if scale else None
+        beta = rng.standard_normal(c).astype(np.float32) if center else None
+        module = weighted_module(
+            fusekit.ops.group_norm,
+            [None] * (len(shapes[0]) - 1) + [c],
+            {"gamma": gamma, "beta": beta},
+            groups=groups,
+        )
+        model = save_and_convert(module, workdir / f"gn_{i}")
+        runs, expected = [], []
+        for shape in shapes:
+            x = (rng.standard_normal(shape) * 2 + 0.5).astype(np.float32)
+            runs.append([x])
+            expected.append([group_norm_reference(x, gamma, beta, groups)])
+        name = f"group_norm x{list(shapes[0])} groups={groups} scale={scale} center={center}"
+        models.append(Model(name, model, runs, expected))
+    return models
+
+
 # ----------------------------------------------------------- rotary embedding
 
 
@@ -266,6 +365,23 @@ def rotary_embedding_models(workdir: Path) -> list[Model]:
     return models
 
 
+@functools.cache
+def control_model() -> bytes:
+    """A builtin-only model (x * 2 + 1): runs on any runtime without fusekit."""
+    import tensorflow as tf
+
+    class Control(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32)])
+        def __call__(self, x):
+            return x * 2.0 + 1.0
+
+    module = Control()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [module.__call__.get_concrete_function()], module
+    )
+    return converter.convert()
+
+
 # ------------------------------------------------------------------- worker
 #
 # Jobs go to a subprocess as JSON plus .tflite and .npz files; arrays are
@@ -273,7 +389,10 @@ def rotary_embedding_models(workdir: Path) -> list[Model]:
 # numpy 1 and 2 read.
 
 
-def _interpreter(runtime: str, model_path: str, num_threads: int):
+def _interpreter(runtime: str, model_path: str, num_threads: int, plain: bool = False):
+    if plain:  # the runtime alone, without fusekit's delegate
+        module = fusekit.run.interpreter.runtime_module(runtime)
+        return module.Interpreter(model_path=model_path, num_threads=num_threads)
     return fusekit.Interpreter(model_path=model_path, runtime=runtime, num_threads=num_threads)
 
 
@@ -358,24 +477,33 @@ def work_cycles(job: dict) -> dict:
 
 def work_churn(job: dict) -> dict:
     """Creates, runs and destroys interpreters; RSS and thread count after a
-    warm-up and at the end."""
+    warm-up and at the end.  job["plain"]: the runtime's own Interpreter
+    without fusekit (the control: some runtimes keep memory per interpreter
+    by themselves)."""
     runs = _load_runs(job["inputs"])
 
     def one() -> int:
-        interp = _interpreter(job["runtime"], job["model"], job["num_threads"])
+        interp = _interpreter(job["runtime"], job["model"], job["num_threads"], job["plain"])
         feed_and_invoke(interp, runs[0])
         alive = _thread_count()
+        # Refcounting frees it here (no gc.collect per interpreter: with
+        # TensorFlow imported one takes about 75 ms); a reference cycle
+        # keeping interpreters alive would show as a rising thread count.
         del interp
-        gc.collect()
         return alive
 
     for _ in range(job["warmup"]):
         one()
     gc.collect()
     before = (_rss_bytes(), _thread_count())
-    alive = [one() for _ in range(job["count"])]
+    alive, samples = [], []
+    for i in range(job["count"]):
+        alive.append(one())
+        if i % 20 == 19:
+            samples.append(_rss_bytes())
     gc.collect()
     return {
+        "samples": samples,
         "rss_before": before[0],
         "rss_after": _rss_bytes(),
         "threads_before": before[1],
