@@ -1,46 +1,24 @@
-"""fusekit_rotary_embedding: the TF composite against a float64 reference,
-the kernel against both on every runtime, and clear errors for bad input
-(kernel: custom_ops_cc/kernels/rotary_embedding.cc, composite:
-fusekit/ops/rotary_embedding.py)."""
+"""fusekit_rotary_embedding: the kernel against the TF composite and a
+float64 reference on every runtime, and clear errors for bad input (kernel:
+custom_ops_cc/kernels/rotary_embedding.cc, composite:
+fusekit/ops/rotary_embedding.py; the composite's own reference tests are in
+test_rotary_embedding_composite.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from kernel_cases import (
-    cos_shape_for,
     ordered,
     rel_err,
     rotary_model,
     rotary_module,
-    rotary_reference,
-    rotary_tables,
     save_and_convert,
 )
 from model_surgery import custom_ops, edit
 from runtimes import RUNTIMES, Job, run_jobs
 
-import fusekit
-
-# --------------------------------------------------------- composite reference
-
-
-@pytest.mark.parametrize("interleaved", [False, True])
-@pytest.mark.parametrize(
-    "form", ["[S,R]", "[1,R]", "[B,S,R]", "[1,S,R]", "[B,S,1,R]", "[1,S,H,R]", "[B,S,H,R]"]
-)
-@pytest.mark.parametrize("depth,rotary", [(16, 16), (20, 8)])
-def test_composite_matches_float64(interleaved, form, depth, rotary):
-    rng = np.random.default_rng(depth + rotary)
-    b, s, h = 2, 5, 3
-    x = rng.standard_normal((b, s, h, depth)).astype(np.float32)
-    cos, sin = rotary_tables(rng, cos_shape_for(form, b, s, h, rotary))
-    got = fusekit.ops.rotary_embedding(
-        x, cos, sin, interleaved=interleaved, rotary_dim=0 if rotary == depth else rotary
-    ).numpy()
-    assert rel_err(got, rotary_reference(x, cos, sin, interleaved)) <= 1e-6
-
-
+# ------------------------------------------------------------ runtime parity
 #
 # The kernel (custom_ops_cc/kernels/rotary_embedding.cc) on every runtime
 # against the TF composite and the float64 numpy reference of
