@@ -213,8 +213,8 @@ constexpr int64_t kMaxItemRows = 128;
 // ... and at least this many, so that an item's partials (2*C doubles) stay
 // small next to the x it covers (at most a quarter of its bytes).
 constexpr int64_t kMinItemRows = 16;
-// About 64 KB of x per item: enough work per ParallelFor claim and per fold.
-constexpr int64_t kItemFloats = 16384;
+// About 128 KB of x per item: enough work per ParallelFor claim and per fold.
+constexpr int64_t kItemFloats = 32768;
 // Accumulator rows wider than this fall back to W = C with masked ends.
 constexpr int64_t kMaxWideRow = 4096;
 
