@@ -23,6 +23,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -393,10 +394,14 @@ def prepare_ort(peer: OnnxPeer, threads: int) -> Prepared:
     out = np.empty(peer.out_shape, np.float32)
     binding.bind_output("y", "cpu", 0, np.float32, list(out.shape), out.ctypes.data)
 
-    def run() -> None:
-        session.run_with_iobinding(binding)
+    # The binding points into these arrays by address: whoever holds run
+    # must hold them too.
+    alive = (session, binding, out, peer.feeds)
 
-    return Prepared(run, lambda: out, (session, binding, peer))
+    def run() -> None:
+        alive[0].run_with_iobinding(alive[1])
+
+    return Prepared(run, lambda: out, alive)
 
 
 # ---------------------------------------------------------------- timing
@@ -416,6 +421,47 @@ class Timing:
         return float(q3 - q1)
 
 
+def _other_threads_cpu_ns() -> int | None:
+    """CPU time used so far by every thread of this process but the caller
+    (Linux schedstat); None where that cannot be read."""
+    me = str(threading.get_native_id())
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        if tid == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total
+
+
+def settle(step_s: float = 0.002, busy_fraction: float = 0.1, limit_s: float = 0.5) -> None:
+    """Waits until no other thread of the process is burning CPU.
+
+    ONNX Runtime's intra-op workers spin for ~40 ms after a run (measured
+    here); on 2 cores that spinning thread takes the core the next
+    candidate's second thread needs, and a 2-thread fusekit run after ORT
+    measured ~1.9x slower.  Waiting it out keeps each candidate's time its
+    own without turning off ORT's spinning (which is what makes its own
+    2-thread runs fast)."""
+    before = _other_threads_cpu_ns()
+    if before is None:
+        return
+    deadline = time.perf_counter() + limit_s
+    while time.perf_counter() < deadline:
+        time.sleep(step_s)
+        after = _other_threads_cpu_ns()
+        if after is None or after - before < busy_fraction * step_s * 1e9:
+            return
+        before = after
+
+
 def time_interleaved(
     candidates: dict[str, Callable[[], object]],
     rounds: int,
@@ -428,7 +474,8 @@ def time_interleaved(
     whose cache footprint or spinning threads it would inherit).  In a
     round a candidate runs back to back for about ``batch_seconds``
     (calibrated per candidate, at least ``min_calls`` calls) and each call
-    is one sample: the median is over every call of every round."""
+    is one sample: the median is over every call of every round.  Between
+    two candidates the process settles (see settle)."""
     for fn in candidates.values():
         for _ in range(3):  # first-call costs: page faults, lazy init, pools
             fn()
@@ -453,6 +500,7 @@ def time_interleaved(
                 fn()
                 stamps[k] = clock()
             timings[name].samples_us.extend((b - a) / 1e3 for a, b in zip(stamps[:-1], stamps[1:]))
+            settle()
     return timings
 
 
