@@ -127,9 +127,27 @@ def test_a_plugin_reusing_a_library_op_name_is_refused(tmp_path, cache, user_mod
     src = tmp_path / "clash.cc"
     text = (EXAMPLE / "my_custom_fused_op.cc").read_text()
     src.write_text(text.replace('"my_custom_fused_op"', '"fusekit_layer_norm"'))
-    clash = fusekit.build_plugin("clash", [src])
+    # Built, but not remembered for conversion (it would make every kernel
+    # lookup ambiguous); using it is what fails.
+    with pytest.warns(UserWarning, match="not registered.*fusekit_layer_norm, which fusekit"):
+        clash = fusekit.build_plugin("clash", [src])
     with pytest.raises(FusekitError, match=r"'fusekit_layer_norm' is registered by two plugins"):
         fusekit.Interpreter(model_content=user_model[1].model, plugins=[clash])
+
+
+def test_a_rebuilt_plugin_replaces_its_older_build_for_conversion(tmp_path, cache):
+    from fusekit.run.plugin import registered_plugins
+
+    src = tmp_path / "rebuilt.cc"
+    text = (EXAMPLE / "my_custom_fused_op.cc").read_text()
+    text = text.replace('"my_custom_fused_op"', '"rebuilt_op"')
+    src.write_text(text)
+    first = fusekit.build_plugin("rebuilt", [src])
+    src.write_text(text + "\n// edited\n")
+    second = fusekit.build_plugin("rebuilt", [src])
+    assert first != second
+    registered = registered_plugins()
+    assert second in registered and first not in registered
 
 
 @pytest.mark.parametrize("version", [1, 99])

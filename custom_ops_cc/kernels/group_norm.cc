@@ -326,6 +326,10 @@ class GroupNorm {
     const char* names[2] = {scale_ ? "gamma" : "beta", "beta"};
     for (int k = 0; k + 1 < expected; ++k) {
       const Tensor& p = params[k];
+      FUSEKIT_ENSURE(ctx, p.present(),
+                     "input %s is absent (tensor index -1) but attrs scale=%d center=%d "
+                     "ask for it",
+                     names[k], scale_, center_);
       FUSEKIT_ENSURE(ctx, p.rank() == 1 && p.dim(0) == channels,
                      "%s must be a vector of length %d (x's channels, last dim), got "
                      "%lld elements in rank %d",

@@ -188,6 +188,10 @@ class LayerNorm {
     const char* names[2] = {scale_ ? "gamma" : "beta", "beta"};
     for (int k = 0; k + 1 < expected; ++k) {
       const Tensor& p = params[k];
+      FUSEKIT_ENSURE(ctx, p.present(),
+                     "input %s is absent (tensor index -1) but attrs scale=%d center=%d "
+                     "ask for it",
+                     names[k], scale_, center_);
       FUSEKIT_ENSURE(ctx, p.num_elements() == depth && p.rank() <= 1,
                      "%s must be a vector of length %d (x's last dim), got %lld "
                      "elements in rank %d",

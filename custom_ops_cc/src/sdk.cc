@@ -53,6 +53,7 @@ size_t TypeSize(TfLiteType type) {
 }
 
 int64_t Tensor::num_elements() const {
+  if (t_ == nullptr) return 0;
   int64_t n = 1;
   for (int i = 0; i < rank(); ++i) {
     const int d = t_->dims->data[i];

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -170,7 +171,11 @@ def inspect(saved_model_dir: str | Path) -> Plan:
         from fusekit.run.plugin import registered_plugins
 
         schemas = kernel_schemas(tuple(registered_plugins()))
-    except Exception:  # noqa: BLE001 - a plan is still useful without the plugin
+    except Exception as exc:  # noqa: BLE001 - a plan is still useful without the plugin
+        warnings.warn(
+            f"kernel schemas unavailable ({exc}); every composite is planned without a kernel",
+            stacklevel=2,
+        )
         schemas = {}
 
     plan = Plan(saved_model=path, signatures=signatures, import_seconds=seconds)

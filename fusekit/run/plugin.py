@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -184,10 +185,26 @@ def register_plugin(path: PathLike) -> None:
     real = resolve_plugin(path)
     open_plugin(real)
     key = _identity(real)
-    if key != _identity(resolve_plugin(None)) and all(
-        _identity(other) != key for other in _REGISTERED
+    if key == _identity(resolve_plugin(None)) or any(
+        _identity(other) == key for other in _REGISTERED
     ):
-        _REGISTERED.append(real)
+        return
+    names = set(kernel_names(real))
+    # A plugin reusing one of fusekit's op names would make every lookup
+    # ambiguous: it is not remembered (Interpreter(plugins=[...]) still
+    # names the clash when the plugin is used).
+    taken = sorted(names & set(kernel_names(None)))
+    if taken:
+        warnings.warn(
+            f"plugin {real} is not registered for conversion: it provides "
+            f"{', '.join(taken)}, which fusekit's own library provides",
+            stacklevel=2,
+        )
+        return
+    # A user plugin providing an op an earlier one provided is taken as its
+    # newer build (edit, rebuild, convert again): it replaces the older one.
+    _REGISTERED[:] = [p for p in _REGISTERED if not names & set(kernel_names(p))]
+    _REGISTERED.append(real)
 
 
 def registered_plugins() -> list[str]:

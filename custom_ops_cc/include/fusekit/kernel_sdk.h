@@ -107,11 +107,13 @@ class Tensor {
   Tensor(TfLiteTensor* t, int position, void* data_override = nullptr)
       : t_(t), data_override_(data_override), position_(position) {}
 
+  // An absent optional input (index -1) is a view of no tensor: every
+  // accessor below answers as for an empty tensor instead of dereferencing.
   bool present() const { return t_ != nullptr; }
   // The operand position (input or output index) this view was made for.
   int position() const { return position_; }
-  TfLiteType type() const { return t_->type; }
-  int rank() const { return t_->dims ? t_->dims->size : 0; }
+  TfLiteType type() const { return t_ ? t_->type : kTfLiteNoType; }
+  int rank() const { return t_ && t_->dims ? t_->dims->size : 0; }
   // Dimension i (negative counts from the end); 0 when i is out of range.
   int dim(int i) const {
     const int r = rank();
@@ -124,11 +126,11 @@ class Tensor {
     return s;
   }
   // Product of dims; -1 when a dim is negative or the product overflows
-  // (the SDK rejects such tensors before a kernel sees them).
+  // (the SDK rejects such tensors before a kernel sees them); 0 when absent.
   int64_t num_elements() const;
   // Constant tensors (weights) are read-only memory mapped from the model.
-  bool is_constant() const { return t_->allocation_type == kTfLiteMmapRo; }
-  const char* name() const { return t_->name ? t_->name : "?"; }
+  bool is_constant() const { return t_ && t_->allocation_type == kTfLiteMmapRo; }
+  const char* name() const { return t_ && t_->name ? t_->name : "?"; }
 
   // Typed access: nullptr when T is not the tensor's dtype (the typed views
   // In/Out/Opt below never hit that: the SDK checked the dtype).
@@ -138,15 +140,16 @@ class Tensor {
     return static_cast<T*>(raw());
   }
   void* raw() const {
-    return data_override_ ? data_override_ : FusekitTensorData(t_);
+    if (data_override_) return data_override_;
+    return t_ ? FusekitTensorData(t_) : nullptr;
   }
-  size_t bytes() const { return t_->bytes; }
+  size_t bytes() const { return t_ ? t_->bytes : 0; }
   TfLiteTensor* raw_tensor() const { return t_; }
 
   // Quantization (count == 0 when the tensor is not affine-quantized).
   QuantParams quantization() const;
-  float scale() const { return t_->params.scale; }
-  int32_t zero_point() const { return t_->params.zero_point; }
+  float scale() const { return t_ ? t_->params.scale : 0.0f; }
+  int32_t zero_point() const { return t_ ? t_->params.zero_point : 0; }
 
  private:
   TfLiteTensor* t_ = nullptr;
