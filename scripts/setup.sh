@@ -32,8 +32,8 @@ rm -rf build/wheelhouse
 .venv/bin/python -m pip wheel -q --no-build-isolation --no-deps -w build/wheelhouse .
 WHEEL="$(ls build/wheelhouse/fusekit-*.whl)"
 
-say "installing fusekit[convert,dev] into .venv"
-.venv/bin/python -m pip install -q "${WHEEL}[convert,dev]"
+say "installing fusekit[convert,dev,bench] into .venv"
+.venv/bin/python -m pip install -q "${WHEEL}[convert,dev,bench]"
 .venv/bin/python -m pip install -q --force-reinstall --no-deps "$WHEEL"
 
 say "tflite-runtime environment (.venv-tflite-runtime)"

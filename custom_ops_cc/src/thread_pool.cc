@@ -1,19 +1,52 @@
 #include "thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace fusekit {
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// How long a thread polls before it sleeps on a condition variable.  A
+// futex wake costs tens of microseconds, about the time a whole row block
+// of a norm takes; kernels call ParallelFor back to back (and a model runs
+// fused ops one after another), so a short poll catches most of them while
+// keeping idle CPU use negligible.
+constexpr auto kSpin = std::chrono::microseconds(30);
+
+template <typename Ready>
+bool SpinUntil(Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      CpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
-  for (int w = 1; w < threads; ++w) {
-    workers_.emplace_back([this, w] { WorkerLoop(w); });
-  }
+  for (int w = 1; w < threads; ++w) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    stop_.store(true);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -27,20 +60,28 @@ void ThreadPool::RunChunks(int worker) {
   }
 }
 
-void ThreadPool::WorkerLoop(int worker) {
+void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
+    SpinUntil([&] {
+      return stop_.load(std::memory_order_relaxed) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    });
+    int worker;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (worker >= active_workers_ + 1) continue;  // not needed this time
+      wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      if (stop_.load()) return;
+      seen = generation_.load();
+      if (!open_ || joined_ >= max_workers_) continue;  // done or not needed
+      worker = ++joined_;
+      busy_.fetch_add(1, std::memory_order_relaxed);
     }
     RunChunks(worker);
-    {
+    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Under the lock, so the caller cannot check and sleep in between.
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_workers_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }
@@ -69,14 +110,22 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, int max_threads,
     n_ = n;
     chunk_ = chunk;
     next_.store(0, std::memory_order_relaxed);
-    active_workers_ = threads - 1;
-    pending_workers_ = threads - 1;
-    ++generation_;
+    open_ = true;
+    max_workers_ = threads - 1;
+    joined_ = 0;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   RunChunks(0);
+  {
+    // Every chunk is claimed: no worker joins from here on, and only the
+    // ones that joined are waited for.
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = false;
+  }
+  if (SpinUntil([&] { return busy_.load(std::memory_order_acquire) == 0; })) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return pending_workers_ == 0; });
+  done_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
 }
 
 }  // namespace fusekit

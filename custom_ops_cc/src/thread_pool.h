@@ -26,21 +26,29 @@ class ThreadPool {
   // items, on at most `max_threads` threads including the caller, and
   // returns when every chunk is done.  Chunks are claimed dynamically, so an
   // uneven chunk (a causal block, a short row) does not stall the rest.
+  // `worker` is 0 for the caller and 1.. for the workers that joined, dense
+  // and below the thread count, so it can index per-thread scratch.
   void ParallelFor(int64_t n, int64_t grain, int max_threads,
                    void (*fn)(void*, int64_t, int64_t, int), void* arg);
 
  private:
-  void WorkerLoop(int worker);
+  void WorkerLoop();
   void RunChunks(int worker);
+  void WaitForGeneration(uint64_t seen);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  int active_workers_ = 0;   // workers taking part in this job
-  int pending_workers_ = 0;  // of those, not yet finished
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  // Under mutex_: whether the job still takes workers, how many it may
+  // take, how many did.  A worker that wakes after the caller finished
+  // every chunk itself does not join, so the caller never waits for a wake.
+  bool open_ = false;
+  int max_workers_ = 0;
+  int joined_ = 0;
+  std::atomic<int> busy_{0};  // joined workers still running chunks
 
   // The current job (written under mutex_ before the generation bump).
   void (*fn_)(void*, int64_t, int64_t, int) = nullptr;
