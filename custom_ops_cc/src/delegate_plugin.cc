@@ -34,6 +34,34 @@ bool Contains(const TfLiteIntArray* array, int value) {
   return false;
 }
 
+// Why a node's outputs make it unsafe to take over, or nullptr.  The runtimes
+// check a malformed graph (a tensor with two writers, an op writing a
+// constant or its own input) only on their own path; replacing such a node
+// with a delegate kernel crashes inside their partitioning.  A node refused
+// here stays with the runtime, which reports the error.
+const char* UnclaimableReason(const TfLiteContext* context,
+                              const TfLiteNode* node,
+                              const std::vector<int>& writers) {
+  if (node->inputs == nullptr || node->outputs == nullptr) {
+    return "no input or output list";
+  }
+  const int tensor_count = static_cast<int>(context->tensors_size);
+  for (int i = 0; i < node->inputs->size; ++i) {
+    const int t = node->inputs->data[i];
+    if (t < -1 || t >= tensor_count) return "an input index is out of range";
+  }
+  for (int i = 0; i < node->outputs->size; ++i) {
+    const int t = node->outputs->data[i];
+    if (t < 0 || t >= tensor_count) return "an output index is out of range";
+    if (writers[t] > 1) return "another op writes its output";
+    if (context->tensors[t].allocation_type == kTfLiteMmapRo) {
+      return "it writes a constant";
+    }
+    if (Contains(node->inputs, t)) return "an output is also its input";
+  }
+  return nullptr;
+}
+
 struct DelegateData {
   std::mutex mutex;
   // Keyed by (context, node index): one delegate may serve several
@@ -88,6 +116,20 @@ TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
   // The plan changes as nodes are replaced: work on a copy.
   const std::vector<int> node_indices = IntArrayToVector(plan);
   std::vector<std::pair<int, const KernelDef*>> claimed;
+  std::vector<int> writers(context->tensors_size, 0);
+  for (int index : node_indices) {
+    TfLiteNode* node = nullptr;
+    TfLiteRegistration* reg = nullptr;
+    if (context->GetNodeAndRegistration(context, index, &node, &reg) !=
+            kTfLiteOk ||
+        node->outputs == nullptr) {
+      continue;
+    }
+    for (int i = 0; i < node->outputs->size; ++i) {
+      const int t = node->outputs->data[i];
+      if (t >= 0 && static_cast<size_t>(t) < writers.size()) ++writers[t];
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(data->mutex);
     for (int index : node_indices) {
@@ -100,6 +142,13 @@ TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
       if (reg->builtin_code != kFusekitBuiltinCustom) continue;
       const KernelDef* def = FindKernel(reg->custom_name);
       if (def == nullptr) continue;
+      if (const char* why = UnclaimableReason(context, node, writers)) {
+        if (data->verbose) {
+          std::fprintf(stderr, "fusekit: node %d (%s) left to the runtime: %s\n",
+                       index, def->name.c_str(), why);
+        }
+        continue;
+      }
       CapturedNode captured;
       captured.def = def;
       captured.inputs = IntArrayToVector(node->inputs);

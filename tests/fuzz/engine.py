@@ -99,7 +99,7 @@ class Settings:
     modes: tuple[str, ...] = ("fusekit",)
     # Byte flips through a runtime that does not verify models mostly crash
     # the runtime itself: the delegate path runs the other classes.
-    delegate_classes: tuple[str, ...] = ("options", "graph", "inputs")
+    delegate_classes: tuple[str, ...] = ("options", "graph", "inputs", "replay")
     timeout: float = 15.0  # seconds one mutant may take
     jobs: int = 2  # worker processes at once
     segment: int = 2000  # mutants per worker process before a fresh one
