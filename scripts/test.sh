@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs the linters and the whole test suite.
+# Sets everything up, then runs the linters, the whole test suite and the
+# sanitizer run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -7,3 +8,9 @@ printf '\n== ruff\n'
 .venv/bin/ruff check fusekit tests examples benchmarks
 printf '\n== pytest\n'
 .venv/bin/pytest "$@"
+# The kernel tests and a small fuzz corpus again on an ASan/UBSan build of
+# the plugin (about two minutes); FUSEKIT_SANITIZE=0 leaves it out.
+if [ "${FUSEKIT_SANITIZE:-1}" != 0 ]; then
+  printf '\n== sanitizers\n'
+  bash scripts/sanitize.sh --quick
+fi

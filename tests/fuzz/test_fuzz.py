@@ -62,7 +62,6 @@ def test_regressions_replay(fuzz_setup, capsys):
     replay = dataclasses.replace(
         settings,
         modes=("fusekit", "delegate"),
-        delegate_classes=(*settings.delegate_classes, "replay"),
         regressions=None,
     )
     campaign = engine.Campaign(work / "replay", replay, cases)

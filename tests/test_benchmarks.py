@@ -1,0 +1,56 @@
+"""The norm benchmark runs end to end (--quick: tiny shapes, two rounds).
+
+Timings are not asserted (speed targets live in the benchmark's own
+report); what is checked is that every op is measured against each of its
+peers, that the fused, unfused and ONNX Runtime outputs agree, and that the
+table, the JSON and the chart are written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = {"layer_norm", "rms_norm", "group_norm", "rotary_embedding"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_norms.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def test_quick_run_writes_table_json_and_chart(quick_run):
+    for name in ("norms.md", "norms.json", "norms.png"):
+        assert (quick_run / name).stat().st_size > 0, name
+    markdown = (quick_run / "norms.md").read_text()
+    for op in OPS:
+        assert op in markdown
+
+
+def test_every_op_is_timed_against_its_peers_and_agrees_with_them(quick_run):
+    payload = json.loads((quick_run / "norms.json").read_text())
+    assert not payload["skipped"], payload["skipped"]
+    results = payload["results"]
+    assert {r["op"] for r in results} == OPS
+    threads = payload["settings"]["threads"]
+    for r in results:
+        where = f"{r['op']} {r['shape']}"
+        # The copy floor is one memcpy, timed once.
+        wanted = [f"{peer}@{t}" for peer in ("fused", "unfused") for t in threads] + ["copy@1"]
+        for key in wanted:
+            assert r["medians_us"].get(key, 0) > 0, f"{where}: no {key}"
+        for peer, diff in r["max_abs_diff"].items():
+            assert diff < 1e-3, f"{where}: fused and {peer} differ by {diff}"
