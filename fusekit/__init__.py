@@ -18,6 +18,7 @@ from typing import Any
 from fusekit._version import __version__
 from fusekit.author.kernel_build import PluginBuildError, build_plugin, include_dir
 from fusekit.errors import (
+    CompositeDefinitionError,
     ConversionError,
     FusekitError,
     InvalidModelError,
@@ -52,6 +53,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CompositeDefinitionError",
     "ConversionError",
     "ConversionResult",
     "FusekitError",

@@ -71,14 +71,28 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+class UsageError(Exception):
+    """A command-line argument the model contradicts; printed as
+    ``fusekit COMMAND: error: ...`` with exit status 1."""
+
+
 def _parse_shapes(items: list[str]) -> dict[str, list[int]]:
     shapes = {}
     for item in items or []:
         name, _, dims = item.partition("=")
-        if not dims:
-            raise SystemExit(f"--shape takes NAME=D0,D1,..., got {item!r}")
-        shapes[name] = [int(d) for d in dims.split(",") if d]
+        try:
+            shape = [int(d) for d in dims.split(",") if d]
+        except ValueError:
+            shape = []
+        if not name or not shape or any(d < 0 for d in shape):
+            raise UsageError(f"--shape takes NAME=D0,D1,... with dims >= 0, got {item!r}")
+        shapes[name] = shape
     return shapes
+
+
+def _short_name(name: str) -> str:
+    """The signature's argument name of a converted model's input tensor."""
+    return name.split(":")[0].removeprefix("serving_default_")
 
 
 def _inputs_for(interp: Any, args: argparse.Namespace) -> list[np.ndarray]:
@@ -87,17 +101,28 @@ def _inputs_for(interp: Any, args: argparse.Namespace) -> list[np.ndarray]:
     given = np.load(args.inputs) if getattr(args, "inputs", None) else None
     shapes = _parse_shapes(getattr(args, "shape", None))
     rng = np.random.default_rng(args.seed)
+    known = {d["name"] for d in details} | {_short_name(d["name"]) for d in details}
+    unknown = sorted(set(shapes) - known)
+    if unknown:
+        # A misspelt name would otherwise verify a default shape and pass.
+        raise UsageError(
+            f"--shape names no input of the model: {', '.join(unknown)}; its inputs are "
+            + ", ".join(_short_name(d["name"]) for d in details)
+        )
     arrays = []
     for i, d in enumerate(details):
         name = d["name"]
-        short = name.split(":")[0].removeprefix("serving_default_")
+        short = _short_name(name)
         if given is not None:
             for key in (name, short, f"arr_{i}"):
                 if key in given:
                     arrays.append(given[key])
                     break
             else:
-                raise SystemExit(f"--inputs has no array for input {short!r}")
+                raise UsageError(
+                    f"--inputs has no array for input {short!r} (its arrays: "
+                    f"{', '.join(given.files)})"
+                )
             continue
         shape = shapes.get(short) or shapes.get(name)
         if shape is None:
@@ -334,10 +359,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except FusekitError as exc:
+    except (FusekitError, UsageError, FileNotFoundError) as exc:
         print(f"fusekit {args.command}: error: {exc}", file=sys.stderr)
         return 1
-    except FileNotFoundError as exc:
+    except RuntimeError as exc:
+        # The runtimes raise RuntimeError for a kernel's failure (bad shapes,
+        # a node's own check): the message names the op; a traceback adds
+        # nothing for a command-line user.
         print(f"fusekit {args.command}: error: {exc}", file=sys.stderr)
         return 1
 

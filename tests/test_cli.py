@@ -76,6 +76,29 @@ def test_failures_exit_non_zero(tmp_path):
     assert proc.returncode == 1 and "not a SavedModel" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "shape, wanted",
+    [
+        ("y=1,2,32", "--shape names no input of the model: y; its inputs are x"),
+        ("x=1,two,32", "--shape takes NAME=D0,D1,..."),
+        ("x=1,-2,32", "--shape takes NAME=D0,D1,..."),
+    ],
+)
+def test_verify_refuses_a_shape_it_cannot_apply(saved_model, shape, wanted):
+    proc = fusekit_cli("verify", saved_model, "-q", "--shape", shape)
+    assert proc.returncode == 1, proc.stdout
+    assert f"fusekit verify: error: {wanted}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_kernel_error_during_verify_is_a_one_line_error(saved_model):
+    # gamma has 32 elements: a last dim of 5 fails the fused kernel's check.
+    proc = fusekit_cli("verify", saved_model, "-q", "--shape", "x=1,2,5")
+    assert proc.returncode == 1, proc.stdout
+    assert "fusekit verify: error:" in proc.stderr and "fusekit_layer_norm" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_build_command(tmp_path):
     example = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples"
     src = example / "custom_op" / "my_custom_fused_op.cc"

@@ -84,3 +84,20 @@ def test_missing_runtime_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(RuntimeNotAvailableError, match="tflite-runtime"):
         fusekit.run.interpreter.runtime_module("tflite_runtime")
+
+
+def test_a_bad_model_path_is_an_error_naming_the_path(tmp_path):
+    missing = tmp_path / "missing.tflite"
+    with pytest.raises(FileNotFoundError, match="missing.tflite"):
+        fusekit.Interpreter(model_path=missing)
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(fusekit.InvalidModelError, match="is a directory; a SavedModel: convert"):
+        fusekit.Interpreter(model_path=saved)
+    with pytest.raises(fusekit.InvalidModelError, match="directory; give the path of a .tflite"):
+        fusekit.Interpreter(model_path=tmp_path)
+    text = tmp_path / "notes.txt"
+    text.write_text("this is not a model, but it is long enough to be read as one")
+    with pytest.raises(fusekit.InvalidModelError, match=f"{text}: not a valid TFLite model"):
+        fusekit.Interpreter(model_path=text)

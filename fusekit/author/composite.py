@@ -155,7 +155,17 @@ def composite(name: str, **attr_defaults: Any) -> Callable[[Callable[..., Any]],
 
     Args:
       name: the custom op's name in the model; a kernel of the same name runs it.
-      **attr_defaults: attrs (int, float, bool, str) with their defaults.
+      **attr_defaults: attrs with their defaults.  An attr is an int
+        (int64), a finite float, a bool, a str, or a list of one of those
+        (a tuple or list of same-typed items; the kernel reads it with
+        ``attrs.Ints``/``Floats``/``Bools``/``Strings``), or a numpy array
+        of numbers, bools or strings (an array of rank >= 2 keeps its
+        shape).  Large data belongs in a tensor input, not an attr.
+
+    Raises:
+      CompositeDefinitionError: the name or an attr cannot be written into
+        a TFLite model (not an identifier, a reserved name, an unsupported
+        type, a non-finite float, a nested list, too many elements).
     """
     validate_name(name)
     for key, value in attr_defaults.items():

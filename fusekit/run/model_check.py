@@ -691,7 +691,16 @@ def verify_model(
 def mapped_model(path: str | os.PathLike[str]) -> Iterator[ModelBuffer]:
     """The file at ``path`` memory-mapped read-only (an empty file gives
     ``b""``), so that checking a large model does not read its weights."""
-    with open(Path(path), "rb") as file:
+    path = Path(path)
+    if path.is_dir():
+        hint = (
+            "a SavedModel: convert it first (fusekit.convert(path).save('model.tflite') "
+            "or `fusekit convert PATH -o model.tflite`)"
+            if (path / "saved_model.pb").exists()
+            else "give the path of a .tflite file"
+        )
+        raise InvalidModelError(str(path), f"it is a directory; {hint}")
+    with open(path, "rb") as file:
         if os.fstat(file.fileno()).st_size == 0:
             yield b""
             return
