@@ -140,7 +140,29 @@ def _run(interp: Any, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
     from fusekit.run.timing import prepared_invoke
 
     prepared_invoke(interp, inputs)()
-    return {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
+    labels = _output_labels(interp)
+    return {
+        labels.get(d["index"], d["name"]): interp.get_tensor(d["index"])
+        for d in interp.get_output_details()
+    }
+
+
+def _output_labels(interp: Any) -> dict[int, str]:
+    """Tensor index -> the signature's output name (``output_0``, or the
+    key the model's function returned), which users recognise, where the
+    tensor's own name is an internal one such as ``StatefulPartitionedCall:0``."""
+    try:
+        signatures = interp.get_signature_list()
+    except (AttributeError, RuntimeError, ValueError):
+        return {}
+    if len(signatures) != 1:
+        return {}
+    (key,) = signatures
+    try:
+        details = interp.get_signature_runner(key).get_output_details()
+    except (AttributeError, RuntimeError, ValueError):
+        return {}
+    return {d["index"]: name for name, d in details.items()}
 
 
 def _both_interpreters(args: argparse.Namespace, num_threads: int | None = None) -> tuple:

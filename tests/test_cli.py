@@ -60,12 +60,17 @@ def test_verify_and_bench(saved_model):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["ok"] and result["outputs"][0]["max_abs"] < 1e-4
+    # Labelled by the signature's output name, not the tensor's internal one.
+    assert [o["output"] for o in result["outputs"]] == ["output_0"]
     proc = fusekit_cli(
         "bench", saved_model, "--json", "-q", "--shape", "x=4,64,32", "--rounds", "3"
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert result["inputs"] == [[4, 64, 32]] and result["speedup"] > 0
+    assert result["inputs"] == [[4, 64, 32]]
+    assert result["fused_median_us"] > 0 and result["unfused_median_us"] > 0
+    ratio = result["unfused_median_us"] / result["fused_median_us"]
+    assert result["speedup"] == pytest.approx(ratio)
 
 
 def test_failures_exit_non_zero(tmp_path):
