@@ -95,6 +95,11 @@ def test_typed_list_attrs_reach_the_custom_options(session_dir):
     assert entry.fusable
     assert entry.attrs["axes"] == [1, 2] and entry.attr_types["axes"] == "list[int]"
     assert entry.attr_types["on"] == "bool"
+    # The table keeps one line per composite, a 2-D array attr included.
+    table = plan.to_text().splitlines()
+    (row,) = [line for line in table if line.startswith("typed_attrs_op")]
+    assert "matrix=array[2, 3][0.0, 1.0, 2.0, 3.0, 4.0, 5.0]:" in row
+    assert len(table) == 6  # title, header, rule, the row, its signature, no kernel
     result = fusekit.convert(session_dir / "typed", strict=True)
     (op,) = [o for o in list_ops(result.model) if o.custom_code == "typed_attrs_op"]
     root = flexbuffers.GetRoot(op.custom_options).AsMap

@@ -85,7 +85,9 @@ class Plan:
         header = f"{'op':<28} {'calls':>5} {'kernel':>6}  {'fusable':<8} attrs / signature"
         lines += [header, "-" * len(header)]
         for c in self.composites:
-            attrs = ", ".join(f"{k}={v!r}:{c.attr_types[k]}" for k, v in c.attrs.items())
+            attrs = ", ".join(
+                f"{k}={_attr_text(v)}:{c.attr_types[k]}" for k, v in c.attrs.items()
+            )
             fus = "yes" if c.fusable else "NO"
             lines.append(
                 f"{c.op:<28} {c.call_sites:>5} {'yes' if c.kernel_available else 'NO':>6}  "
@@ -104,6 +106,19 @@ class Plan:
                     f"{'':<42}attrs the kernel does not read: {', '.join(c.undeclared_attrs)}"
                 )
         return "\n".join(lines)
+
+
+def _attr_text(value: Any, limit: int = 60) -> str:
+    """One line per composite in the table: an array shows its shape and
+    values flattened, long values are cut."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) >= 1:
+        flat = ", ".join(repr(v) for v in value.reshape(-1).tolist())
+        text = f"array{list(shape)}[{flat}]"
+    else:
+        text = repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _import_mlir(saved_model_dir: str) -> str:
