@@ -34,32 +34,60 @@ bool Contains(const TfLiteIntArray* array, int value) {
   return false;
 }
 
-// Why a node's outputs make it unsafe to take over, or nullptr.  The runtimes
-// check a malformed graph (a tensor with two writers, an op writing a
-// constant or its own input) only on their own path; replacing such a node
-// with a delegate kernel crashes inside their partitioning.  A node refused
-// here stays with the runtime, which reports the error.
-const char* UnclaimableReason(const TfLiteContext* context,
-                              const TfLiteNode* node,
-                              const std::vector<int>& writers) {
-  if (node->inputs == nullptr || node->outputs == nullptr) {
-    return "no input or output list";
-  }
+// What makes the graph unsafe to partition, or an empty string.  The
+// runtimes' partitioner (run by ReplaceNodeSubsetsWithDelegateKernels) trusts
+// every node's tensor indices and that each tensor has one writer; on a
+// malformed model, which tflite-runtime loads without verifying, it reads
+// out of bounds.  Their own path reports most of these graphs as errors, so
+// the delegate refuses them before partitioning instead of claiming nodes.
+std::string GraphProblem(TfLiteContext* context, const std::vector<int>& plan) {
   const int tensor_count = static_cast<int>(context->tensors_size);
-  for (int i = 0; i < node->inputs->size; ++i) {
-    const int t = node->inputs->data[i];
-    if (t < -1 || t >= tensor_count) return "an input index is out of range";
-  }
-  for (int i = 0; i < node->outputs->size; ++i) {
-    const int t = node->outputs->data[i];
-    if (t < 0 || t >= tensor_count) return "an output index is out of range";
-    if (writers[t] > 1) return "another op writes its output";
-    if (context->tensors[t].allocation_type == kTfLiteMmapRo) {
-      return "it writes a constant";
+  std::vector<int> writer(context->tensors_size, -1);
+  char message[160];
+  for (int index : plan) {
+    TfLiteNode* node = nullptr;
+    TfLiteRegistration* reg = nullptr;
+    if (context->GetNodeAndRegistration(context, index, &node, &reg) != kTfLiteOk ||
+        node == nullptr || node->inputs == nullptr || node->outputs == nullptr) {
+      std::snprintf(message, sizeof(message), "node %d cannot be read", index);
+      return message;
     }
-    if (Contains(node->inputs, t)) return "an output is also its input";
+    for (int i = 0; i < node->inputs->size; ++i) {
+      const int t = node->inputs->data[i];
+      if (t < -1 || t >= tensor_count) {
+        std::snprintf(message, sizeof(message),
+                      "node %d: input %d is tensor %d, outside 0..%d", index, i, t,
+                      tensor_count - 1);
+        return message;
+      }
+    }
+    for (int i = 0; i < node->outputs->size; ++i) {
+      const int t = node->outputs->data[i];
+      if (t < 0 || t >= tensor_count) {
+        std::snprintf(message, sizeof(message),
+                      "node %d: output %d is tensor %d, outside 0..%d", index, i, t,
+                      tensor_count - 1);
+        return message;
+      }
+      if (writer[t] >= 0) {
+        std::snprintf(message, sizeof(message),
+                      "tensor %d is written by node %d and node %d", t, writer[t], index);
+        return message;
+      }
+      writer[t] = index;
+      if (context->tensors[t].allocation_type == kTfLiteMmapRo) {
+        std::snprintf(message, sizeof(message), "node %d writes constant tensor %d",
+                      index, t);
+        return message;
+      }
+      if (Contains(node->inputs, t)) {
+        std::snprintf(message, sizeof(message), "node %d reads its own output tensor %d",
+                      index, t);
+        return message;
+      }
+    }
   }
-  return nullptr;
+  return std::string();
 }
 
 struct DelegateData {
@@ -116,19 +144,12 @@ TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
   // The plan changes as nodes are replaced: work on a copy.
   const std::vector<int> node_indices = IntArrayToVector(plan);
   std::vector<std::pair<int, const KernelDef*>> claimed;
-  std::vector<int> writers(context->tensors_size, 0);
-  for (int index : node_indices) {
-    TfLiteNode* node = nullptr;
-    TfLiteRegistration* reg = nullptr;
-    if (context->GetNodeAndRegistration(context, index, &node, &reg) !=
-            kTfLiteOk ||
-        node->outputs == nullptr) {
-      continue;
-    }
-    for (int i = 0; i < node->outputs->size; ++i) {
-      const int t = node->outputs->data[i];
-      if (t >= 0 && static_cast<size_t>(t) < writers.size()) ++writers[t];
-    }
+  const std::string problem = GraphProblem(context, node_indices);
+  if (!problem.empty()) {
+    ReportError(context,
+                "fusekit: the model's graph is malformed (%s); no node was delegated",
+                problem.c_str());
+    return kTfLiteError;
   }
   {
     std::lock_guard<std::mutex> lock(data->mutex);
@@ -142,13 +163,6 @@ TfLiteStatus DelegatePrepare(TfLiteContext* context, TfLiteDelegate* delegate) {
       if (reg->builtin_code != kFusekitBuiltinCustom) continue;
       const KernelDef* def = FindKernel(reg->custom_name);
       if (def == nullptr) continue;
-      if (const char* why = UnclaimableReason(context, node, writers)) {
-        if (data->verbose) {
-          std::fprintf(stderr, "fusekit: node %d (%s) left to the runtime: %s\n",
-                       index, def->name.c_str(), why);
-        }
-        continue;
-      }
       CapturedNode captured;
       captured.def = def;
       captured.inputs = IntArrayToVector(node->inputs);
