@@ -10,10 +10,12 @@ flatbuffer structure.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -432,6 +434,52 @@ def test_graph_rules_runtimes_crash_on(model):
         f"subgraph 0 operator 0 (CUSTOM:{OP}) output 0: tensor 0 ('serving_default_x:0') is "
         "an input of subgraph 0"
     )
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tf"])
+@pytest.mark.parametrize("rule", ["twice", "reads_own_output", "writes_constant", "out_of_range"])
+def test_the_delegate_refuses_a_malformed_graph_with_an_error(model, runtime, rule):
+    """load_delegate on the runtime's own interpreter has no model check in
+    front: the delegate itself refuses the graph before the runtime's
+    partitioner reads it."""
+    import copy
+
+    def change(m):
+        op = _op_at(m)
+        if rule == "twice":
+            m.subgraphs[0].operators.append(copy.deepcopy(op))
+        elif rule == "reads_own_output":
+            op.inputs[0] = op.outputs[0]
+        elif rule == "writes_constant":
+            op.outputs = [1]
+        else:
+            op.inputs[1] = len(m.subgraphs[0].tensors) + 5
+
+    wanted = {
+        "twice": r"tensor 3 is written by node 0 and node 1",
+        "reads_own_output": r"node 0 reads its own output tensor 3",
+        "writes_constant": r"node 0 writes constant tensor 1",
+        "out_of_range": r"node 0: input 1 is tensor \d+, outside 0\.\.\d+",
+    }[rule]
+    if runtime == "litert":
+        import ai_edge_litert.interpreter as litert
+
+        interpreter_class = litert.Interpreter
+    else:
+        import tensorflow as tf
+
+        interpreter_class = tf.lite.Interpreter
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation notice
+        with pytest.raises((RuntimeError, ValueError)) as caught:
+            interpreter_class(
+                model_content=edit(model, change), experimental_delegates=[fusekit.load_delegate()]
+            ).allocate_tensors()
+    message = str(caught.value)
+    if rule == "out_of_range" and "Invalid tensor index" in message:
+        return  # these runtimes check indices themselves, before any delegate
+    assert "fusekit: the model's graph is malformed" in message, message
+    assert re.search(wanted, message), message
 
 
 @pytest.mark.parametrize(
