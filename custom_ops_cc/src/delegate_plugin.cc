@@ -87,6 +87,32 @@ std::string GraphProblem(TfLiteContext* context, const std::vector<int>& plan) {
       }
     }
   }
+  // In plan order every tensor is written before it is read: a node reading
+  // a tensor that a later node writes (a cycle, or a graph input
+  // overwritten after use) breaks the partitioner's ordering too.
+  std::vector<int> position(context->tensors_size, -1);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    TfLiteNode* node = nullptr;
+    TfLiteRegistration* reg = nullptr;
+    context->GetNodeAndRegistration(context, plan[k], &node, &reg);
+    for (int i = 0; i < node->outputs->size; ++i) {
+      position[node->outputs->data[i]] = static_cast<int>(k);
+    }
+  }
+  for (size_t k = 0; k < plan.size(); ++k) {
+    TfLiteNode* node = nullptr;
+    TfLiteRegistration* reg = nullptr;
+    context->GetNodeAndRegistration(context, plan[k], &node, &reg);
+    for (int i = 0; i < node->inputs->size; ++i) {
+      const int t = node->inputs->data[i];
+      if (t >= 0 && position[t] >= static_cast<int>(k)) {
+        std::snprintf(message, sizeof(message),
+                      "node %d reads tensor %d before node %d writes it", plan[k], t,
+                      writer[t]);
+        return message;
+      }
+    }
+  }
   return std::string();
 }
 
