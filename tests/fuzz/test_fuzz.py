@@ -3,11 +3,12 @@
 Saved regression cases (tests/fuzz/regressions/) replay first; then a seeded
 run of --fuzz-mutants mutants (default: the short CI run) in four classes
 (options, graph, inputs, bytes) goes through fusekit.Interpreter on
-ai-edge-litert, tf.lite and tflite-runtime.  A crash or hang in fusekit
-fails and is saved as a regression case; the runtimes' own (told apart by
-the control delegate) are counted, not failed.  FUSEKIT_FUZZ_MODES=
-fusekit,delegate also runs the mutants through fusekit.load_delegate on the
-runtimes' own interpreters (no model check in front of the SDK).
+ai-edge-litert, tf.lite and tflite-runtime, and (all but the byte flips)
+through fusekit.load_delegate on the runtimes' own interpreters, where no
+model check stands in front of the SDK.  A crash or hang in fusekit fails
+and is saved as a regression case; the runtimes' own (told apart by the
+control delegate) are counted, not failed.  FUSEKIT_FUZZ_MODES=fusekit
+leaves the delegate entry out.
 
 Long runs: --fuzz-mutants 20000, or tests/fuzz/campaign.py.
 """
@@ -32,9 +33,7 @@ DEFAULT_SEED = 1
 def fuzz_setup(tmp_path_factory):
     work = tmp_path_factory.mktemp("fuzz")
     settings, bases, kernels = prepare(work)
-    modes = os.environ.get("FUSEKIT_FUZZ_MODES")
-    if modes:
-        settings.modes = tuple(modes.split(","))
+    settings.modes = tuple(os.environ.get("FUSEKIT_FUZZ_MODES", "fusekit,delegate").split(","))
     return work, settings, bases, kernels
 
 
