@@ -85,9 +85,7 @@ class Plan:
         header = f"{'op':<28} {'calls':>5} {'kernel':>6}  {'fusable':<8} attrs / signature"
         lines += [header, "-" * len(header)]
         for c in self.composites:
-            attrs = ", ".join(
-                f"{k}={_attr_text(v)}:{c.attr_types[k]}" for k, v in c.attrs.items()
-            )
+            attrs = ", ".join(f"{k}={_attr_text(v)}:{c.attr_types[k]}" for k, v in c.attrs.items())
             fus = "yes" if c.fusable else "NO"
             lines.append(
                 f"{c.op:<28} {c.call_sites:>5} {'yes' if c.kernel_available else 'NO':>6}  "
