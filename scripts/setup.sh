@@ -47,3 +47,6 @@ say "checking the installs"
 .venv/bin/python -P -c 'import fusekit; print("fusekit", fusekit.__version__, "kernels:", ", ".join(fusekit.kernel_names()), "simd:", fusekit.simd_target())'
 .venv-tflite-runtime/bin/python -P -c 'import fusekit, tflite_runtime, sys; assert "tensorflow" not in sys.modules; print("tflite-runtime", tflite_runtime.__version__, "kernels:", ", ".join(fusekit.kernel_names()))'
 
+# From the repository root a script imports the source folder; it must find
+# the compiled parts of the installed package.
+.venv/bin/python -c 'import fusekit; fusekit.kernel_names()'

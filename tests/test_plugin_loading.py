@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -287,3 +288,27 @@ def test_registerer_knows_which_runtime_it_registers_into(model, tmp_path):
         "RuntimeNotAvailableError: fusekit.registerer_for('tflite_runtime') was called by "
         "ai_edge_litert.interpreter's InterpreterWithCustomOps"
     ), out["bound_in_litert"]
+
+
+def test_a_script_run_from_the_checkout_imports_the_source_folder_and_runs(model, tmp_path):
+    """From the repository root `import fusekit` finds the source folder,
+    which has no compiled parts: they come from the installed distribution."""
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    script = (
+        "import sys, numpy as np, fusekit\n"
+        "print(fusekit.__file__)\n"
+        f"interp = fusekit.Interpreter(model_path={str(path)!r})\n"
+        "interp.allocate_tensors()\n"
+        "d = interp.get_input_details()[0]\n"
+        "interp.set_tensor(d['index'], np.ones(d['shape'], np.float32))\n"
+        "interp.invoke()\n"
+        "print(fusekit.include_dir())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported, include = proc.stdout.split()[:2]
+    assert Path(imported).parent == REPO / "fusekit"
+    assert (Path(include) / "fusekit" / "kernel_sdk.h").is_file()

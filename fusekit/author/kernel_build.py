@@ -19,10 +19,10 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fusekit._compiled import built_path
 from fusekit._version import __version__
 from fusekit.errors import FusekitError
 
-_PACKAGE = Path(__file__).resolve().parent.parent
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Mirrors CMakeLists.txt: Highway compiles baseline, AVX2 and AVX-512.
 _DEFINES = ["-DFLATBUFFERS_LOCALE_INDEPENDENT=0", "-DHWY_DISABLED_TARGETS=(HWY_SSE4|HWY_AVX3_DL)"]
@@ -35,11 +35,11 @@ class PluginBuildError(FusekitError):
 
 def include_dir() -> str:
     """Folder holding fusekit's public C++ headers (``fusekit/kernel_sdk.h``)."""
-    return str(_PACKAGE / "include")
+    return str(built_path("include"))
 
 
 def _sdk_dir() -> Path:
-    return _PACKAGE / "sdk_src"
+    return built_path("sdk_src")
 
 
 def cache_dir() -> Path:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from fusekit._compiled import built_path
 from fusekit.errors import FusekitError
 
 _LIB_NAME = "libfusekit_ops.so"
@@ -39,12 +40,11 @@ def library_path() -> str:
         if not Path(override).is_file():
             raise FusekitError(f"FUSEKIT_LIBRARY={override} does not exist")
         return override
-    path = Path(__file__).resolve().parent.parent / "lib" / _LIB_NAME
+    path = built_path(f"lib/{_LIB_NAME}")
     if not path.is_file():
         raise FusekitError(
-            f"fusekit's kernel library is missing ({path}). fusekit must be "
-            "installed with its compiled part (pip install .), not imported "
-            "from a source checkout."
+            f"fusekit's kernel library is missing ({path}). Install fusekit "
+            "with its compiled part (bash scripts/setup.sh, or pip install .)."
         )
     return str(path)
 
