@@ -175,3 +175,21 @@ def test_convert_warns_when_no_loaded_plugin_has_the_kernel(session_dir):
     result = fusekit.convert(session_dir / "lonely")
     assert any("nobody_implements_me" in w for w in result.report.warnings)
     assert result.report.kernels_missing == ["nobody_implements_me"]
+
+
+def test_editing_an_included_header_rebuilds_the_plugin(tmp_path):
+    header = tmp_path / "my op config.h"  # a space: escaped in the dependency file
+    header.write_text('#pragma once\n#define HEADER_OP_NAME "header_op"\n')
+    src = tmp_path / "header_op.cc"
+    text = (EXAMPLE / "my_custom_fused_op.cc").read_text()
+    text = text.replace('"my_custom_fused_op"', "HEADER_OP_NAME")
+    src.write_text('#include "my op config.h"\n' + text)
+    first = fusekit.build_plugin("header_ops", [src])
+    assert fusekit.build_plugin("header_ops", [src]) == first  # unchanged: cached
+    header.write_text('#pragma once\n#define HEADER_OP_NAME "header_op_v2"\n')
+    second = fusekit.build_plugin("header_ops", [src])
+    assert second != first
+    assert fusekit.kernel_names(second) == ["header_op_v2"]
+    # Back to the first header: the first build is found again.
+    header.write_text('#pragma once\n#define HEADER_OP_NAME "header_op"\n')
+    assert fusekit.build_plugin("header_ops", [src]) == first

@@ -10,6 +10,7 @@ are cached by the hash of everything that goes into them.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import re
@@ -163,26 +164,40 @@ def build_plugin(
         + [str(p).encode() + p.read_bytes() for p in paths]
         + [o.read_bytes() for o in sdk]
     )
-    folder = cache_dir() / "plugins" / f"{name}-{key}"
-    library = folder / f"lib{name}.so"
-    if library.exists():
-        if verbose:
-            print(f"fusekit build: {library} is up to date", file=sys.stderr)
-        _remember(str(library))
-        return str(library)
-    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    objects = []
+    # The sources' digest picks a folder; the headers they include (listed
+    # by the compiler at the last build of these sources) pick the build in
+    # it, so editing an included header rebuilds.
+    base = cache_dir() / "plugins" / f"{name}-{key}"
+    deps_file = base / "deps.json"
+    if deps_file.exists():
+        folder = base / _deps_digest(json.loads(deps_file.read_text()))
+        library = folder / f"lib{name}.so"
+        if library.exists():
+            if verbose:
+                print(f"fusekit build: {library} is up to date", file=sys.stderr)
+            _remember(str(library))
+            return str(library)
+    tmp = base.with_name(base.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    objects, deps = [], set()
     for i, src in enumerate(paths):
         obj = tmp / f"{i}_{src.stem}.o"
-        _run([cxx, *flags, "-c", str(src), "-o", str(obj)], verbose, f"compiling {src}")
+        depfile = obj.with_suffix(".d")
+        _run(
+            [cxx, *flags, "-MMD", "-MF", str(depfile), "-c", str(src), "-o", str(obj)],
+            verbose,
+            f"compiling {src}",
+        )
         objects.append(obj)
+        deps |= _read_depfile(depfile)
+    library_name = f"lib{name}.so"
     _run(
         [
             cxx,
             "-shared",
             "-o",
-            str(tmp / library.name),
+            str(tmp / library_name),
             *map(str, objects),
             *map(str, sdk),
             "-pthread",
@@ -191,9 +206,43 @@ def build_plugin(
         verbose,
         f"linking plugin {name}",
     )
+    dep_list = sorted(deps - {str(p) for p in paths})
+    folder = base / _deps_digest(dep_list)
+    base.mkdir(parents=True, exist_ok=True)
     _publish(tmp, folder)
+    _write_atomically(deps_file, json.dumps(dep_list))
+    library = folder / library_name
     _remember(str(library))
     return str(library)
+
+
+def _read_depfile(path: Path) -> set[str]:
+    """The files a make-style dependency file (-MMD) lists, absolute.
+
+    Written here rather than with a library: the format is one rule,
+    ``target: dep dep \\`` with spaces in names escaped by a backslash."""
+    text = path.read_text().replace("\\\n", " ")
+    _, _, body = text.partition(": ")
+    names = [n.replace("\\ ", " ") for n in re.split(r"(?<!\\)\s+", body) if n]
+    return {str(Path(n).resolve()) for n in names}
+
+
+def _deps_digest(files: Sequence[str]) -> str:
+    """Digest of the headers' names and contents (a missing one counts as
+    changed)."""
+    parts = []
+    for f in files:
+        try:
+            parts.append(f.encode() + b"\0" + Path(f).read_bytes())
+        except OSError:
+            parts.append(f.encode() + b"\0<missing>")
+    return _digest(parts)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _remember(path: str) -> None:
