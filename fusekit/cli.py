@@ -46,7 +46,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     import fusekit
 
     _say(args, f"importing {args.saved_model}")
-    plan = fusekit.inspect(args.saved_model)
+    plan = fusekit.inspect(args.saved_model, plugins=args.plugin)
     print(plan.to_json() if args.json else plan.to_text())
     return 0
 
@@ -56,6 +56,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     result = fusekit.convert(
         args.saved_model,
+        plugins=args.plugin,
         strict=not args.no_strict,
         fuse=not args.unfused,
         progress=not args.quiet,
@@ -171,7 +172,9 @@ def _both_interpreters(args: argparse.Namespace, num_threads: int | None = None)
 
     fused, unfused = _both_models(args)
     return tuple(
-        fusekit.Interpreter(model_content=m, num_threads=num_threads, runtime=args.runtime)
+        fusekit.Interpreter(
+            model_content=m, num_threads=num_threads, runtime=args.runtime, plugins=args.plugin
+        )
         for m in (fused, unfused)
     )
 
@@ -183,7 +186,7 @@ def _both_models(args: argparse.Namespace) -> tuple[bytes, bytes]:
 
     options = _converter_options(args)
     _say(args, "converting with fusion")
-    fused = fusekit.convert(args.saved_model, progress=False, **options).model
+    fused = fusekit.convert(args.saved_model, progress=False, plugins=args.plugin, **options).model
     _say(args, "converting the unfused baseline (same SavedModel)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -293,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("saved_model", help="SavedModel directory")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+        p.add_argument(
+            "--plugin",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="a plugin of your kernels (fusekit build output), repeatable",
+        )
 
     p = sub.add_parser(
         "inspect",

@@ -193,3 +193,73 @@ def test_editing_an_included_header_rebuilds_the_plugin(tmp_path):
     # Back to the first header: the first build is found again.
     header.write_text('#pragma once\n#define HEADER_OP_NAME "header_op"\n')
     assert fusekit.build_plugin("header_ops", [src]) == first
+
+
+CALIBRATE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+sys.path.insert(0, sys.argv[3])
+from model import my_custom_fused_op
+import fusekit
+
+class M(tf.Module):
+    def __init__(self):
+        self.w = tf.Variable(np.linspace(-1, 1, 9, dtype=np.float32).reshape(3, 3))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 4, 3], tf.float32)])
+    def __call__(self, x):
+        gated, clipped = my_custom_fused_op(x, tf.matmul(x, self.w), example_option=2)
+        return tf.matmul(gated + clipped, self.w)
+
+def data():
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        yield [rng.standard_normal((1, 4, 3)).astype(np.float32)]
+
+tf.saved_model.save(M(), sys.argv[1])
+options = dict(optimizations=[tf.lite.Optimize.DEFAULT], representative_dataset=data)
+out = {}
+try:
+    fusekit.convert(sys.argv[1], **options)
+    out["without"] = "converted"
+except fusekit.ConversionError as exc:
+    out["without"] = str(exc)
+result = fusekit.convert(sys.argv[1], plugins=[sys.argv[2]], **options)
+out["fused"] = result.report.fused
+out["missing"] = result.report.kernels_missing
+print(json.dumps(out))
+"""
+
+
+def test_int8_calibration_runs_a_plugin_passed_by_path(user_plugin, tmp_path):
+    """The plugin was built by another process: plugins=[path] makes its
+    kernels known to the plan and to the converter's calibration."""
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", CALIBRATE, str(tmp_path / "sm"), user_plugin, str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+    assert "unresolved custom op" in out["without"], out["without"]
+    assert "my_custom_fused_op" in out["without"]
+    assert out["fused"] == {"my_custom_fused_op": 1} and out["missing"] == []
+
+
+def test_cli_takes_plugins_by_path(user_model, user_plugin, session_dir):
+    def inspect(*extra: str) -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-P", "-m", "fusekit", "inspect", str(session_dir / "user_model")]
+            + ["--json", "-q", *extra],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        plan = __import__("json").loads(proc.stdout)
+        return {c["op"]: c["kernel_available"] for c in plan["composites"]}
+
+    assert inspect() == {"my_custom_fused_op": False, "weighted_sum": False}
+    assert inspect("--plugin", user_plugin) == {"my_custom_fused_op": True, "weighted_sum": True}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from fusekit.errors import ConversionError
-from fusekit.run.registerer import add_custom_in, register_with
+from fusekit.run.registerer import add_custom_in, register_all_with
 
 
 def calibration_registerer(resolver_address: int) -> None:
@@ -26,4 +26,4 @@ def calibration_registerer(resolver_address: int) -> None:
             "int8 calibration needs fusekit's kernels, but this TensorFlow exports no "
             "MutableOpResolver::AddCustom"
         )
-    register_with(resolver_address, add_custom)
+    register_all_with(resolver_address, add_custom)

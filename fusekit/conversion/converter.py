@@ -3,11 +3,13 @@ verified against the plan."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +170,8 @@ def finish(
             report.warnings.append(
                 f"{row.op}: no loaded fusekit kernel accepts this op ("
                 + "; ".join(why)
-                + "); build or load one before running the model"
+                + "); if a plugin of yours has it, pass plugins=[path] to fusekit.convert "
+                "(--plugin PATH on the command line) and to fusekit.Interpreter"
             )
     for c in plan.composites:
         if c.undeclared_attrs:
@@ -190,6 +193,7 @@ def convert(
     fuse: bool = True,
     progress: bool = False,
     count_unfused_ops: bool = False,
+    plugins: Sequence[str | os.PathLike] = (),
     **converter_options: Any,
 ) -> ConversionResult:
     """Converts a model into a .tflite model with every composite fused.
@@ -205,6 +209,9 @@ def convert(
       progress: print each stage to stderr.
       count_unfused_ops: also convert the unfused baseline to fill
         ``report.ops_before`` (op counts without fusion).
+      plugins: user plugin libraries (``fusekit.build_plugin`` output, e.g.
+        built in another process) whose kernels the plan checks composites
+        against and int8 calibration runs.
       **converter_options: TFLiteConverter attributes (optimizations,
         representative_dataset, target_spec, ...).
 
@@ -216,7 +223,7 @@ def convert(
         seconds: dict[str, float] = {}
         _progress(progress, f"importing {path} to find composites")
         start = time.perf_counter()
-        plan = inspect(path)
+        plan = inspect(path, plugins=plugins)
         seconds["plan"] = time.perf_counter() - start
         _progress(progress, f"plan: {dict(plan.expected_ops()) or 'no composites'}")
 

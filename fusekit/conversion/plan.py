@@ -4,9 +4,11 @@ TensorFlow imports it into, before any conversion runs."""
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,16 @@ class Plan:
         return "\n".join(lines)
 
 
+def register_plugins(plugins: Sequence[str | os.PathLike]) -> None:
+    """Registers user plugins for conversion (kernel schemas, calibration)."""
+    if isinstance(plugins, (str, os.PathLike)):
+        raise TypeError("plugins takes a list of plugin paths, e.g. plugins=[path]")
+    from fusekit.run.plugin import register_plugin
+
+    for plugin in plugins:
+        register_plugin(plugin)
+
+
 def _attr_text(value: Any, limit: int = 60) -> str:
     """One line per composite in the table: an array shows its shape and
     values flattened, long values are cut."""
@@ -138,11 +150,16 @@ def check_saved_model(path: str | Path) -> str:
     return str(path)
 
 
-def inspect(saved_model_dir: str | Path) -> Plan:
+def inspect(saved_model_dir: str | Path, plugins: Sequence[str | os.PathLike] = ()) -> Plan:
     """The plan of a SavedModel: every composite function, its attrs (with
     types), argument and result types, how many fused ops it should become
     and whether a fusekit kernel exists for it.  Composites that cannot fuse
-    are flagged with the reason."""
+    are flagged with the reason.
+
+    ``plugins``: user plugin libraries (``fusekit.build_plugin`` output)
+    whose kernels count as available; they stay registered for later
+    conversions in this process."""
+    register_plugins(plugins)
     path = check_saved_model(saved_model_dir)
     start = time.perf_counter()
     mlir = _import_mlir(path)

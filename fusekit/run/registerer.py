@@ -73,6 +73,16 @@ def register_with(resolver_address: int, add_custom: int) -> None:
         raise RuntimeNotAvailableError("fusekit could not register its kernels")
 
 
+def register_all_with(resolver_address: int, add_custom: int) -> None:
+    """fusekit's kernels and those of every user plugin registered for
+    conversion (built or passed as ``plugins=`` in this process)."""
+    register_with(resolver_address, add_custom)
+    for path in plugin.registered_plugins():
+        count = plugin.open_plugin(path).fusekit_register_ops_with(resolver_address, add_custom)
+        if count < 0:
+            raise RuntimeNotAvailableError(f"plugin {path} could not register its kernels")
+
+
 # Modules whose InterpreterWithCustomOps.__init__ calls registerers from
 # C++, so that the Python frame below the registerer is theirs.
 _CALLING_MODULES = {
