@@ -34,7 +34,6 @@ class ThreadPool {
  private:
   void WorkerLoop();
   void RunChunks(int worker);
-  void WaitForGeneration(uint64_t seen);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
