@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fusekit.errors import MissingKernelError, RuntimeNotAvailableError
-from fusekit.run import kernel_schema, model_check, model_ops, plugin
+from fusekit.run import abi_versions, kernel_schema, model_check, model_ops, plugin
 
 # Runtime name -> module providing Interpreter and load_delegate.
 _RUNTIME_MODULES = {
@@ -111,6 +111,7 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
         raise ValueError("pass exactly one of model_path or model_content")
     name = resolve_runtime(runtime)
     module = runtime_module(name)
+    abi_versions.check_runtime_version(name)
 
     if isinstance(plugins, (str, os.PathLike)):
         plugins = [plugins]  # one path, not a sequence of characters

@@ -291,7 +291,10 @@ def load_delegate(
     real = resolve_plugin(path)
     open_plugin(real)  # checked before the runtime dlopens it
     register_plugin(real)
+    from fusekit.run.abi_versions import check_runtime_version
     from fusekit.run.interpreter import resolve_runtime
 
-    loader = runtime_load_delegate(resolve_runtime(runtime))
+    name = resolve_runtime(runtime)
+    check_runtime_version(name)
+    loader = runtime_load_delegate(name)
     return loader(real, options or {})
