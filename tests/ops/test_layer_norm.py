@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from flatbuffers import flexbuffers
 from model_surgery import custom_ops, edit, set_constant
 from models import layer_norm_module, save_and_convert
 from runtimes import RUNTIMES, Job, run_jobs
@@ -89,12 +90,13 @@ def test_one_custom_op_per_call_and_all_runtimes(session_dir):
     counts = fusekit.run.model_ops.op_counts(result.model)
     assert counts["CUSTOM:fusekit_layer_norm"] == 4
     assert result.report.fused == {"fusekit_layer_norm": 4}
+    # Read the attrs as the kernel does: the flexbuffer map of each op.
     eps = sorted(
-        round(float(np.frombuffer(op.custom_options[-8:-4], np.float32)[0]), 8)
+        flexbuffers.Loads(op.custom_options)["epsilon"]
         for op in fusekit.run.model_ops.list_ops(result.model)
         if op.custom_code == "fusekit_layer_norm"
     )
-    assert len(set(eps)) == 4
+    assert eps == pytest.approx([1e-6, 1e-5, 1e-3, 0.1], rel=1e-6)
     x = np.random.default_rng(1).standard_normal((4, 9, 48)).astype(np.float32)
     ref = module(x).numpy()
     for runtime in RUNTIMES:
