@@ -391,13 +391,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (FusekitError, UsageError, FileNotFoundError) as exc:
-        print(f"fusekit {args.command}: error: {exc}", file=sys.stderr)
-        return 1
-    except RuntimeError as exc:
-        # The runtimes raise RuntimeError for a kernel's failure (bad shapes,
-        # a node's own check): the message names the op; a traceback adds
-        # nothing for a command-line user.
+    # RuntimeError: the runtimes' way of reporting a kernel's failure (bad
+    # shapes, a node's own check); the message names the op, and a traceback
+    # adds nothing for a command-line user.
+    except (FusekitError, UsageError, FileNotFoundError, RuntimeError) as exc:
         print(f"fusekit {args.command}: error: {exc}", file=sys.stderr)
         return 1
 

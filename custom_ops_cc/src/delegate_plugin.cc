@@ -42,9 +42,12 @@ bool Contains(const TfLiteIntArray* array, int value) {
 // the delegate refuses them before partitioning instead of claiming nodes.
 std::string GraphProblem(TfLiteContext* context, const std::vector<int>& plan) {
   const int tensor_count = static_cast<int>(context->tensors_size);
-  std::vector<int> writer(context->tensors_size, -1);
+  // Position in the plan of each tensor's writer (-1: none).
+  std::vector<int> written_at(context->tensors_size, -1);
+  std::vector<TfLiteNode*> nodes(plan.size(), nullptr);
   char message[160];
-  for (int index : plan) {
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const int index = plan[k];
     TfLiteNode* node = nullptr;
     TfLiteRegistration* reg = nullptr;
     if (context->GetNodeAndRegistration(context, index, &node, &reg) != kTfLiteOk ||
@@ -52,6 +55,7 @@ std::string GraphProblem(TfLiteContext* context, const std::vector<int>& plan) {
       std::snprintf(message, sizeof(message), "node %d cannot be read", index);
       return message;
     }
+    nodes[k] = node;
     for (int i = 0; i < node->inputs->size; ++i) {
       const int t = node->inputs->data[i];
       if (t < -1 || t >= tensor_count) {
@@ -69,12 +73,13 @@ std::string GraphProblem(TfLiteContext* context, const std::vector<int>& plan) {
                       tensor_count - 1);
         return message;
       }
-      if (writer[t] >= 0) {
+      if (written_at[t] >= 0) {
         std::snprintf(message, sizeof(message),
-                      "tensor %d is written by node %d and node %d", t, writer[t], index);
+                      "tensor %d is written by node %d and node %d", t,
+                      plan[written_at[t]], index);
         return message;
       }
-      writer[t] = index;
+      written_at[t] = static_cast<int>(k);
       if (context->tensors[t].allocation_type == kTfLiteMmapRo) {
         std::snprintf(message, sizeof(message), "node %d writes constant tensor %d",
                       index, t);
@@ -90,25 +95,14 @@ std::string GraphProblem(TfLiteContext* context, const std::vector<int>& plan) {
   // In plan order every tensor is written before it is read: a node reading
   // a tensor that a later node writes (a cycle, or a graph input
   // overwritten after use) breaks the partitioner's ordering too.
-  std::vector<int> position(context->tensors_size, -1);
   for (size_t k = 0; k < plan.size(); ++k) {
-    TfLiteNode* node = nullptr;
-    TfLiteRegistration* reg = nullptr;
-    context->GetNodeAndRegistration(context, plan[k], &node, &reg);
-    for (int i = 0; i < node->outputs->size; ++i) {
-      position[node->outputs->data[i]] = static_cast<int>(k);
-    }
-  }
-  for (size_t k = 0; k < plan.size(); ++k) {
-    TfLiteNode* node = nullptr;
-    TfLiteRegistration* reg = nullptr;
-    context->GetNodeAndRegistration(context, plan[k], &node, &reg);
-    for (int i = 0; i < node->inputs->size; ++i) {
-      const int t = node->inputs->data[i];
-      if (t >= 0 && position[t] >= static_cast<int>(k)) {
+    const TfLiteIntArray* inputs = nodes[k]->inputs;
+    for (int i = 0; i < inputs->size; ++i) {
+      const int t = inputs->data[i];
+      if (t >= 0 && written_at[t] >= static_cast<int>(k)) {
         std::snprintf(message, sizeof(message),
                       "node %d reads tensor %d before node %d writes it", plan[k], t,
-                      writer[t]);
+                      plan[written_at[t]]);
         return message;
       }
     }

@@ -12,6 +12,7 @@ likely still matches; the warning says that it has not been checked.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import warnings
 
@@ -40,8 +41,10 @@ class UnverifiedRuntimeWarning(UserWarning):
     declarations were verified on."""
 
 
+@functools.cache
 def runtime_version(runtime: str) -> str | None:
-    """The installed version of a runtime's distribution, or None."""
+    """The installed version of a runtime's distribution, or None (read
+    once: every Interpreter asks, and the answer cannot change in-process)."""
     for dist in _DISTRIBUTIONS.get(runtime, ()):
         try:
             return importlib.metadata.version(dist)

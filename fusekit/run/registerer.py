@@ -61,26 +61,28 @@ def _tflite_runtime_add_custom(module_file: str) -> int | None:
     return add_custom_in(os.path.join(folder, "_pywrap_tensorflow_interpreter_wrapper*.so"))
 
 
-def register_with(resolver_address: int, add_custom: int) -> None:
-    """Registers fusekit's kernels through a known AddCustom address."""
+def register_with(resolver_address: int, add_custom: int, path: str | None = None) -> None:
+    """Registers a plugin's kernels (fusekit's own by default) through a
+    known AddCustom address."""
     if not isinstance(resolver_address, int) or resolver_address == 0:
         raise FusekitError(
             f"a registerer is called with the address of a MutableOpResolver, got "
             f"{resolver_address!r}"
         )
-    count = plugin.open_plugin().fusekit_register_ops_with(resolver_address, add_custom)
+    count = plugin.open_plugin(path).fusekit_register_ops_with(resolver_address, add_custom)
     if count < 0:
-        raise RuntimeNotAvailableError("fusekit could not register its kernels")
+        raise RuntimeNotAvailableError(
+            f"plugin {path} could not register its kernels"
+            if path
+            else "fusekit could not register its kernels"
+        )
 
 
 def register_all_with(resolver_address: int, add_custom: int) -> None:
     """fusekit's kernels and those of every user plugin registered for
     conversion (built or passed as ``plugins=`` in this process)."""
-    register_with(resolver_address, add_custom)
-    for path in plugin.registered_plugins():
-        count = plugin.open_plugin(path).fusekit_register_ops_with(resolver_address, add_custom)
-        if count < 0:
-            raise RuntimeNotAvailableError(f"plugin {path} could not register its kernels")
+    for path in [None, *plugin.registered_plugins()]:
+        register_with(resolver_address, add_custom, path)
 
 
 # Modules whose InterpreterWithCustomOps.__init__ calls registerers from
