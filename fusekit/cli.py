@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "inspect",
         help="list the composites a SavedModel holds (the plan)",
-        description="Import the SavedModel into MLIR and list every composite: "
+        description="Read the SavedModel's function library and list every composite: "
         "op name, attrs with types, argument/result types, call sites, whether "
         "a fusekit kernel exists and why a composite cannot fuse.",
     )

@@ -6,6 +6,9 @@
 #     installed without TensorFlow, from the same wheel (kernels built once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One setup at a time: parallel runs would build the same virtual environments.
+exec 8>"${TMPDIR:-/tmp}/fusekit-setup.lock"
+flock 8
 
 say() { printf '\n== %s\n' "$*"; }
 PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"

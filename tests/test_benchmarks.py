@@ -54,3 +54,25 @@ def test_every_op_is_timed_against_its_peers_and_agrees_with_them(quick_run):
             assert r["medians_us"].get(key, 0) > 0, f"{where}: no {key}"
         for peer, diff in r["max_abs_diff"].items():
             assert diff < 1e-3, f"{where}: fused and {peer} differ by {diff}"
+
+
+def test_conversion_benchmark_quick_run(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_conversion.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads((tmp_path / "conversion.json").read_text())
+    (row,) = payload["results"]
+    assert row["plain_s"] > 0 and row["fusekit_s"] > 0
+    # fusekit's model holds the fused ops: it differs from the plain one.
+    assert row["model_bytes"]["plain"] != row["model_bytes"]["fusekit"]
+    assert "| small |" in (tmp_path / "conversion.md").read_text()

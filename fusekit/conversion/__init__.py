@@ -1,2 +1,2 @@
-"""Conversion: the plan (composites in the imported MLIR), the TFLite
+"""Conversion: the plan (composites in the SavedModel's function library), the TFLite
 conversion, and the check that every planned composite became a fused op."""

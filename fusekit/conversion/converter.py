@@ -221,7 +221,7 @@ def convert(
     with as_saved_model(model) as saved_model:
         path = check_saved_model(saved_model)
         seconds: dict[str, float] = {}
-        _progress(progress, f"importing {path} to find composites")
+        _progress(progress, f"reading {path} to find composites")
         start = time.perf_counter()
         plan = inspect(path, plugins=plugins)
         seconds["plan"] = time.perf_counter() - start

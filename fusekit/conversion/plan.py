@@ -1,5 +1,5 @@
-"""The plan: which composites a SavedModel holds, read from the MLIR that
-TensorFlow imports it into, before any conversion runs."""
+"""The plan: which composites a SavedModel holds, read from its function
+library before any conversion runs."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fusekit.author import typed_attrs
-from fusekit.conversion import kernel_match, mlir_text
+from fusekit.conversion import function_library, kernel_match
 from fusekit.conversion.kernel_match import Reason
 from fusekit.errors import ConversionError
 
@@ -131,14 +130,6 @@ def _attr_text(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _import_mlir(saved_model_dir: str) -> str:
-    import tensorflow as tf
-
-    # The v1 importer exports the SavedModel's signatures, which is what the
-    # TFLite converter converts; the v2 one exports object-graph paths.
-    return tf.mlir.experimental.convert_saved_model_v1(saved_model_dir, "", "serve", True, False)
-
-
 def check_saved_model(path: str | Path) -> str:
     path = Path(path)
     if not path.exists():
@@ -162,39 +153,20 @@ def inspect(saved_model_dir: str | Path, plugins: Sequence[str | os.PathLike] = 
     register_plugins(plugins)
     path = check_saved_model(saved_model_dir)
     start = time.perf_counter()
-    mlir = _import_mlir(path)
+    library = function_library.read_library(path)
     seconds = time.perf_counter() - start
-    functions = mlir_text.parse_functions(mlir)
-    roots = [
-        f.symbol for f in functions.values() if f.exported_names and "initializer" not in f.symbol
-    ]
-    roots = [r for r in roots if not functions[r].exported_names[0].startswith("__tf_saved_model")]
-    signatures = sorted({n for r in roots for n in functions[r].exported_names})
-
-    composites_fns = {s: f for s, f in functions.items() if f.implements}
-    fusable_fns = set()
-    parsed = {}
-    # Attrs fusekit smuggled through the converter as marked strings.
-    carried: dict[str, set[str]] = {}
-    for symbol, fn in composites_fns.items():
-        attrs = mlir_text.parse_attrs(fn.attrs_text)
-        carried[symbol] = set()
-        for key, (value, kind) in list(attrs.items()):
-            decoded = typed_attrs.decode(value) if kind == "str" else None
-            if decoded is not None:
-                attrs[key] = (decoded.to_python(), f"list[{decoded.element_type}]")
-                carried[symbol].add(key)
-        parsed[symbol] = attrs
-        flag = attrs.get("tfl_fusable_op", (False, "bool"))[0]
-        if flag is True:
-            fusable_fns.add(symbol)
+    signatures = sorted(library.entry_calls)
+    composites_fns = {n: f for n, f in library.functions.items() if f.implements}
+    fusable_fns = {
+        n for n, f in composites_fns.items() if f.attrs.get("tfl_fusable_op", (False,))[0] is True
+    }
     counts: Counter = Counter()
-    by_signature: dict[str, dict[str, int]] = {}
-    for root in roots:
-        root_counts = mlir_text.instance_counts(functions, [root], opaque=fusable_fns)
-        counts.update(root_counts)
-        for name in functions[root].exported_names:
-            by_signature[name] = root_counts
+    by_signature: dict[str, Counter] = {}
+    for signature in signatures:
+        by_signature[signature] = function_library.instance_counts(
+            library, signature, opaque=fusable_fns
+        )
+        counts.update(by_signature[signature])
 
     try:
         from fusekit.run.kernel_schema import kernel_schemas
@@ -209,8 +181,8 @@ def inspect(saved_model_dir: str | Path, plugins: Sequence[str | os.PathLike] = 
         schemas = {}
 
     plan = Plan(saved_model=path, signatures=signatures, import_seconds=seconds)
-    for symbol, fn in sorted(composites_fns.items(), key=lambda kv: kv[1].implements or ""):
-        attrs = dict(parsed[symbol])
+    for symbol, fn in sorted(composites_fns.items(), key=lambda kv: (kv[1].implements, kv[0])):
+        attrs = dict(fn.attrs)
         fusable_flag = attrs.pop("tfl_fusable_op", (False, "bool"))[0] is True
         reason, code = None, None
         if not fusable_flag:
@@ -219,7 +191,7 @@ def inspect(saved_model_dir: str | Path, plugins: Sequence[str | os.PathLike] = 
             bad = [
                 f"{k} ({t})"
                 for k, (_, t) in attrs.items()
-                if t not in _CONVERTER_ATTR_TYPES and k not in carried[symbol]
+                if t not in _CONVERTER_ATTR_TYPES and k not in fn.carried
             ]
             if bad:
                 reason = "attr types the converter cannot carry: " + ", ".join(bad)
