@@ -40,7 +40,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtimes import feed_and_invoke, input_order, tflite_runtime_python, unpack_runs  # noqa: E402
+from runtimes import (  # noqa: E402
+    feed_and_invoke,
+    input_order,
+    pack_runs,
+    tflite_runtime_python,
+    unpack_runs,
+)
 
 import fusekit  # noqa: E402
 
@@ -385,8 +391,7 @@ def control_model() -> bytes:
 # ------------------------------------------------------------------- worker
 #
 # Jobs go to a subprocess as JSON plus .tflite and .npz files; arrays are
-# stored as r<run>_i<k> / r<run>_o<k> (runtimes.unpack_runs), which both
-# numpy 1 and 2 read.
+# stored by runtimes.pack_runs / unpack_runs, which both numpy 1 and 2 read.
 
 
 def _interpreter(runtime: str, model_path: str, num_threads: int, plain: bool = False):
@@ -414,11 +419,8 @@ def _load_runs(path: str, tag: str = "i") -> list[list[np.ndarray]]:
 def work_run(job: dict) -> dict:
     """Runs a model's inputs on one interpreter; outputs to job['outputs']."""
     interp = _interpreter(job["runtime"], job["model"], job["num_threads"])
-    outputs = {}
-    for r, inputs in enumerate(_load_runs(job["inputs"])):
-        for k, y in enumerate(feed_and_invoke(interp, inputs)):
-            outputs[f"r{r}_o{k}"] = y
-    np.savez(job["outputs"], **outputs)
+    outputs = [feed_and_invoke(interp, inputs) for inputs in _load_runs(job["inputs"])]
+    np.savez(job["outputs"], **pack_runs(outputs, "o"))
     return {"simd": fusekit.simd_target()}
 
 
@@ -554,9 +556,7 @@ class JobDir:
     def arrays(self, runs: list[list[np.ndarray]], tag: str = "i") -> str:
         self._count += 1
         path = self.path / f"a{self._count}.npz"
-        np.savez(
-            path, **{f"r{r}_{tag}{k}": a for r, run in enumerate(runs) for k, a in enumerate(run)}
-        )
+        np.savez(path, **pack_runs(runs, tag))
         return str(path)
 
     def output_path(self) -> str:

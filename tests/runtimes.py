@@ -40,21 +40,25 @@ def tflite_runtime_python() -> Path:
 class Job:
     """Runs of one interpreter: each run resizes the inputs to its arrays'
     shapes (resize_tensor_input + allocate_tensors), feeds them in the order
-    of the model's input details and invokes."""
+    of the model's input details and invokes.  With ``signature=True`` each
+    run is a dict of the default signature's inputs by name, run through its
+    signature runner, and its outputs come back by name."""
 
     model: bytes
-    runs: list[list[np.ndarray]]
+    runs: list[list[np.ndarray]] | list[dict[str, np.ndarray]]
     mode: str = "delegate"  # or "registerer" (InterpreterWithCustomOps)
     num_threads: int = 1
     plugins: list[str] = field(default_factory=list)
+    signature: bool = False
 
 
 @dataclass
 class Outcome:
-    outputs: list[list[np.ndarray]] = field(default_factory=list)  # per run
+    # Per run: outputs in output-detail order, or by name for signature jobs.
+    outputs: list[list[np.ndarray]] | list[dict[str, np.ndarray]] = field(default_factory=list)
     error: str | None = None
 
-    def ok(self) -> list[list[np.ndarray]]:
+    def ok(self) -> list[list[np.ndarray]] | list[dict[str, np.ndarray]]:
         if self.error is not None:
             raise AssertionError(f"model run failed: {self.error}")
         return self.outputs
@@ -77,7 +81,8 @@ def run_in_process(runtime: str, job: Job) -> Outcome:
                 num_threads=job.num_threads,
                 plugins=job.plugins,
             )
-        return Outcome(outputs=[feed_and_invoke(interp, run) for run in job.runs])
+        invoke = run_signature if job.signature else feed_and_invoke
+        return Outcome(outputs=[invoke(interp, run) for run in job.runs])
     except Exception as exc:  # noqa: BLE001 - the message is what tests check
         return Outcome(error=f"{type(exc).__name__}: {exc}")
 
@@ -85,7 +90,9 @@ def run_in_process(runtime: str, job: Job) -> Outcome:
 def input_order(model: bytes, names: list[str]) -> list[int]:
     """Positions of the named signature inputs in the model's input list (the
     order interpreters report inputs in, which need not be argument order)."""
-    m = fusekit.run.model_ops.read_model(model)
+    from fusekit.conversion.flatbuffer_edit import read_model
+
+    m = read_model(model)
     graph = m.subgraphs[0]
     tensor_names = [graph.tensors[i].name.decode() for i in graph.inputs]
     order = []
@@ -105,6 +112,22 @@ def feed_and_invoke(interp, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
 
 
+def run_signature(interp, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One run of the default signature: inputs and outputs by name."""
+    outputs = interp.get_signature_runner()(**inputs)
+    return {name: np.array(value) for name, value in outputs.items()}
+
+
+def pack_runs(runs, tag: str) -> dict[str, np.ndarray]:
+    """Per-run lists (or dicts by name) as flat npz entries."""
+    packed = {}
+    for r, run in enumerate(runs):
+        items = run.items() if isinstance(run, dict) else enumerate(run)
+        for key, value in items:
+            packed[f"r{r}.{tag}.{key}"] = value
+    return packed
+
+
 def run_jobs(runtime: str, jobs: list[Job]) -> list[Outcome]:
     """Runs every job on one runtime; tflite-runtime jobs share one worker."""
     if runtime != "tflite_runtime":
@@ -116,10 +139,7 @@ def run_jobs(runtime: str, jobs: list[Job]) -> list[Outcome]:
             model = tmp_path / f"job{i}.tflite"
             model.write_bytes(job.model)
             arrays = tmp_path / f"job{i}_in.npz"
-            np.savez(
-                arrays,
-                **{f"r{r}_i{k}": x for r, run in enumerate(job.runs) for k, x in enumerate(run)},
-            )
+            np.savez(arrays, **pack_runs(job.runs, "i"))
             manifest.append(
                 {
                     "model": str(model),
@@ -129,6 +149,7 @@ def run_jobs(runtime: str, jobs: list[Job]) -> list[Outcome]:
                     "num_threads": job.num_threads,
                     "runs": len(job.runs),
                     "plugins": job.plugins,
+                    "signature": job.signature,
                 }
             )
         (tmp_path / "jobs.json").write_text(json.dumps(manifest))
@@ -146,22 +167,25 @@ def run_jobs(runtime: str, jobs: list[Job]) -> list[Outcome]:
             )
         results = json.loads((tmp_path / "results.json").read_text())
         outcomes = []
-        for entry, result in zip(manifest, results):
+        for job, entry, result in zip(jobs, manifest, results):
             if result["error"] is not None:
                 outcomes.append(Outcome(error=result["error"]))
                 continue
             with np.load(entry["outputs"]) as data:
-                outs = unpack_runs(data, "o")
+                outs = unpack_runs(data, "o", by_name=job.signature)
             outcomes.append(Outcome(outputs=outs))
         return outcomes
 
 
-def unpack_runs(data, tag: str) -> list[list[np.ndarray]]:
-    """Arrays named r<run>_<tag><k> back into per-run lists."""
-    runs: dict[int, dict[int, np.ndarray]] = {}
-    for name in data.files:
-        run, item = name.split("_")
-        runs.setdefault(int(run[1:]), {})[int(item[len(tag) :])] = data[name]
+def unpack_runs(data, tag: str, by_name: bool = False):
+    """pack_runs' entries back into per-run lists (or dicts by name)."""
+    runs: dict[int, dict] = {}
+    for entry in data.files:
+        run, entry_tag, key = entry.split(".", 2)
+        if entry_tag == tag:
+            runs.setdefault(int(run[1:]), {})[key if by_name else int(key)] = data[entry]
+    if by_name:
+        return [items for _, items in sorted(runs.items())]
     return [[items[k] for k in sorted(items)] for _, items in sorted(runs.items())]
 
 

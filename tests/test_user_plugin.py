@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from runtimes import RUNTIMES, Job, input_order, run_jobs
+from runtimes import RUNTIMES, Job, run_jobs
 
 import fusekit
 from fusekit.errors import FusekitError
@@ -83,21 +83,18 @@ def test_conversion_sees_the_plugin_kernels(user_model):
 def test_user_ops_match_tensorflow_on_every_runtime(runtime, user_model, user_plugin):
     module, result = user_model
     rng = np.random.default_rng(0)
-    pairs = [
-        [rng.standard_normal((b, 5, 3)).astype(np.float32) * 2 for _ in range(2)] for b in (1, 4)
+    runs = [
+        {name: rng.standard_normal((b, 5, 3)).astype(np.float32) * 2 for name in ("a", "b")}
+        for b in (1, 4)
     ]
-    order = input_order(result.model, ["a", "b"])
-    runs = [[None, None] for _ in pairs]
-    for run, pair in zip(runs, pairs):
-        for arg, position in enumerate(order):
-            run[position] = pair[arg]
-    (outcome,) = run_jobs(runtime, [Job(result.model, runs, plugins=[user_plugin])])
-    for (a, b), outputs in zip(pairs, outcome.ok()):
-        expected = {k: v.numpy() for k, v in module(a, b).items()}
-        # match outputs by shape and value: two outputs share a shape
+    job = Job(result.model, runs, plugins=[user_plugin], signature=True)
+    (outcome,) = run_jobs(runtime, [job])
+    for feeds, outputs in zip(runs, outcome.ok()):
+        expected = {k: v.numpy() for k, v in module(**feeds).items()}
+        assert sorted(outputs) == sorted(expected) == ["clipped", "gated", "sum"]
         for name, value in expected.items():
-            errs = [np.abs(o - value).max() for o in outputs if o.shape == value.shape]
-            assert min(errs) < 1e-5, (runtime, name, errs)
+            assert outputs[name].shape == value.shape, (runtime, name)
+            np.testing.assert_allclose(outputs[name], value, atol=1e-5, err_msg=f"{runtime} {name}")
 
 
 def test_kernel_checks_arity_and_dtype_with_clear_messages(user_plugin, session_dir):

@@ -17,12 +17,12 @@ import fusekit
 # Shared with the main test process; runtimes.py imports nothing that needs
 # TensorFlow or numpy 2.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtimes import feed_and_invoke, unpack_runs  # noqa: E402
+from runtimes import feed_and_invoke, pack_runs, run_signature, unpack_runs  # noqa: E402
 
 
 def run(job):
     with np.load(job["inputs"]) as data:
-        runs = unpack_runs(data, "i")
+        runs = unpack_runs(data, "i", by_name=job["signature"])
     if job["mode"] == "registerer":
         from tflite_runtime.interpreter import InterpreterWithCustomOps
 
@@ -38,11 +38,8 @@ def run(job):
             num_threads=job["num_threads"],
             plugins=job["plugins"],
         )
-    outputs = {}
-    for r, inputs in enumerate(runs):
-        for k, y in enumerate(feed_and_invoke(interp, inputs)):
-            outputs[f"r{r}_o{k}"] = y
-    np.savez(job["outputs"], **outputs)
+    invoke = run_signature if job["signature"] else feed_and_invoke
+    np.savez(job["outputs"], **pack_runs([invoke(interp, run) for run in runs], "o"))
 
 
 def main():
