@@ -22,6 +22,7 @@ import tensorflow as tf
 from runtimes import RUNTIMES, Job, run_jobs, tflite_runtime_python
 
 import fusekit
+from fusekit.conversion.flatbuffer_edit import read_model
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "custom_op"
@@ -76,7 +77,7 @@ class Case:
 
 def input_positions(model: bytes) -> list[int]:
     """Argument index (0: a, 1: b) of each model input, in model order."""
-    m = fusekit.run.model_ops.read_model(model)
+    m = read_model(model)
     graph = m.subgraphs[0]
     names = [graph.tensors[i].name.decode() for i in graph.inputs]
     return [0 if n.split(":")[0].endswith("_a") else 1 for n in names]
@@ -99,7 +100,7 @@ def test_the_converter_keeps_the_unread_output(cases):
     # The precondition of the crash: the custom op has two outputs and
     # nothing in the graph reads one of them.
     for case in cases:
-        m = fusekit.run.model_ops.read_model(case.model)
+        m = read_model(case.model)
         graph = m.subgraphs[0]
         (op,) = [
             o

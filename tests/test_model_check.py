@@ -27,6 +27,7 @@ from models import layer_norm_module, save_and_convert
 from runtimes import REPO, tflite_runtime_python
 
 import fusekit
+from fusekit.conversion.flatbuffer_edit import read_model
 from fusekit.errors import FusekitError, InvalidModelError
 from fusekit.run import model_check, model_ops
 
@@ -238,7 +239,7 @@ def test_string_length_past_the_end(model):
 
 def test_list_ops_and_read_model_raise_invalid_model_error(model):
     bad = _patch(model, _root(model)._tab.Pos, "<i", -4 * len(model))
-    for reader in (model_ops.list_ops, model_ops.read_model, model_ops.signature_keys):
+    for reader in (model_ops.list_ops, read_model, model_ops.signature_keys):
         with pytest.raises(InvalidModelError, match="vtable offset points outside the file"):
             reader(bad)
 

@@ -1,35 +1,161 @@
 """Rewriting parts of a .tflite flatbuffer through the schema's object API
-(the schema module ai-edge-litert ships)."""
+(the schema module ai-edge-litert ships; conversion side only).
+
+Data layout of models written with buffer offsets (the converter's
+``_experimental_use_buffer_offset``, which it uses for models over 2 GB),
+which every rewrite here keeps:
+
+* the file is the flatbuffer followed by data blobs.  ``Buffer.offset`` /
+  ``Buffer.size`` and ``Operator.large_custom_options_offset`` /
+  ``large_custom_options_size`` (all uint64) locate a blob by its absolute
+  byte offset from the start of the file; such a buffer has no ``data``
+  vector and such an operator no ``custom_options`` vector;
+* a buffer offset of 0 or 1 means "no blob" (1 is the converter's
+  placeholder while it writes);
+* the converter starts each blob at a multiple of 16 bytes.
+
+The object API keeps those uint64 fields but not the blobs, so packing it
+alone would give a flatbuffer whose offsets point past its end (the
+weights dropped).  ``pack_model`` therefore appends every blob again after
+the packed flatbuffer and points the fields at their new places.  A uint64
+field takes the same room whatever its (non-default) value, so the
+flatbuffer is packed once with placeholder offsets to learn its size, then
+again with the final ones: both packs have the same layout.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.run.model_check import MODEL_CONTENT, ModelBuffer, verify_model
+
 # (op name, custom options) -> new options, or None to keep them.
 OptionsRewrite = Callable[[str, bytes], "bytes | None"]
+
+_BLOB_ALIGNMENT = 16
+# Any offset > 1 reads as "a blob here"; only the packed size matters.
+_PLACEHOLDER = 2**40
+# Attribute of an OperatorT holding its new large custom options until
+# pack_model places them.
+_NEW_LARGE_OPTIONS = "_fusekit_new_large_options"
+
+
+def read_model(model: ModelBuffer, source: str = MODEL_CONTENT) -> schema.ModelT:
+    """Parses a .tflite flatbuffer into the schema's object API (a full copy
+    of the flatbuffer, inline weights included).
+
+    Raises:
+      InvalidModelError: the model is malformed.
+    """
+    verify_model(model, source)
+    return schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+
+
+def custom_options(model: ModelBuffer, op: schema.OperatorT) -> bytes:
+    """An operator's custom options, inside the flatbuffer or after it."""
+    if op.largeCustomOptionsSize:
+        start = op.largeCustomOptionsOffset
+        return bytes(model[start : start + op.largeCustomOptionsSize])
+    return bytes(op.customOptions) if op.customOptions is not None else b""
+
+
+def set_custom_options(op: schema.OperatorT, options: bytes) -> None:
+    """Replaces an operator's custom options where the operator keeps them:
+    after the flatbuffer (placed by ``pack_model``) or inside it."""
+    if op.largeCustomOptionsSize and options:
+        setattr(op, _NEW_LARGE_OPTIONS, options)
+        op.largeCustomOptionsSize = len(options)
+    elif op.largeCustomOptionsSize:
+        op.largeCustomOptionsOffset = op.largeCustomOptionsSize = 0
+    else:
+        op.customOptions = np.frombuffer(options, np.uint8) if options else None
+
+
+# A blob kept after the flatbuffer: the object-API table locating it (a
+# BufferT or an OperatorT), and its bytes.
+_Blob = tuple[Any, bytes]
+
+
+def _blobs(m: schema.ModelT, model: ModelBuffer) -> list[_Blob]:
+    """Every blob the model keeps after its flatbuffer, in the original's
+    file order."""
+    found = []
+    for buffer in m.buffers or []:
+        if buffer.offset > 1:
+            data = model[buffer.offset : buffer.offset + buffer.size]
+            found.append((buffer.offset, buffer, data))
+    for subgraph in m.subgraphs or []:
+        for op in subgraph.operators or []:
+            if op.largeCustomOptionsSize:
+                data = getattr(op, _NEW_LARGE_OPTIONS, None)
+                if data is None:
+                    start = op.largeCustomOptionsOffset
+                    data = model[start : start + op.largeCustomOptionsSize]
+                found.append((op.largeCustomOptionsOffset, op, data))
+    found.sort(key=lambda blob: blob[0])
+    return [(table, data) for _, table, data in found]
+
+
+def _place(table: Any, offset: int) -> None:
+    if isinstance(table, schema.OperatorT):
+        table.largeCustomOptionsOffset = offset
+    else:
+        table.offset = offset
+
+
+def _pack(m: schema.ModelT, size_hint: int) -> bytes:
+    builder = flatbuffers.Builder(min(size_hint, 2**30) + 4096)
+    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def pack_model(m: schema.ModelT, original: ModelBuffer) -> bytes:
+    """Serializes ``m`` (read from ``original``), with the blobs the model
+    keeps after its flatbuffer appended and their offsets updated."""
+    blobs = _blobs(m, original)
+    if not blobs:
+        return _pack(m, len(original))
+    for table, _ in blobs:
+        _place(table, _PLACEHOLDER)
+    first = _pack(m, len(original))
+    layout, end = [], len(first)
+    for _, data in blobs:
+        start = -(-end // _BLOB_ALIGNMENT) * _BLOB_ALIGNMENT
+        layout.append(start)
+        end = start + len(data)
+    for (table, _), start in zip(blobs, layout):
+        _place(table, start)
+    flat = _pack(m, len(first))
+    if len(flat) != len(first):
+        raise AssertionError("packing moved when only uint64 offsets changed")
+    out = bytearray(end)
+    out[: len(flat)] = flat
+    for (_, data), start in zip(blobs, layout):
+        out[start : start + len(data)] = data
+    return bytes(out)
 
 
 def rewrite_custom_options(model: bytes, rewrite: OptionsRewrite) -> tuple[bytes, int]:
     """Applies ``rewrite`` to every custom op; returns the model and how many
-    ops changed (the input bytes unchanged when none did)."""
-    m = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    ops changed (the input bytes unchanged when none did).  Options stay
+    where the model keeps them (see the module docstring)."""
+    m = read_model(model)
     changed = 0
     for subgraph in m.subgraphs or []:
         for op in subgraph.operators or []:
             code = m.operatorCodes[op.opcodeIndex]
             if not code.customCode:
                 continue
-            options = bytes(op.customOptions) if op.customOptions is not None else b""
+            options = custom_options(model, op)
             new = rewrite(code.customCode.decode(), options)
             if new is not None and new != options:
-                op.customOptions = np.frombuffer(new, np.uint8)
+                set_custom_options(op, new)
                 changed += 1
     if not changed:
         return model, 0
-    builder = flatbuffers.Builder(len(model) + 4096)
-    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output()), changed
+    return pack_model(m, model), changed

@@ -3,42 +3,45 @@ DEQUANTIZE/QUANTIZE ops."""
 
 from __future__ import annotations
 
-from ai_edge_litert import schema_py_generated as schema
+from fusekit.run import tflite_schema
+from fusekit.run.model_check import ModelBuffer, verify_model
+from fusekit.run.tflite_schema import BUILTIN_CODES, CUSTOM
 
-from fusekit.run.model_ops import builtin_code, read_model
+_DEQUANTIZE = BUILTIN_CODES["DEQUANTIZE"]
+_QUANTIZE = BUILTIN_CODES["QUANTIZE"]
 
 
-def float_islands(model: bytes) -> dict[str, int]:
+def float_islands(model: ModelBuffer) -> dict[str, int]:
     """Custom ops (by name) with a DEQUANTIZE feeding them or a QUANTIZE
-    consuming them: they compute in float inside a quantized model."""
-    m = read_model(model)
+    consuming them: they compute in float inside a quantized model.
+
+    Reads through the lazy accessors: the weights are never copied.
+
+    Raises:
+      InvalidModelError: the model is malformed.
+    """
+    verify_model(model)
+    root = tflite_schema.model(model)
+    codes = []
+    for code in root.items("operator_codes"):
+        custom = code.string("custom_code")
+        codes.append((tflite_schema.builtin_code(code), custom.decode() if custom else None))
     result: dict[str, int] = {}
-    for subgraph in m.subgraphs or []:
+    for subgraph in root.items("subgraphs"):
         producer, consumers = {}, {}
-        kinds = []
-        for index, op in enumerate(subgraph.operators or []):
-            code = m.operatorCodes[op.opcodeIndex]
-            kinds.append(
-                (builtin_code(code), code.customCode.decode() if code.customCode else None)
-            )
-            for t in op.outputs if op.outputs is not None else []:
-                producer[int(t)] = index
-            for t in op.inputs if op.inputs is not None else []:
-                consumers.setdefault(int(t), []).append(index)
-        for index, op in enumerate(subgraph.operators or []):
-            builtin, custom = kinds[index]
-            if builtin != schema.BuiltinOperator.CUSTOM:
+        ops = []
+        for index, op in enumerate(subgraph.items("operators")):
+            inputs, outputs = op.values("inputs"), op.values("outputs")
+            ops.append((codes[op.scalar("opcode_index")], inputs, outputs))
+            for t in outputs:
+                producer[t] = index
+            for t in inputs:
+                consumers.setdefault(t, []).append(index)
+        for (builtin, custom), inputs, outputs in ops:
+            if builtin != CUSTOM:
                 continue
-            fed = any(
-                kinds[producer[int(t)]][0] == schema.BuiltinOperator.DEQUANTIZE
-                for t in (op.inputs if op.inputs is not None else [])
-                if int(t) in producer
-            )
-            drained = any(
-                kinds[c][0] == schema.BuiltinOperator.QUANTIZE
-                for t in (op.outputs if op.outputs is not None else [])
-                for c in consumers.get(int(t), [])
-            )
+            fed = any(ops[producer[t]][0][0] == _DEQUANTIZE for t in inputs if t in producer)
+            drained = any(ops[c][0][0] == _QUANTIZE for t in outputs for c in consumers.get(t, []))
             if fed or drained:
                 result[custom] = result.get(custom, 0) + 1
     return result

@@ -13,8 +13,8 @@ Why fusekit needs its own verifier:
 So ``verify_model`` walks the flatbuffer with explicit bounds checks first
 (root offset, every table's vtable and fields, every vector and string,
 driven by the field layout in ``_tflite_fields.py``, generated from the
-schema module), and only then reads the model through the generated
-accessors to check the TFLite graph: indices in range, buffer spans,
+pinned schema), and only then reads the model through fusekit's accessors
+(``tflite_schema``) to check the TFLite graph: indices in range, buffer spans,
 shapes, types, constant sizes, one writer per tensor, subgraph references.
 
 It never reads weights: on a 200 MB model it costs a few milliseconds, and a
@@ -29,19 +29,22 @@ import struct
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.errors import InvalidModelError
 from fusekit.run._tflite_fields import TABLES, UNIONS
+from fusekit.run.tflite_schema import (
+    BUILTIN_OPERATORS,
+    CUSTOM,
+    TENSOR_TYPES,
+    ModelBuffer,
+    Table,
+)
+from fusekit.run.tflite_schema import model as root_table
 
 #: ``source`` of a model passed as bytes, in InvalidModelError messages.
 MODEL_CONTENT = "<model_content>"
 
-#: What ``verify_model`` accepts: anything with the buffer protocol and
-#: slicing (bytes, bytearray, mmap).
-ModelBuffer = bytes | bytearray | memoryview | mmap.mmap
+__all__ = ["MODEL_CONTENT", "ModelBuffer", "mapped_model", "verify_file", "verify_model"]
 
 _IDENTIFIER = b"TFL3"
 # An uoffset is unsigned but flatbuffers keeps objects below 2 GB from their
@@ -54,6 +57,8 @@ _U16 = struct.Struct("<H").unpack_from
 _U16X2 = struct.Struct("<HH").unpack_from
 _U32 = struct.Struct("<I").unpack_from
 _I32 = struct.Struct("<i").unpack_from
+# Size of a scalar field by its kind (a struct format letter).
+_SCALAR_SIZES = {kind: struct.calcsize("<" + kind) for kind in "?bBhHiIqQfd"}
 
 # Strings the Python runtimes (and fusekit) decode as UTF-8; flatbuffers
 # says every string is UTF-8, but other strings (e.g. a StableHLO custom
@@ -228,21 +233,22 @@ class _Walker:
         pos: int,
         table_size: int,
         offset: int,
-        kind: int | str,
+        kind: str,
         offsets: tuple[int, ...],
         index: int,
         table_name: str | None,
         field_name: str,
         depth: int,
     ) -> None:
-        if type(kind) is int:
-            if offset + kind > table_size:
+        size = _SCALAR_SIZES.get(kind)
+        if size is not None:
+            if offset + size > table_size:
                 raise _MalformedError(
-                    f"{kind}-byte field at table offset {offset} lies outside its table "
+                    f"{size}-byte field at table offset {offset} lies outside its table "
                     f"({table_size} bytes, at byte {pos})"
                 )
-            if (pos + offset) % kind:
-                raise _MalformedError(f"{kind}-byte field at byte {pos + offset} is misaligned")
+            if (pos + offset) % size:
+                raise _MalformedError(f"{size}-byte field at byte {pos + offset} is misaligned")
             return
         if offset + 4 > table_size:
             raise _MalformedError(
@@ -260,7 +266,7 @@ class _Walker:
             elif kind[1] == "t":
                 self.table_vector(target, kind[3:], depth)
             else:
-                self.vector(target, int(kind[1:]))
+                self.vector(target, _SCALAR_SIZES[kind[1:]])
         elif kind[0] == "t":
             self.table(target, kind[2:], depth + 1)
         else:  # union value: its type is the 1-byte field just before it
@@ -272,7 +278,7 @@ class _Walker:
 
 # --- TFLite graph facts ----------------------------------------------------
 
-_TYPE_NAMES = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+_TYPE_NAMES = TENSOR_TYPES
 _ITEM_SIZES = {
     "FLOAT32": 4, "FLOAT16": 2, "INT32": 4, "UINT8": 1, "INT64": 8, "BOOL": 1, "INT16": 2,
     "COMPLEX64": 8, "INT8": 1, "FLOAT64": 8, "COMPLEX128": 16, "UINT64": 8, "UINT32": 4,
@@ -288,27 +294,25 @@ _BITS_BY_TYPE = {
 }
 # The TFLite schema version every runtime requires (Model.version).
 _SCHEMA_VERSION = 3
-_BUILTIN_NAMES = {
-    value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")
-}
+_BUILTIN_NAMES = BUILTIN_OPERATORS
 # Largest tensor a 64-bit runtime can size without overflowing size_t math.
 _MAX_TENSOR_BYTES = 2**62
 
-# Builtin options that name other subgraphs: option table -> accessors
-# returning one index, and accessors returning a vector of indices.
+# Builtin options that name other subgraphs: option table -> fields holding
+# one index, and fields holding a vector of indices.
 _SUBGRAPH_REFS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "WhileOptions": (("CondSubgraphIndex", "BodySubgraphIndex"), ()),
-    "IfOptions": (("ThenSubgraphIndex", "ElseSubgraphIndex"), ()),
-    "CallOnceOptions": (("InitSubgraphIndex",), ()),
-    "CallOptions": (("Subgraph",), ()),
-    "StablehloWhileOptions": (("CondSubgraphIndex", "BodySubgraphIndex"), ()),
-    "StablehloReduceOptions": (("BodySubgraphIndex",), ()),
-    "StablehloReduceWindowOptions": (("BodySubgraphIndex",), ()),
-    "StablehloSortOptions": (("ComparatorSubgraphIndex",), ()),
-    "StablehloScatterOptions": (("UpdateComputationSubgraphIndex",), ()),
-    "StableHLOCompositeOptions": (("DecompositionSubgraphIndex",), ()),
-    "StablehloCaseOptions": ((), ("BranchSubgraphIndicesAsNumpy",)),
-    "StablehloCustomCallOptions": ((), ("CalledComputationsAsNumpy",)),
+    "WhileOptions": (("cond_subgraph_index", "body_subgraph_index"), ()),
+    "IfOptions": (("then_subgraph_index", "else_subgraph_index"), ()),
+    "CallOnceOptions": (("init_subgraph_index",), ()),
+    "CallOptions": (("subgraph",), ()),
+    "StablehloWhileOptions": (("cond_subgraph_index", "body_subgraph_index"), ()),
+    "StablehloReduceOptions": (("body_subgraph_index",), ()),
+    "StablehloReduceWindowOptions": (("body_subgraph_index",), ()),
+    "StablehloSortOptions": (("comparator_subgraph_index",), ()),
+    "StablehloScatterOptions": (("update_computation_subgraph_index",), ()),
+    "StableHLOCompositeOptions": (("decomposition_subgraph_index",), ()),
+    "StablehloCaseOptions": ((), ("branch_subgraph_indices",)),
+    "StablehloCustomCallOptions": ((), ("called_computations",)),
 }
 
 
@@ -336,12 +340,6 @@ _OPTIONAL_INPUTS: dict[str, frozenset[int] | None] = {
 }
 
 
-def _ints(array: Any) -> list[int]:
-    """A vector accessor's numpy result as ints (the accessors return the
-    int 0 for an absent vector)."""
-    return [] if isinstance(array, int) else array.tolist()
-
-
 class _Graph:
     """The TFLite-level checks, through the schema's lazy accessors (valid
     to use once the walker has bounds-checked every offset)."""
@@ -355,28 +353,29 @@ class _Graph:
         self.buf = buf
         self.size = size
         self.custom_optional_inputs = custom_optional_inputs or {}
-        self.model = schema.Model.GetRootAs(buf, 0)
+        self.model = root_table(buf)
 
     def check(self) -> None:
         model = self.model
-        self.num_subgraphs = model.SubgraphsLength()
+        subgraphs = model.items("subgraphs")
+        self.num_subgraphs = len(subgraphs)
         if self.num_subgraphs == 0:
             raise _MalformedError("the model has no subgraphs")
-        version = model.Version()
+        version = model.scalar("version")
         if version != _SCHEMA_VERSION:
             raise _MalformedError(
                 f"schema version {version}; TFLite runtimes read version {_SCHEMA_VERSION}"
             )
-        self.num_codes = model.OperatorCodesLength()
+        self.num_codes = model.length("operator_codes")
         self.op_names = [self._operator_code(c) for c in range(self.num_codes)]
-        self.buffer_bytes = [self._buffer(b) for b in range(model.BuffersLength())]
-        self.tensor_counts = [model.Subgraphs(s).TensorsLength() for s in range(self.num_subgraphs)]
-        for s in range(self.num_subgraphs):
-            self._subgraph(s, model.Subgraphs(s))
+        self.buffer_bytes = [self._buffer(b) for b in range(model.length("buffers"))]
+        self.tensor_counts = [subgraph.length("tensors") for subgraph in subgraphs]
+        for s, subgraph in enumerate(subgraphs):
+            self._subgraph(s, subgraph)
         self._signatures()
         num_buffers = len(self.buffer_bytes)
-        for m in range(model.MetadataLength()):
-            buffer = model.Metadata(m).Buffer()
+        for m, metadata in enumerate(model.items("metadata")):
+            buffer = metadata.scalar("buffer")
             if buffer >= num_buffers:
                 raise _MalformedError(
                     f"metadata {m}: buffer index {buffer} out of range "
@@ -386,11 +385,11 @@ class _Graph:
     def _operator_code(self, index: int) -> tuple[str, bool]:
         """Checks an operator code; returns its name (``CUSTOM:<name>`` for
         custom ops) and whether it is a builtin."""
-        code = self.model.OperatorCodes(index)
-        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        if builtin == schema.BuiltinOperator.CUSTOM:
+        code = self.model.item("operator_codes", index)
+        builtin = max(code.scalar("builtin_code"), code.scalar("deprecated_builtin_code"))
+        if builtin == CUSTOM:
             # The walker checked that custom codes are UTF-8.
-            return "CUSTOM:" + (code.CustomCode() or b"").decode(), False
+            return "CUSTOM:" + (code.string("custom_code") or b"").decode(), False
         if builtin not in _BUILTIN_NAMES:
             raise _MalformedError(f"operator code {index}: unknown builtin operator code {builtin}")
         return _BUILTIN_NAMES[builtin], True
@@ -404,8 +403,8 @@ class _Graph:
     def _buffer(self, index: int) -> int | None:
         """Checks buffer ``index``; returns how many bytes of constant data it
         holds, None when it holds none (the buffer of a computed tensor)."""
-        buffer = self.model.Buffers(index)
-        offset, size = buffer.Offset(), buffer.Size()
+        buffer = self.model.item("buffers", index)
+        offset, size = buffer.scalar("offset"), buffer.scalar("size")
         # Offsets 0 and 1 mean "no offset" (1 is the converter's placeholder
         # while it writes a model larger than 2 GB); above that, the data
         # lies at that offset from the start of the file.
@@ -415,21 +414,21 @@ class _Graph:
                     f"buffer {index}: data at offset {offset} of size {size} ends at byte "
                     f"{offset + size}, past the end of the file ({self.size} bytes)"
                 )
-            if buffer.DataIsNone():
+            if not buffer.has("data"):
                 return size
         # Runtimes take a present data vector, even an empty one, as constant
         # data: its tensor becomes read-only.
-        return None if buffer.DataIsNone() else buffer.DataLength()
+        return buffer.length("data") if buffer.has("data") else None
 
-    def _tensor_name(self, subgraph: Any, index: int) -> str:
-        name = subgraph.Tensors(index).Name()
+    def _tensor_name(self, subgraph: Table, index: int) -> str:
+        name = subgraph.item("tensors", index).string("name")
         return repr(name.decode("utf-8", "replace")) if name else "unnamed"
 
-    def _subgraph(self, s: int, subgraph: Any) -> None:
+    def _subgraph(self, s: int, subgraph: Table) -> None:
         num_tensors = self.tensor_counts[s]
         constants = set()
-        for i in range(num_tensors):
-            if self._tensor(s, i, subgraph.Tensors(i)):
+        for i, tensor in enumerate(subgraph.items("tensors")):
+            if self._tensor(s, i, tensor):
                 constants.add(i)
 
         def in_range(index: int, what: str) -> None:
@@ -439,18 +438,17 @@ class _Graph:
                     f"(subgraph {s} has {num_tensors} tensors)"
                 )
 
-        graph_inputs = _ints(subgraph.InputsAsNumpy())
+        graph_inputs = subgraph.values("inputs")
         for j, t in enumerate(graph_inputs):
             in_range(t, f"input {j}")
-        for j, t in enumerate(_ints(subgraph.OutputsAsNumpy())):
+        for j, t in enumerate(subgraph.values("outputs")):
             in_range(t, f"output {j}")
         inputs = set(graph_inputs)
 
         writer: dict[int, int] = {}
-        for k in range(subgraph.OperatorsLength()):
-            op = subgraph.Operators(k)
+        for k, op in enumerate(subgraph.items("operators")):
             where = f"operator {k}"
-            opcode = op.OpcodeIndex()
+            opcode = op.scalar("opcode_index")
             if opcode >= self.num_codes:
                 raise _MalformedError(
                     f"subgraph {s} {where}: opcode index {opcode} out of range "
@@ -458,8 +456,8 @@ class _Graph:
                 )
             op_name, is_builtin = self.op_names[opcode]
             where = f"operator {k} ({op_name})"
-            op_inputs = _ints(op.InputsAsNumpy())
-            op_outputs = _ints(op.OutputsAsNumpy())
+            op_inputs = op.values("inputs")
+            op_outputs = op.values("outputs")
             optional = None
             for j, t in enumerate(op_inputs):
                 if t != -1:
@@ -474,7 +472,7 @@ class _Graph:
                     )
             for j, t in enumerate(op_outputs):
                 in_range(t, f"{where} output {j}")
-            for j, t in enumerate(_ints(op.IntermediatesAsNumpy())):
+            for j, t in enumerate(op.values("intermediates")):
                 in_range(t, f"{where} intermediate {j}")
 
             for j, t in enumerate(op_outputs):
@@ -498,12 +496,12 @@ class _Graph:
                     f"({self._tensor_name(subgraph, t)})"
                 )
 
-            size = op.LargeCustomOptionsSize()
-            if is_builtin and (size or op.CustomOptionsLength()):
+            size = op.scalar("large_custom_options_size")
+            if is_builtin and (size or op.length("custom_options")):
                 # Runtimes refuse these; only CUSTOM operators read them.
                 raise _MalformedError(f"subgraph {s} {where}: builtin operator with custom options")
             if size:
-                offset = op.LargeCustomOptionsOffset()
+                offset = op.scalar("large_custom_options_offset")
                 if offset + size > self.size:
                     raise _MalformedError(
                         f"subgraph {s} {where}: large custom options at offset {offset} of "
@@ -512,21 +510,21 @@ class _Graph:
                     )
             self._options(s, where, op)
 
-    def _tensor(self, s: int, i: int, tensor: Any) -> bool:
+    def _tensor(self, s: int, i: int, tensor: Table) -> bool:
         """Checks one tensor; True when it is a constant (has buffer data)."""
-        dtype = tensor.Type()
+        dtype = tensor.scalar("type")
         if dtype not in _TYPE_NAMES:
             raise _MalformedError(f"subgraph {s} tensor {i}: unknown tensor type {dtype}")
-        buffer = tensor.Buffer()
+        buffer = tensor.scalar("buffer")
         if buffer >= len(self.buffer_bytes):
             raise _MalformedError(
                 f"subgraph {s} tensor {i}: buffer index {buffer} out of range "
                 f"(model has {len(self.buffer_bytes)} buffers)"
             )
-        shape = _ints(tensor.ShapeAsNumpy())
+        shape = list(tensor.values("shape"))
         if any(d < 0 for d in shape):
             raise _MalformedError(f"subgraph {s} tensor {i}: negative dimension in shape {shape}")
-        signature = _ints(tensor.ShapeSignatureAsNumpy())
+        signature = list(tensor.values("shape_signature"))
         if any(d < -1 for d in signature):
             raise _MalformedError(
                 f"subgraph {s} tensor {i}: dimension below -1 in shape_signature {signature}"
@@ -541,19 +539,19 @@ class _Graph:
                 raise _MalformedError(
                     f"subgraph {s} tensor {i}: shape {shape} is too large to allocate"
                 )
-        quantization = tensor.Quantization()
+        quantization = tensor.table("quantization")
         if quantization is not None:
             self._quantization(s, i, quantization, shape)
 
         data = self.buffer_bytes[buffer]
         if data is None:
             return False
-        if tensor.IsVariable():
+        if tensor.scalar("is_variable"):
             raise _MalformedError(
                 f"subgraph {s} tensor {i}: a variable tensor with constant data in buffer "
                 f"{buffer} (runtimes refuse to initialize variables from buffers)"
             )
-        if tensor.Sparsity() is not None:
+        if tensor.has("sparsity"):
             return True  # sparse constants hold compressed data of another size
         if dtype in _ITEM_SIZE_BY_TYPE:
             expected = {count * item}
@@ -568,16 +566,16 @@ class _Graph:
             )
         return True
 
-    def _quantization(self, s: int, i: int, quantization: Any, shape: list[int]) -> None:
-        scales = quantization.ScaleLength()
-        zero_points = quantization.ZeroPointLength()
+    def _quantization(self, s: int, i: int, quantization: Table, shape: list[int]) -> None:
+        scales = quantization.length("scale")
+        zero_points = quantization.length("zero_point")
         if scales and zero_points and scales != zero_points:
             raise _MalformedError(
                 f"subgraph {s} tensor {i}: {scales} quantization scales but "
                 f"{zero_points} zero points"
             )
         if scales > 1:
-            axis = quantization.QuantizedDimension()
+            axis = quantization.scalar("quantized_dimension")
             if not 0 <= axis < len(shape):
                 raise _MalformedError(
                     f"subgraph {s} tensor {i}: quantized dimension {axis} out of range for "
@@ -589,51 +587,40 @@ class _Graph:
                     f"{axis} of size {shape[axis]}"
                 )
 
-    def _options(self, s: int, where: str, op: Any) -> None:
-        for union, type_value, table in (
-            ("BuiltinOptions", op.BuiltinOptionsType(), op.BuiltinOptions),
-            ("BuiltinOptions2", op.BuiltinOptions2Type(), op.BuiltinOptions2),
-        ):
-            name = UNIONS[union].get(type_value)
-            if name not in _SUBGRAPH_REFS:
+    def _options(self, s: int, where: str, op: Table) -> None:
+        for field in ("builtin_options", "builtin_options2"):
+            options = op.union(field)
+            if options is None or options.type not in _SUBGRAPH_REFS:
                 continue
-            raw = table()
-            if raw is None:
-                continue
-            options = getattr(schema, name)()
-            options.Init(raw.Bytes, raw.Pos)
-            scalars, vectors = _SUBGRAPH_REFS[name]
-            refs = [(a, getattr(options, a)()) for a in scalars]
-            refs += [(a, v) for a in vectors for v in _ints(getattr(options, a)())]
-            for accessor, index in refs:
+            scalars, vectors = _SUBGRAPH_REFS[options.type]
+            refs = [(f, options.scalar(f)) for f in scalars]
+            refs += [(f, v) for f in vectors for v in options.values(f)]
+            for ref, index in refs:
                 if not 0 <= index < self.num_subgraphs:
+                    # Named as the schema's accessors name the field.
+                    accessor = "".join(word.title() for word in ref.split("_"))
                     raise _MalformedError(
-                        f"subgraph {s} {where}: {name}.{accessor.removesuffix('AsNumpy')} "
+                        f"subgraph {s} {where}: {options.type}.{accessor} "
                         f"names subgraph {index}, out of range (model has "
                         f"{self.num_subgraphs} subgraphs)"
                     )
 
     def _signatures(self) -> None:
         model = self.model
-        for k in range(model.SignatureDefsLength()):
-            signature = model.SignatureDefs(k)
-            s = signature.SubgraphIndex()
+        for k, signature in enumerate(model.items("signature_defs")):
+            s = signature.scalar("subgraph_index")
             if s >= self.num_subgraphs:
                 raise _MalformedError(
                     f"signature {k}: subgraph index {s} out of range "
                     f"(model has {self.num_subgraphs} subgraphs)"
                 )
-            if signature.SignatureKey() is None:
+            if signature.string("signature_key") is None:
                 raise _MalformedError(f"signature {k} has no signature_key")
-            for kind, count, get in (
-                ("input", signature.InputsLength(), signature.Inputs),
-                ("output", signature.OutputsLength(), signature.Outputs),
-            ):
-                for j in range(count):
-                    tensor_map = get(j)
-                    if tensor_map.Name() is None:
+            for kind in ("input", "output"):
+                for j, tensor_map in enumerate(signature.items(kind + "s")):
+                    if tensor_map.string("name") is None:
                         raise _MalformedError(f"signature {k} {kind} {j} has no name")
-                    t = tensor_map.TensorIndex()
+                    t = tensor_map.scalar("tensor_index")
                     if t >= self.tensor_counts[s]:
                         raise _MalformedError(
                             f"signature {k} {kind} {j}: tensor index {t} out of range "

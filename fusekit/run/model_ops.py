@@ -1,24 +1,23 @@
-"""Reading which operators a .tflite model holds (no TensorFlow needed).
+"""Reading which operators a .tflite model holds (no TensorFlow, no
+ai-edge-litert).
 
-Uses the TFLite schema module that ai-edge-litert ships (a runtime
-dependency of fusekit) rather than a hand-written flatbuffer reader: its lazy
-accessors (``Model.GetRootAs``) for reading, which touch only the tables
-read and never copy the weights, after ``model_check.verify_model`` has
-bounds-checked the buffer (the accessors themselves check nothing).
+Reads through fusekit's own lazy accessors (``tflite_schema``), which touch
+only the tables read and never copy the weights, after
+``model_check.verify_model`` has bounds-checked the buffer (the accessors
+themselves check nothing).  Custom options are read wherever the model keeps
+them, inside the flatbuffer or after it (models written with buffer offsets).
 """
 
 from __future__ import annotations
 
+import mmap
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
-from ai_edge_litert import schema_py_generated as schema
-
-from fusekit.run.model_check import MODEL_CONTENT, ModelBuffer, verify_model
-
-_BUILTIN_NAMES = {
-    value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")
-}
+from fusekit.run import tflite_schema
+from fusekit.run.model_check import ModelBuffer, verify_model
+from fusekit.run.tflite_schema import BUILTIN_OPERATORS, CUSTOM
 
 
 @dataclass(frozen=True)
@@ -32,98 +31,81 @@ class OpInfo:
     subgraph: int
 
 
-def builtin_code(op_code: schema.OperatorCodeT | schema.OperatorCode) -> int:
-    """The builtin operator code of an operator code (object API or accessor)."""
+def builtin_code(op_code: Any) -> int:
+    """The builtin operator code of an operator code: an ``OperatorCode``
+    accessor (``tflite_schema.Table``) or an object-API ``OperatorCodeT``."""
+    if isinstance(op_code, tflite_schema.Table):
+        return tflite_schema.builtin_code(op_code)
     # Models store small codes in the deprecated int8 field and large ones in
     # the int32 field; the larger of the two is the real one.
-    if isinstance(op_code, schema.OperatorCode):
-        return max(op_code.BuiltinCode(), op_code.DeprecatedBuiltinCode())
     return max(op_code.builtinCode, op_code.deprecatedBuiltinCode)
 
 
-def read_model(model: ModelBuffer, source: str = MODEL_CONTENT) -> schema.ModelT:
-    """Parses a .tflite flatbuffer into the schema's object API (a full copy:
-    for reading a few fields, prefer the functions below).
-
-    Raises:
-      InvalidModelError: the model is malformed.
-    """
-    verify_model(model, source)
-    return schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
-
-
-def _op_names(model: schema.Model) -> list[tuple[str, str | None]]:
+def _op_names(model: tflite_schema.Table) -> list[tuple[str, str | None]]:
     names = []
-    for i in range(model.OperatorCodesLength()):
-        code = model.OperatorCodes(i)
-        builtin = builtin_code(code)
-        if builtin == schema.BuiltinOperator.CUSTOM:
+    for code in model.items("operator_codes"):
+        builtin = tflite_schema.builtin_code(code)
+        if builtin == CUSTOM:
             # verify_model checked that custom codes are UTF-8.
-            custom = (code.CustomCode() or b"").decode()
+            custom = (code.string("custom_code") or b"").decode()
             names.append((f"CUSTOM:{custom}", custom))
         else:
-            names.append((_BUILTIN_NAMES.get(builtin, str(builtin)), None))
+            names.append((BUILTIN_OPERATORS.get(builtin, str(builtin)), None))
     return names
 
 
 def list_verified_ops(model: ModelBuffer) -> list[OpInfo]:
     """``list_ops`` for a buffer that ``verify_model`` has already accepted."""
-    root = schema.Model.GetRootAs(model, 0)
+    root = tflite_schema.model(model)
     names = _op_names(root)
     ops = []
-    for index in range(root.SubgraphsLength()):
-        subgraph = root.Subgraphs(index)
-        for k in range(subgraph.OperatorsLength()):
-            op = subgraph.Operators(k)
-            name, custom = names[op.OpcodeIndex()]
-            large = op.LargeCustomOptionsSize()
-            if large:
-                # Models over 2 GB keep custom options after the flatbuffer,
-                # at an offset from the start of the file.
-                start = op.LargeCustomOptionsOffset()
-                options = bytes(model[start : start + large])
-            elif op.CustomOptionsLength():
-                options = op.CustomOptionsAsNumpy().tobytes()
-            else:
-                options = b""
+    for index, subgraph in enumerate(root.items("subgraphs")):
+        for op in subgraph.items("operators"):
+            name, custom = names[op.scalar("opcode_index")]
+            options = tflite_schema.custom_options(model, op)
             ops.append(OpInfo(name, custom, options, index))
     return ops
 
 
-def list_ops(model: ModelBuffer | schema.ModelT) -> list[OpInfo]:
+def _is_buffer(model: Any) -> bool:
+    return isinstance(model, (bytes, bytearray, memoryview, mmap.mmap))
+
+
+def list_ops(model: ModelBuffer | Any) -> list[OpInfo]:
     """Every operator of every subgraph, in execution order.
 
     ``model`` is the model's bytes (or an mmap of its file), or a model
-    already parsed with the object API (whose large custom options, stored
-    outside the flatbuffer, are not available: they read as empty).
+    already parsed with the schema's object API (``ModelT``; its large custom
+    options, stored outside the flatbuffer, are not available: they read as
+    empty).
 
     Raises:
       InvalidModelError: the model bytes are malformed.
     """
-    if isinstance(model, schema.ModelT):
+    if not _is_buffer(model):
         return _list_object_ops(model)
     verify_model(model)
     return list_verified_ops(model)
 
 
-def _list_object_ops(m: schema.ModelT) -> list[OpInfo]:
+def _list_object_ops(m: Any) -> list[OpInfo]:
     ops = []
     for index, subgraph in enumerate(m.subgraphs or []):
         for op in subgraph.operators or []:
             code = m.operatorCodes[op.opcodeIndex]
             builtin = builtin_code(code)
-            if builtin == schema.BuiltinOperator.CUSTOM:
+            if builtin == CUSTOM:
                 custom = code.customCode.decode() if code.customCode else ""
                 name = f"CUSTOM:{custom}"
             else:
                 custom = None
-                name = _BUILTIN_NAMES.get(builtin, str(builtin))
+                name = BUILTIN_OPERATORS.get(builtin, str(builtin))
             options = bytes(op.customOptions) if op.customOptions is not None else b""
             ops.append(OpInfo(name, custom, options, index))
     return ops
 
 
-def op_counts(model: ModelBuffer | schema.ModelT) -> Counter:
+def op_counts(model: ModelBuffer | Any) -> Counter:
     """How many operators of each type (custom ops as ``CUSTOM:<name>``)."""
     return Counter(op.name for op in list_ops(model))
 
@@ -144,10 +126,9 @@ def signature_keys(model: ModelBuffer) -> list[str]:
       InvalidModelError: the model is malformed.
     """
     verify_model(model)
-    root = schema.Model.GetRootAs(model, 0)
     keys = []
-    for k in range(root.SignatureDefsLength()):
-        key = root.SignatureDefs(k).SignatureKey()
+    for signature in tflite_schema.model(model).items("signature_defs"):
+        key = signature.string("signature_key")
         if key:
             keys.append(key.decode())
     return keys
@@ -160,6 +141,5 @@ __all__ = [
     "list_ops",
     "list_verified_ops",
     "op_counts",
-    "read_model",
     "signature_keys",
 ]
