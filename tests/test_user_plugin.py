@@ -260,3 +260,21 @@ def test_cli_takes_plugins_by_path(user_model, user_plugin, session_dir):
 
     assert inspect() == {"my_custom_fused_op": False, "weighted_sum": False}
     assert inspect("--plugin", user_plugin) == {"my_custom_fused_op": True, "weighted_sum": True}
+
+
+def test_one_plugin_path_is_taken_like_a_list_of_one(user_model, user_plugin, session_dir):
+    # In a fresh process: this one already holds the plugin from build_plugin.
+    script = (
+        "import json, sys, fusekit\n"
+        "plan = fusekit.inspect(sys.argv[1], plugins=sys.argv[2])\n"
+        "print(json.dumps({c.op: c.kernel_available for c in plan.composites}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", script, str(session_dir / "user_model"), user_plugin],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kernels = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+    assert kernels == {"my_custom_fused_op": True, "weighted_sum": True}

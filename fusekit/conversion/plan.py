@@ -107,10 +107,11 @@ class Plan:
         return "\n".join(lines)
 
 
-def register_plugins(plugins: Sequence[str | os.PathLike]) -> None:
-    """Registers user plugins for conversion (kernel schemas, calibration)."""
+def register_plugins(plugins: Sequence[str | os.PathLike] | str | os.PathLike) -> None:
+    """Registers user plugins for conversion (kernel schemas, calibration).
+    One path is taken as a list of one, as ``fusekit.Interpreter`` does."""
     if isinstance(plugins, (str, os.PathLike)):
-        raise TypeError("plugins takes a list of plugin paths, e.g. plugins=[path]")
+        plugins = [plugins]  # one path, not a sequence of characters
     from fusekit.run.plugin import register_plugin
 
     for plugin in plugins:
