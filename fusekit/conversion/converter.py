@@ -18,7 +18,7 @@ from fusekit.conversion.plan import Plan, check_saved_model, inspect
 from fusekit.conversion.quantization import float_islands
 from fusekit.conversion.report import CompositeRow, Report, op_count_dict
 from fusekit.conversion.sources import as_saved_model
-from fusekit.conversion.typed_attrs_pass import restore_typed_attrs
+from fusekit.conversion.typed_attrs_pass import restore_typed_attrs, smuggled_attrs
 from fusekit.conversion.unfuse import unfused_copy
 from fusekit.errors import ConversionError
 from fusekit.run import model_ops
@@ -179,6 +179,9 @@ def finish(
                 f"{c.op} (function {c.function}): the kernel does not declare attr(s) "
                 f"{', '.join(c.undeclared_attrs)}: it will not read them"
             )
+    if fuse:
+        for op, attr in sorted(set(smuggled_attrs(model))):
+            problems.append(f"{op}: attr {attr!r} is still its marked string, not a typed list")
     if problems:
         message = "composites not fused: " + "; ".join(problems)
         if strict:
@@ -194,6 +197,7 @@ def convert(
     progress: bool = False,
     count_unfused_ops: bool = False,
     plugins: Sequence[str | os.PathLike] = (),
+    buffer_offsets: bool = False,
     **converter_options: Any,
 ) -> ConversionResult:
     """Converts a model into a .tflite model with every composite fused.
@@ -212,12 +216,18 @@ def convert(
       plugins: user plugin libraries (``fusekit.build_plugin`` output, e.g.
         built in another process) whose kernels the plan checks composites
         against and int8 calibration runs.
+      buffer_offsets: write weights and custom options after the flatbuffer,
+        at offsets from the start of the file (the converter's
+        ``_experimental_use_buffer_offset``): needed for models over 2 GB,
+        which one flatbuffer cannot hold.  fusekit's passes keep that layout.
       **converter_options: TFLiteConverter attributes (optimizations,
         representative_dataset, target_spec, ...).
 
     Returns:
       ConversionResult with ``.model`` bytes, ``.report`` and ``.plan``.
     """
+    if buffer_offsets:
+        converter_options = {**converter_options, "_experimental_use_buffer_offset": True}
     with as_saved_model(model) as saved_model:
         path = check_saved_model(saved_model)
         seconds: dict[str, float] = {}

@@ -15,6 +15,7 @@ from flatbuffers import flexbuffers
 
 from fusekit.author import typed_attrs
 from fusekit.conversion.flatbuffer_edit import rewrite_custom_options
+from fusekit.run.model_ops import list_ops
 
 
 def _read_map(options: bytes) -> dict[str, Any] | None:
@@ -115,8 +116,23 @@ def restore_options(options: bytes, bool_keys: set[str]) -> bytes | None:
 
 
 def restore_typed_attrs(model: bytes, bool_attrs: dict[str, set[str]]) -> tuple[bytes, int]:
-    """Runs the pass over every custom op.  ``bool_attrs`` maps an op name
-    to the attrs that were bools in the TensorFlow signature."""
+    """Runs the pass over every custom op, wherever the model keeps its
+    custom options (inside the flatbuffer, or after it in models written
+    with buffer offsets).  ``bool_attrs`` maps an op name to the attrs that
+    were bools in the TensorFlow signature."""
     return rewrite_custom_options(
         model, lambda op, options: restore_options(options, bool_attrs.get(op, set()))
     )
+
+
+def smuggled_attrs(model: bytes) -> list[tuple[str, str]]:
+    """(op, attr) of every custom op attr still holding the marked string a
+    typed attr travels in through the converter: a kernel would read a
+    string where it expects a list."""
+    found = []
+    for op in list_ops(model):
+        entries = _read_map(op.custom_options) if op.custom_code is not None else None
+        for key, ref in (entries or {}).items():
+            if ref.IsString and bytes(ref.AsStringBytes).startswith(typed_attrs.MARKER.encode()):
+                found.append((op.custom_code, key))
+    return found
