@@ -76,36 +76,41 @@ def set_custom_options(op: schema.OperatorT, options: bytes) -> None:
         op.customOptions = np.frombuffer(options, np.uint8) if options else None
 
 
-# A blob kept after the flatbuffer: the object-API table locating it (a
-# BufferT or an OperatorT), and its bytes.
-_Blob = tuple[Any, bytes]
+# A blob kept after the flatbuffer: the object-API tables locating it
+# (BufferTs or an OperatorT; tables sharing one blob keep sharing it), and
+# its bytes (a view of the original model, or new options).
+_Blob = tuple[list[Any], "bytes | memoryview"]
 
 
 def _blobs(m: schema.ModelT, model: ModelBuffer) -> list[_Blob]:
     """Every blob the model keeps after its flatbuffer, in the original's
     file order."""
-    found = []
+    view = memoryview(model).cast("B") if not isinstance(model, memoryview) else model
+    found: dict[tuple, tuple[int, list[Any], bytes | memoryview]] = {}
     for buffer in m.buffers or []:
         if buffer.offset > 1:
-            data = model[buffer.offset : buffer.offset + buffer.size]
-            found.append((buffer.offset, buffer, data))
+            key = ("buffer", buffer.offset, buffer.size)
+            if key not in found:
+                found[key] = (buffer.offset, [], view[buffer.offset : buffer.offset + buffer.size])
+            found[key][1].append(buffer)
     for subgraph in m.subgraphs or []:
         for op in subgraph.operators or []:
             if op.largeCustomOptionsSize:
                 data = getattr(op, _NEW_LARGE_OPTIONS, None)
                 if data is None:
                     start = op.largeCustomOptionsOffset
-                    data = model[start : start + op.largeCustomOptionsSize]
-                found.append((op.largeCustomOptionsOffset, op, data))
-    found.sort(key=lambda blob: blob[0])
-    return [(table, data) for _, table, data in found]
+                    data = view[start : start + op.largeCustomOptionsSize]
+                found[("op", id(op))] = (op.largeCustomOptionsOffset, [op], data)
+    ordered = sorted(found.values(), key=lambda blob: blob[0])
+    return [(tables, data) for _, tables, data in ordered]
 
 
-def _place(table: Any, offset: int) -> None:
-    if isinstance(table, schema.OperatorT):
-        table.largeCustomOptionsOffset = offset
-    else:
-        table.offset = offset
+def _place(tables: list[Any], offset: int) -> None:
+    for table in tables:
+        if isinstance(table, schema.OperatorT):
+            table.largeCustomOptionsOffset = offset
+        else:
+            table.offset = offset
 
 
 def _pack(m: schema.ModelT, size_hint: int) -> bytes:
@@ -120,24 +125,25 @@ def pack_model(m: schema.ModelT, original: ModelBuffer) -> bytes:
     blobs = _blobs(m, original)
     if not blobs:
         return _pack(m, len(original))
-    for table, _ in blobs:
-        _place(table, _PLACEHOLDER)
+    for tables, _ in blobs:
+        _place(tables, _PLACEHOLDER)
     first = _pack(m, len(original))
     layout, end = [], len(first)
     for _, data in blobs:
         start = -(-end // _BLOB_ALIGNMENT) * _BLOB_ALIGNMENT
         layout.append(start)
         end = start + len(data)
-    for (table, _), start in zip(blobs, layout):
-        _place(table, start)
+    for (tables, _), start in zip(blobs, layout):
+        _place(tables, start)
     flat = _pack(m, len(first))
     if len(flat) != len(first):
-        raise AssertionError("packing moved when only uint64 offsets changed")
-    out = bytearray(end)
-    out[: len(flat)] = flat
+        raise RuntimeError("repacking the model moved its tables when only offsets changed")
+    # One copy of the weights: the pieces are views of the original.
+    pieces, at = [flat], len(flat)
     for (_, data), start in zip(blobs, layout):
-        out[start : start + len(data)] = data
-    return bytes(out)
+        pieces += [bytes(start - at), data]
+        at = start + len(data)
+    return b"".join(pieces)
 
 
 def rewrite_custom_options(model: bytes, rewrite: OptionsRewrite) -> tuple[bytes, int]:
