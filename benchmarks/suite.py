@@ -248,7 +248,7 @@ def prepare_tflite(interp: Any, feeds: dict[str, np.ndarray]) -> Prepared:
 def plain_interpreter(model: bytes, threads: int, runtime: str) -> Any:
     """The runtime's own interpreter, as a user without fusekit builds it:
     XNNPACK is its default delegate."""
-    from fusekit.run.interpreter import resolve_runtime, runtime_module
+    from fusekit.run.runtimes import resolve_runtime, runtime_module
 
     module = runtime_module(resolve_runtime(runtime))
     return module.Interpreter(model_content=model, num_threads=threads)

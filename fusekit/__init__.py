@@ -16,7 +16,6 @@ import importlib
 from typing import Any
 
 from fusekit._version import __version__
-from fusekit.author.kernel_build import PluginBuildError, build_plugin, include_dir
 from fusekit.errors import (
     CompositeDefinitionError,
     ConversionError,
@@ -25,9 +24,12 @@ from fusekit.errors import (
     MissingKernelError,
     RuntimeNotAvailableError,
 )
-from fusekit.run.interpreter import Interpreter, available_runtimes
-from fusekit.run.plugin import kernel_names, library_path, load_delegate, simd_target
+from fusekit.run.delegate import load_delegate
+from fusekit.run.interpreter import Interpreter
+from fusekit.run.plugin import kernel_names, library_path, simd_target
 from fusekit.run.registerer import registerer, registerer_for
+from fusekit.run.runtimes import available_runtimes
+from fusekit.toolchain.plugin_build import PluginBuildError, build_plugin, include_dir
 
 # Public names that need TensorFlow, resolved lazily (PEP 562).
 _LAZY = {

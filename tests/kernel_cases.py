@@ -396,7 +396,7 @@ def control_model() -> bytes:
 
 def _interpreter(runtime: str, model_path: str, num_threads: int, plain: bool = False):
     if plain:  # the runtime alone, without fusekit's delegate
-        module = fusekit.run.interpreter.runtime_module(runtime)
+        module = fusekit.run.runtimes.runtime_module(runtime)
         return module.Interpreter(model_path=model_path, num_threads=num_threads)
     return fusekit.Interpreter(model_path=model_path, runtime=runtime, num_threads=num_threads)
 

@@ -67,7 +67,7 @@ class Outcome:
 def run_in_process(runtime: str, job: Job) -> Outcome:
     try:
         if job.mode == "registerer":
-            module = fusekit.run.interpreter.runtime_module(runtime)
+            module = fusekit.run.runtimes.runtime_module(runtime)
             cls = module.InterpreterWithCustomOps
             interp = cls(
                 model_content=job.model,

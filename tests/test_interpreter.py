@@ -90,7 +90,7 @@ def test_missing_runtime_is_a_clear_error(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(RuntimeNotAvailableError, match="tflite-runtime"):
-        fusekit.run.interpreter.runtime_module("tflite_runtime")
+        fusekit.run.runtimes.runtime_module("tflite_runtime")
 
 
 def test_a_bad_model_path_is_an_error_naming_the_path(tmp_path):

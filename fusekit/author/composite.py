@@ -12,8 +12,8 @@ from typing import Any
 import tensorflow as tf
 
 from fusekit.author.signature import implements_signature, validate_attr, validate_name
-from fusekit.author.typed_attrs import TypedList
 from fusekit.errors import CompositeDefinitionError
+from fusekit.wire import TypedList
 
 _UNFUSED = contextvars.ContextVar("fusekit_unfused", default=False)
 

@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fusekit.author import typed_attrs
-from fusekit.author.typed_attrs import TypedList
+from fusekit import wire
 from fusekit.errors import CompositeDefinitionError
+from fusekit.wire import TypedList
 
 # The converter turns the name into a custom op code and an MLIR symbol:
 # keep to identifier characters (dots and slashes allowed for namespacing).
@@ -55,13 +55,13 @@ def validate_attr(op: str, key: Any, value: Any) -> AttrValue:
             raise CompositeDefinitionError(f"{op}: attr {key}={value} must be finite")
         return value
     if isinstance(value, str):
-        if value.startswith(typed_attrs.MARKER):
+        if value.startswith(wire.MARKER):
             raise CompositeDefinitionError(f"{op}: attr {key!r} starts with a reserved marker")
         return value
     if isinstance(value, TypedList):
         return value
     try:
-        typed = typed_attrs.from_value(op, key, value)
+        typed = wire.from_value(op, key, value)
     except TypeError as exc:
         raise CompositeDefinitionError(str(exc)) from None
     if typed is not None:
@@ -99,7 +99,7 @@ def _format_value(value: AttrValue) -> str:
     if isinstance(value, TypedList):
         # The converter only carries scalars: lists travel as marked strings
         # and a pass after conversion restores them as typed vectors.
-        return f's: "{_escape(typed_attrs.encode(value))}"'
+        return f's: "{_escape(wire.encode(value))}"'
     return f's: "{_escape(value)}"'
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fusekit.author import typed_attrs
+from fusekit import wire
 from fusekit.errors import ConversionError
 
 # Signature keys TensorFlow reserves for itself (the init op): not entry points.
@@ -151,7 +151,7 @@ def _implements(function_def: Any) -> tuple[str | None, dict[str, tuple[Any, str
     attrs, carried = {}, set()
     for key, value in implements.func.attr.items():
         parsed = attr_value(value)
-        decoded = typed_attrs.decode(parsed[0]) if parsed[1] == "str" else None
+        decoded = wire.decode(parsed[0]) if parsed[1] == "str" else None
         if decoded is not None:
             parsed = (decoded.to_python(), f"list[{decoded.element_type}]")
             carried.add(key)

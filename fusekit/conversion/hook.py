@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fusekit.conversion.sources import _save_concrete_functions, _save_keras
+from fusekit.conversion.sources import save_concrete_functions, save_keras
 
 
 class _ConverterHook:
@@ -130,13 +130,13 @@ def _via_saved_model(hook: _ConverterHook, cls: Any, save) -> Any:
 
 def _from_keras_model(hook: _ConverterHook):
     def from_keras_model(cls, model):
-        return _via_saved_model(hook, cls, lambda p: _save_keras(model, p))
+        return _via_saved_model(hook, cls, lambda p: save_keras(model, p))
 
     return from_keras_model
 
 
 def _from_concrete_functions(hook: _ConverterHook):
     def from_concrete_functions(cls, funcs, trackable_obj=None):
-        return _via_saved_model(hook, cls, lambda p: _save_concrete_functions(list(funcs), p))
+        return _via_saved_model(hook, cls, lambda p: save_concrete_functions(list(funcs), p))
 
     return from_concrete_functions

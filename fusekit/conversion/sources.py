@@ -26,7 +26,8 @@ def _is_keras_model(obj: Any) -> bool:
     )
 
 
-def _save_concrete_functions(functions: list, path: Path) -> None:
+def save_concrete_functions(functions: list, path: Path) -> None:
+    """Saves concrete functions as one SavedModel, the first as serving_default."""
     import tensorflow as tf
 
     holder = tf.Module()
@@ -39,7 +40,8 @@ def _save_concrete_functions(functions: list, path: Path) -> None:
     tf.saved_model.save(holder, str(path), signatures=signatures)
 
 
-def _save_keras(model: Any, path: Path) -> None:
+def save_keras(model: Any, path: Path) -> None:
+    """Saves a Keras model as a SavedModel with its serving signature."""
     import tensorflow as tf
 
     if hasattr(model, "export"):  # Keras 3
@@ -61,9 +63,9 @@ def as_saved_model(model: Any) -> Iterator[str]:
         path = Path(tmp) / "saved_model"
         functions = model if isinstance(model, (list, tuple)) else [model]
         if all(hasattr(f, "graph") and hasattr(f, "structured_input_signature") for f in functions):
-            _save_concrete_functions(list(functions), path)
+            save_concrete_functions(list(functions), path)
         elif _is_keras_model(model):
-            _save_keras(model, path)
+            save_keras(model, path)
         elif isinstance(model, tf.Module):
             tf.saved_model.save(model, str(path))
         else:

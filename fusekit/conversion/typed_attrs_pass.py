@@ -1,6 +1,6 @@
 """Flatbuffer pass: restore attrs the converter could not carry.
 
-* marked strings (lists and arrays, see fusekit/author/typed_attrs.py)
+* marked strings (lists and arrays, see fusekit/wire.py)
   become flexbuffer typed vectors (int64, float32/64, bool) or vectors of
   strings; an array of rank >= 2 also gets ``<name>_shape``;
 * attrs that were bools in TensorFlow (the converter writes -1/0 integers)
@@ -13,7 +13,7 @@ from typing import Any
 
 from flatbuffers import flexbuffers
 
-from fusekit.author import typed_attrs
+from fusekit import wire
 from fusekit.conversion.flatbuffer_edit import rewrite_custom_options
 from fusekit.run.model_ops import list_ops
 
@@ -59,7 +59,7 @@ def _add_value(builder: flexbuffers.Builder, key: str, ref: Any) -> None:
         raise ValueError(f"unexpected attr type for {key!r}")
 
 
-def _add_typed(builder: flexbuffers.Builder, key: str, value: typed_attrs.TypedList) -> None:
+def _add_typed(builder: flexbuffers.Builder, key: str, value: wire.TypedList) -> None:
     builder.Key(key)
     if value.element_type == "str":
         with builder.Vector():
@@ -94,7 +94,7 @@ def restore_options(options: bytes, bool_keys: set[str]) -> bytes | None:
     for key, ref in entries.items():
         if ref.IsString:
             try:
-                decoded = typed_attrs.decode(ref.AsString)
+                decoded = wire.decode(ref.AsString)
             except (UnicodeDecodeError, ValueError):
                 decoded = None
             if decoded is not None:
@@ -133,6 +133,6 @@ def smuggled_attrs(model: bytes) -> list[tuple[str, str]]:
     for op in list_ops(model):
         entries = _read_map(op.custom_options) if op.custom_code is not None else None
         for key, ref in (entries or {}).items():
-            if ref.IsString and bytes(ref.AsStringBytes).startswith(typed_attrs.MARKER.encode()):
+            if ref.IsString and bytes(ref.AsStringBytes).startswith(wire.MARKER.encode()):
                 found.append((op.custom_code, key))
     return found

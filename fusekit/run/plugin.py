@@ -8,7 +8,6 @@ import os
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from fusekit._compiled import built_path
 from fusekit.errors import FusekitError
@@ -261,40 +260,3 @@ def simd_target(path: PathLike | None = None) -> str:
     ``FUSEKIT_SIMD=baseline|avx2|avx512`` lowers it (read once per process)."""
     raw = open_plugin(path).fusekit_simd_target()
     return raw.decode("utf-8", "replace") if raw is not None else "unknown"
-
-
-def runtime_load_delegate(runtime: str) -> Any:
-    """The ``load_delegate`` function of a runtime (see interpreter.py)."""
-    from fusekit.run.interpreter import runtime_module
-
-    return runtime_module(runtime).load_delegate
-
-
-def load_delegate(
-    path: PathLike | None = None,
-    options: dict[str, str] | None = None,
-    runtime: str = "auto",
-) -> Any:
-    """fusekit's kernels as an external delegate, for interpreters you build
-    yourself: ``Interpreter(..., experimental_delegates=[fusekit.load_delegate()])``.
-
-    Args:
-      path: a plugin library (default: fusekit's own kernels).
-      options: delegate options; ``{"verbose": "1"}`` logs each claimed node.
-      runtime: whose ``load_delegate`` to use ("auto", "litert", "tf",
-        "tflite_runtime"); it must match the interpreter's runtime.
-
-    Raises:
-      FusekitError: the plugin path is empty or missing, or the plugin is
-        unusable (wrong ABI, missing exports, broken registry).
-    """
-    real = resolve_plugin(path)
-    open_plugin(real)  # checked before the runtime dlopens it
-    register_plugin(real)
-    from fusekit.run.abi_versions import check_runtime_version
-    from fusekit.run.interpreter import resolve_runtime
-
-    name = resolve_runtime(runtime)
-    check_runtime_version(name)
-    loader = runtime_load_delegate(name)
-    return loader(real, options or {})

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from fusekit.errors import FusekitError, RuntimeNotAvailableError
 from fusekit.run import plugin
+from fusekit.run.runtimes import runtime_module
 
 # Itanium-mangled MutableOpResolver::AddCustom(const char*, const
 # TfLiteRegistration*, int, int).
@@ -78,13 +79,6 @@ def register_with(resolver_address: int, add_custom: int, path: str | None = Non
         )
 
 
-def register_all_with(resolver_address: int, add_custom: int) -> None:
-    """fusekit's kernels and those of every user plugin registered for
-    conversion (built or passed as ``plugins=`` in this process)."""
-    for path in [None, *plugin.registered_plugins()]:
-        register_with(resolver_address, add_custom, path)
-
-
 # Modules whose InterpreterWithCustomOps.__init__ calls registerers from
 # C++, so that the Python frame below the registerer is theirs.
 _CALLING_MODULES = {
@@ -132,8 +126,6 @@ def registerer_for(runtime: str) -> Callable[[int], None]:
             f"unknown runtime {runtime!r}: registerer_for supports only 'tflite_runtime' "
             "('litert' and 'tf' take fusekit's kernels as a delegate)"
         )
-    from fusekit.run.interpreter import runtime_module
-
     module = runtime_module("tflite_runtime")  # clear error when not installed
     add_custom = _tflite_runtime_add_custom(module.__file__)
     if add_custom is None:

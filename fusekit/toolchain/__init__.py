@@ -1,0 +1,1 @@
+"""Building users' kernel plugins: C++ sources -> a plugin library fusekit loads."""
