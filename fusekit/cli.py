@@ -61,6 +61,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         fuse=not args.unfused,
         progress=not args.quiet,
         count_unfused_ops=not args.unfused,
+        buffer_offsets=args.buffer_offsets,
         **_converter_options(args),
     )
     out = result.save(args.output)
@@ -325,6 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-strict", action="store_true", help="warn instead of failing")
     p.add_argument("--unfused", action="store_true", help="write the unfused baseline")
     p.add_argument("--quantize", choices=["dynamic", "float16"], help="post-training quantization")
+    p.add_argument(
+        "--buffer-offsets",
+        action="store_true",
+        help="store weights after the flatbuffer (needed above 2 GB)",
+    )
     p.set_defaults(func=cmd_convert)
 
     def run_options(p: argparse.ArgumentParser) -> None:

@@ -55,6 +55,18 @@ def test_convert_json_lists_planned_fused_missing(saved_model, tmp_path):
     assert fusekit.run.model_ops.op_counts(model)["CUSTOM:fusekit_layer_norm"] == 2
 
 
+def test_convert_with_buffer_offsets(saved_model, tmp_path):
+    out = tmp_path / "offsets.tflite"
+    proc = fusekit_cli("convert", saved_model, "-o", str(out), "-q", "--buffer-offsets")
+    assert proc.returncode == 0, proc.stderr
+    model = out.read_bytes()
+    root = fusekit.run.tflite_schema.model(model)
+    stored_after = [b for b in root.items("buffers") if b.scalar("offset") > 1]
+    assert stored_after, "the weights should sit after the flatbuffer"
+    assert fusekit.run.model_ops.op_counts(model)["CUSTOM:fusekit_layer_norm"] == 2
+    fusekit.Interpreter(model_content=model).allocate_tensors()
+
+
 def test_verify_and_bench(saved_model):
     proc = fusekit_cli("verify", saved_model, "--json", "-q", "--dim", "3")
     assert proc.returncode == 0, proc.stderr
