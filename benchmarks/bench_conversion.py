@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -25,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import suite  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 MIB = 1 << 20
@@ -109,7 +111,7 @@ def write(out: Path, results: list[dict[str, Any]], quick: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     payload = {
         "date": datetime.date.today().isoformat(),
-        "machine": {"cpu": platform.processor() or platform.machine(), "python": sys.version},
+        "machine": {"cpu": suite.cpu_model(), "python": sys.version},
         "quick": quick,
         "target": "fusekit.convert <= 1.2x the plain converter",
         "results": results,

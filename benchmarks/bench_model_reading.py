@@ -26,7 +26,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,16 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 TFLITE_RUNTIME_PYTHON = REPO / ".venv-tflite-runtime" / "bin" / "python"
 MIB = 1024 * 1024
+
+
+def cpu_model() -> str:
+    # The shared harness imports fusekit and numpy; the measuring side of
+    # this script stays free of both, so it is loaded only here.
+    sys.path.insert(0, str(HERE))
+    import suite
+
+    return suite.cpu_model()
+
 
 # -------------------------------------------------------------- measuring
 # (runs in a fresh process, in either venv: no TensorFlow imported here)
@@ -102,16 +111,6 @@ def make_model(folder: Path, width: int, layers: int) -> Path:
     path = folder / "dense.tflite"
     path.write_bytes(tflite)
     return path
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run_measure(python: Path, mode: str, runtime: str, model_path: Path) -> dict[str, float]:

@@ -17,7 +17,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -38,16 +37,6 @@ HERE = Path(__file__).resolve().parent
 
 
 # ---------------------------------------------------------------- machine
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def cache_sizes() -> str:
@@ -79,7 +68,7 @@ def machine_info(ort: Any | None) -> dict[str, Any]:
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     return {
-        "cpu": cpu_model(),
+        "cpu": suite.cpu_model(),
         "logical_cpus": os.cpu_count(),
         "caches": cache_sizes(),
         "simd": fusekit.simd_target(),

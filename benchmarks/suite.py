@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import tempfile
 import threading
 import time
@@ -43,6 +44,17 @@ LN_EPSILON = 1e-5
 RMS_EPSILON = 1e-6
 GN_EPSILON = 1e-5
 MIB = 1 << 20
+
+
+def cpu_model() -> str:
+    """The CPU's model name, for the machine line of every result."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 @dataclass(frozen=True)
