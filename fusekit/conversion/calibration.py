@@ -1,29 +1,280 @@
-"""fusekit's kernels inside the converter's int8 calibration.
+"""int8 calibration that runs fusekit's kernels through the public
+interpreter API.
 
-Full-integer quantization runs the float model in TensorFlow's calibration
-interpreter, which needs a kernel for every custom op and only accepts op
-resolver registerers.  Its resolver lives in TensorFlow's private TFLite
-copy, which exports no AddCustom; libtensorflow_cc, built from the same
-sources in the same wheel, does, and its MutableOpResolver has the same
-layout.  This is used only for calibration inside the TensorFlow process.
+Full-integer quantization runs the float model over the representative
+dataset to record each activation's range.  TensorFlow's own calibrator
+runs it in TensorFlow's private TFLite copy, which takes custom kernels
+only as op-resolver registerers; adding fusekit's kernels there would mean
+calling one library's ``MutableOpResolver::AddCustom`` on a resolver another
+library built, trusting that their C++ layouts match.  fusekit does not:
+for a model with custom ops it takes over the converter's quantize step
+(see tf_private.replace_quantize_step):
+
+1. the typed attrs the converter carried as marked strings are restored
+   first, so the kernels read their real attrs (lists, bools);
+2. the converter's own pre-calibration step (add_intermediate_tensors);
+3. the float model runs in ``fusekit.Interpreter`` (fusekit's delegate,
+   every tensor preserved) over the dataset, and each tensor TensorFlow's
+   calibrator would log gets the same statistic: the running min and max
+   over all samples, NaNs ignored, of every float32 input and output of an
+   operator that has no constant data;
+4. min/max are written into the tensors' quantization fields, as
+   TensorFlow's calibration does, and the model goes to the same quantizer
+   with the same options the converter would use.
+
+Models without custom ops keep TensorFlow's own calibration: it needs no
+kernel of fusekit's.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from fusekit.errors import ConversionError
-from fusekit.run.registerer import add_custom_in, register_all_with
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from fusekit.conversion import tf_private
+from fusekit.conversion.flatbuffer_edit import pack_model, read_model
+from fusekit.conversion.typed_attrs_pass import restore_typed_attrs
+from fusekit.errors import ConversionError, MissingKernelError
+
+_FLOAT32 = schema.TensorType.FLOAT32
 
 
-def calibration_registerer(resolver_address: int) -> None:
-    import tensorflow as tf
+def use_fusekit_calibration(converter: Any, bool_attrs: dict[str, set[str]]) -> None:
+    """Lets int8 calibration of this converter run fusekit's kernels (and
+    those of registered user plugins) without TensorFlow's private TFLite.
 
-    folder = os.path.dirname(tf.__file__)
-    add_custom = add_custom_in(os.path.join(folder, "libtensorflow_cc.so*"))
-    if add_custom is None:
+    ``bool_attrs`` maps an op name to the attrs that were bools in
+    TensorFlow (see typed_attrs_pass).  Does nothing without a
+    representative dataset (no calibration then).
+
+    Raises:
+      ConversionError: this TensorFlow's quantize step is not the one
+        fusekit was verified with.
+    """
+    if getattr(converter, "representative_dataset", None) is None:
+        return
+
+    def step(
+        model: bytes,
+        request: tf_private.QuantizeRequest,
+        tf_quantize: Callable[[bytes], bytes],
+    ) -> bytes:
+        if not _custom_op_names(read_model(model)):
+            return tf_quantize(model)
+        model, _ = restore_typed_attrs(bytes(model), bool_attrs)
+        reason = tf_private.legacy_quantizer_reason(request)
+        if reason is not None and not request.calibrate_only:
+            raise ConversionError(
+                "int8 calibration of a model with custom ops runs fusekit's kernels and hands "
+                f"the calibrated model to TensorFlow's MLIR quantizer, but {reason}; use "
+                "8-bit activations with the default experimental_new_quantizer=True"
+            )
+        calibrated = calibrate(tf_private.add_intermediate_tensors(model), request.samples)
+        if request.calibrate_only:
+            return calibrated
+        return tf_private.quantize_calibrated(calibrated, request)
+
+    tf_private.replace_quantize_step(converter, step)
+
+
+def _custom_op_names(m: schema.ModelT) -> list[str]:
+    used = {op.opcodeIndex for sg in m.subgraphs or [] for op in sg.operators or []}
+    return sorted(
+        m.operatorCodes[i].customCode.decode() for i in used if m.operatorCodes[i].customCode
+    )
+
+
+def _indices(vector: Any) -> list[int]:
+    # The object API gives index vectors as numpy arrays, or None when empty.
+    return [] if vector is None else [int(i) for i in vector]
+
+
+def loggable_tensors(m: schema.ModelT) -> list[int]:
+    """The tensors of the (only) subgraph whose range calibration records:
+    float32 inputs and outputs of operators that have no constant data."""
+    subgraph = m.subgraphs[0]
+    found: set[int] = set()
+    for op in subgraph.operators or []:
+        for index in _indices(op.inputs) + _indices(op.outputs):
+            if index < 0:  # an optional input left out
+                continue
+            tensor = subgraph.tensors[index]
+            buffer = m.buffers[tensor.buffer] if m.buffers else None
+            constant = buffer is not None and (
+                (buffer.data is not None and len(buffer.data) > 0) or buffer.offset > 1
+            )
+            if tensor.type == _FLOAT32 and not constant:
+                found.add(index)
+    return sorted(found)
+
+
+def _check_calibratable(m: schema.ModelT) -> None:
+    if len(m.subgraphs or []) != 1:
         raise ConversionError(
-            "int8 calibration needs fusekit's kernels, but this TensorFlow exports no "
-            "MutableOpResolver::AddCustom"
+            f"int8 calibration with fusekit's kernels supports models with one subgraph; this "
+            f"model has {len(m.subgraphs or [])} (several signatures or control flow)"
         )
-    register_all_with(resolver_address, add_custom)
+    subgraph = m.subgraphs[0]
+    for index, op in enumerate(subgraph.operators or []):
+        if op.intermediates is not None and len(op.intermediates):
+            code = m.operatorCodes[op.opcodeIndex]
+            name = code.customCode.decode() if code.customCode else f"builtin {code.builtinCode}"
+            raise ConversionError(
+                f"int8 calibration with fusekit's kernels cannot record the intermediate "
+                f"tensors of operator {index} ({name}): they are computed inside its kernel"
+            )
+    for tensor in subgraph.tensors or []:
+        if tensor.isVariable and tensor.type == _FLOAT32:
+            raise ConversionError(
+                f"int8 calibration with fusekit's kernels cannot record variable tensor "
+                f"{tensor.name.decode()!r}: its value changes within one run"
+            )
+
+
+class _Feeder:
+    """Puts one representative sample into the interpreter's inputs, in
+    the forms TensorFlow's calibrator accepts: a list in input order, a dict
+    by input name, or (signature key, dict)."""
+
+    def __init__(self, interpreter: Any, m: schema.ModelT):
+        self._interpreter = interpreter
+        self._inputs = _indices(m.subgraphs[0].inputs)
+        self._by_signature: dict[str, dict[str, int]] = {}
+        for signature in m.signatureDefs or []:
+            self._by_signature[signature.signatureKey.decode()] = {
+                t.name.decode(): int(t.tensorIndex) for t in signature.inputs or []
+            }
+        self._shapes: dict[int, tuple[int, ...]] = {}
+
+    def _by_name(self, key: str | None, sample: dict[str, Any]) -> list[tuple[int, Any]]:
+        if key is None:
+            if len(self._by_signature) > 1:
+                raise ConversionError(
+                    "a representative sample given as a dict must name its signature "
+                    f"((key, dict)): the model has {sorted(self._by_signature)}"
+                )
+            names = next(iter(self._by_signature.values()), None)
+        else:
+            names = self._by_signature.get(key)
+        if names is None:
+            raise ConversionError(
+                f"representative sample for signature {key!r}: the model's signatures are "
+                f"{sorted(self._by_signature) or 'none'}"
+            )
+        unknown = sorted(set(sample) - set(names))
+        absent = sorted(set(names) - set(sample))
+        if unknown or absent:
+            raise ConversionError(
+                f"representative sample: the inputs are {sorted(names)}; got {sorted(sample)}"
+            )
+        return [(names[name], value) for name, value in sample.items()]
+
+    def feed(self, sample: Any) -> None:
+        if isinstance(sample, tuple):
+            if len(sample) != 2 or not isinstance(sample[1], dict):
+                raise ConversionError(
+                    "a representative sample given as a tuple must be (signature key, dict of "
+                    "inputs by name)"
+                )
+            pairs = self._by_name(sample[0], sample[1])
+        elif isinstance(sample, dict):
+            pairs = self._by_name(None, sample)
+        elif isinstance(sample, list):
+            if len(sample) != len(self._inputs):
+                raise ConversionError(
+                    f"representative sample has {len(sample)} arrays; the model has "
+                    f"{len(self._inputs)} inputs"
+                )
+            pairs = list(zip(self._inputs, sample))
+        else:
+            raise ConversionError(
+                "a representative sample must be a list of input arrays in input order, a "
+                "dict by input name, or (signature key, dict); got "
+                f"{type(sample).__name__}"
+            )
+        arrays = [(index, np.asarray(value)) for index, value in pairs]
+        resized = False
+        for index, array in arrays:
+            if self._shapes.get(index) != array.shape:
+                self._interpreter.resize_tensor_input(index, list(array.shape), strict=False)
+                self._shapes[index] = array.shape
+                resized = True
+        if resized:
+            self._interpreter.allocate_tensors()
+        for index, array in arrays:
+            self._interpreter.set_tensor(index, array)
+
+
+def _interpreter(model: bytes) -> Any:
+    from ai_edge_litert.interpreter import OpResolverType
+
+    from fusekit.run import plugin
+    from fusekit.run.interpreter import Interpreter
+
+    try:
+        # TensorFlow's calibrator runs the builtin kernels without the
+        # default delegates, and every tensor must keep its value to be read
+        # after the run.
+        return Interpreter(
+            model_content=model,
+            runtime="litert",
+            plugins=plugin.registered_plugins(),
+            experimental_preserve_all_tensors=True,
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        )
+    except MissingKernelError as exc:
+        raise ConversionError(
+            "int8 calibration runs the float model: unresolved custom op(s) "
+            f"{', '.join(exc.missing)}: {exc}. If a plugin of yours has the kernel, pass "
+            "plugins=[path] to fusekit.convert (--plugin PATH on the command line)"
+        ) from exc
+
+
+def calibrate(model: bytes, samples: Callable[[], Iterable[Any]]) -> bytes:
+    """Runs the float model with fusekit's kernels over ``samples()`` and
+    returns it with each loggable tensor's running min/max written into its
+    quantization fields (what TensorFlow's calibration writes).
+
+    Raises:
+      ConversionError: the model cannot be calibrated this way (several
+        subgraphs, kernels that keep intermediates, variable tensors), a
+        kernel is missing, a sample does not fit, or a tensor never had a
+        non-NaN value.
+    """
+    m = read_model(model)
+    _check_calibratable(m)
+    tensors = loggable_tensors(m)
+    interpreter = _interpreter(model)
+    feeder = _Feeder(interpreter, m)
+    low = np.full(len(tensors), np.inf, np.float32)
+    high = np.full(len(tensors), -np.inf, np.float32)
+    count = 0
+    for sample in samples():
+        feeder.feed(sample)
+        interpreter.invoke()
+        count += 1
+        for slot, index in enumerate(tensors):
+            values = interpreter.get_tensor(index)
+            values = values[~np.isnan(values)]
+            if values.size:
+                low[slot] = min(low[slot], values.min())
+                high[slot] = max(high[slot], values.max())
+    if count == 0:
+        raise ConversionError("the representative dataset yielded no samples")
+
+    subgraph = m.subgraphs[0]
+    for slot, index in enumerate(tensors):
+        tensor = subgraph.tensors[index]
+        if low[slot] > high[slot]:
+            raise ConversionError(
+                f"int8 calibration: tensor {tensor.name.decode()!r} had no real value over the "
+                f"representative dataset (only NaN)"
+            )
+        params = schema.QuantizationParametersT()
+        params.min = [float(low[slot])]
+        params.max = [float(high[slot])]
+        tensor.quantization = params
+    return pack_model(m, model)

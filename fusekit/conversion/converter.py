@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fusekit.conversion import tf_private
 from fusekit.conversion.kernel_match import Reason
 from fusekit.conversion.plan import Plan, check_saved_model, inspect
 from fusekit.conversion.quantization import float_islands
@@ -77,23 +78,20 @@ def _run_converter(saved_model_dir: str, options: dict[str, Any], plan: Plan | N
         if not hasattr(converter, key):
             raise TypeError(f"fusekit.convert: TFLiteConverter has no option {key!r}")
         setattr(converter, key, value)
-    add_calibration_kernels(converter)
+    add_calibration_kernels(converter, plan)
     try:
         return _original_convert(converter)()
     except Exception as exc:  # the converter raises ConverterError and others
         raise converter_error(exc, plan) from exc
 
 
-def add_calibration_kernels(converter: Any) -> None:
+def add_calibration_kernels(converter: Any, plan: Plan | None) -> None:
     """Lets int8 calibration (run when the converter has a representative
-    dataset) execute fused ops with fusekit's kernels."""
-    if getattr(converter, "representative_dataset", None) is None:
-        return
-    from fusekit.conversion.calibration import calibration_registerer
+    dataset) execute fused ops with fusekit's kernels, through the public
+    interpreter API (see calibration.py)."""
+    from fusekit.conversion.calibration import use_fusekit_calibration
 
-    registerers = converter.target_spec._experimental_custom_op_registerers
-    if calibration_registerer not in registerers:
-        registerers.append(calibration_registerer)
+    use_fusekit_calibration(converter, plan.bool_attrs() if plan else {})
 
 
 def _original_convert(converter: Any):
@@ -227,7 +225,7 @@ def convert(
       ConversionResult with ``.model`` bytes, ``.report`` and ``.plan``.
     """
     if buffer_offsets:
-        converter_options = {**converter_options, "_experimental_use_buffer_offset": True}
+        converter_options = {**converter_options, **tf_private.buffer_offset_options()}
     with as_saved_model(model) as saved_model:
         path = check_saved_model(saved_model)
         seconds: dict[str, float] = {}

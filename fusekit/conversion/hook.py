@@ -90,11 +90,11 @@ def _wrap_convert(hook: _ConverterHook, converter: Any, saved_model_dir: str) ->
     converter._fusekit_original_convert = original
 
     def convert() -> bytes:
-        add_calibration_kernels(converter)
         seconds: dict[str, float] = {}
         start = time.perf_counter()
         plan = inspect(saved_model_dir)
         seconds["plan"] = time.perf_counter() - start
+        add_calibration_kernels(converter, plan)
         start = time.perf_counter()
         try:
             model = original()
