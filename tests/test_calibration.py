@@ -60,11 +60,11 @@ def _fusekit_step(model, request, tf_quantize):
     )
 
 
-def _quantization(model: bytes) -> dict[str, tuple]:
+def _quantization(model: bytes | schema.ModelT, subgraph: int = 0) -> dict[str, tuple]:
     """Each tensor's calibration min/max and quantization scale/zero point."""
-    m = read_model(model)
+    m = model if isinstance(model, schema.ModelT) else read_model(model)
     out = {}
-    for tensor in m.subgraphs[0].tensors:
+    for tensor in m.subgraphs[subgraph].tensors:
         q = tensor.quantization or schema.QuantizationParametersT()
         out[tensor.name.decode()] = tuple(
             None if v is None else list(np.asarray(v).tolist())
@@ -104,6 +104,47 @@ def test_same_statistics_and_quantized_model_as_tensorflows_calibration(dense_mo
     ours = _quantization(_convert(dense_model, samples, True, calibrate_only=False))
     assert sum(1 for *_, scale, _ in theirs.values() if scale) >= 6, theirs
     assert ours == theirs
+
+
+class TwoSignatures(tf.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = tf.Variable(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+    def relu(self, x):
+        return {"y": tf.nn.relu(tf.matmul(x, self.w))}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+    def tanh(self, x):
+        return {"z": tf.tanh(tf.matmul(x * 2.0, self.w))}
+
+
+def _by_signature():
+    rng = np.random.default_rng(1)
+    for i in range(6):
+        yield ("relu" if i % 2 else "tanh", {"x": rng.standard_normal((2, 8)).astype(np.float32)})
+
+
+def test_each_signature_is_calibrated_as_tensorflow_does(tmp_path):
+    module = TwoSignatures()
+    path = str(tmp_path / "two")
+    tf.saved_model.save(module, path, signatures={"relu": module.relu, "tanh": module.tanh})
+
+    def convert(fusekit_step: bool, calibrate_only: bool) -> list[dict]:
+        converter = tf.lite.TFLiteConverter.from_saved_model(path, ["relu", "tanh"])
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _by_signature
+        converter._experimental_calibrate_only = calibrate_only
+        if fusekit_step:
+            tf_private.replace_quantize_step(converter, _fusekit_step)
+        m = read_model(converter.convert())
+        return [_quantization(m, i) for i in range(len(m.subgraphs))]
+
+    theirs = convert(False, calibrate_only=True)
+    assert len(theirs) == 2 and all(any(low for low, *_ in s.values()) for s in theirs)
+    assert convert(True, calibrate_only=True) == theirs
+    assert convert(True, calibrate_only=False) == convert(False, calibrate_only=False)
 
 
 # A user composite with list attrs (weights, enabled), whose kernel is

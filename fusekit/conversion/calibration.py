@@ -92,10 +92,10 @@ def _indices(vector: Any) -> list[int]:
     return [] if vector is None else [int(i) for i in vector]
 
 
-def loggable_tensors(m: schema.ModelT) -> list[int]:
-    """The tensors of the (only) subgraph whose range calibration records:
-    float32 inputs and outputs of operators that have no constant data."""
-    subgraph = m.subgraphs[0]
+def loggable_tensors(m: schema.ModelT, subgraph_index: int = 0) -> list[int]:
+    """The tensors of a subgraph whose range calibration records: float32
+    inputs and outputs of operators that have no constant data."""
+    subgraph = m.subgraphs[subgraph_index]
     found: set[int] = set()
     for op in subgraph.operators or []:
         for index in _indices(op.inputs) + _indices(op.outputs):
@@ -111,91 +111,84 @@ def loggable_tensors(m: schema.ModelT) -> list[int]:
     return sorted(found)
 
 
+def _signature_subgraphs(m: schema.ModelT) -> dict[str, int]:
+    return {s.signatureKey.decode(): int(s.subgraphIndex) for s in m.signatureDefs or []}
+
+
 def _check_calibratable(m: schema.ModelT) -> None:
-    if len(m.subgraphs or []) != 1:
+    """Refuses what one read of every tensor after a run cannot record as
+    TensorFlow's calibrator does (it logs around each operator call)."""
+    count = len(m.subgraphs or [])
+    bodies = sorted(set(range(count)) - {0, *_signature_subgraphs(m).values()})
+    if bodies:
         raise ConversionError(
-            f"int8 calibration with fusekit's kernels supports models with one subgraph; this "
-            f"model has {len(m.subgraphs or [])} (several signatures or control flow)"
+            f"int8 calibration with fusekit's kernels cannot record subgraph(s) {bodies}: "
+            "they are control flow bodies (run several times per invoke), not signatures"
         )
-    subgraph = m.subgraphs[0]
-    for index, op in enumerate(subgraph.operators or []):
-        if op.intermediates is not None and len(op.intermediates):
-            code = m.operatorCodes[op.opcodeIndex]
-            name = code.customCode.decode() if code.customCode else f"builtin {code.builtinCode}"
-            raise ConversionError(
-                f"int8 calibration with fusekit's kernels cannot record the intermediate "
-                f"tensors of operator {index} ({name}): they are computed inside its kernel"
-            )
-    for tensor in subgraph.tensors or []:
-        if tensor.isVariable and tensor.type == _FLOAT32:
-            raise ConversionError(
-                f"int8 calibration with fusekit's kernels cannot record variable tensor "
-                f"{tensor.name.decode()!r}: its value changes within one run"
-            )
+    for subgraph in m.subgraphs:
+        for index, op in enumerate(subgraph.operators or []):
+            if op.intermediates is not None and len(op.intermediates):
+                code = m.operatorCodes[op.opcodeIndex]
+                name = (
+                    code.customCode.decode() if code.customCode else f"builtin {code.builtinCode}"
+                )
+                raise ConversionError(
+                    f"int8 calibration with fusekit's kernels cannot record the intermediate "
+                    f"tensors of operator {index} ({name}): they are computed inside its kernel"
+                )
+        for tensor in subgraph.tensors or []:
+            if tensor.isVariable and tensor.type == _FLOAT32:
+                raise ConversionError(
+                    f"int8 calibration with fusekit's kernels cannot record variable tensor "
+                    f"{tensor.name.decode()!r}: its value changes within one run"
+                )
 
 
-class _Feeder:
-    """Puts one representative sample into the interpreter's inputs, in
-    the forms TensorFlow's calibrator accepts: a list in input order, a dict
-    by input name, or (signature key, dict)."""
+class _Runner:
+    """Runs one representative sample, in the forms TensorFlow's calibrator
+    accepts: a list in the first subgraph's input order, a dict by input
+    name (one signature), or (signature key, dict)."""
 
     def __init__(self, interpreter: Any, m: schema.ModelT):
         self._interpreter = interpreter
         self._inputs = _indices(m.subgraphs[0].inputs)
-        self._by_signature: dict[str, dict[str, int]] = {}
-        for signature in m.signatureDefs or []:
-            self._by_signature[signature.signatureKey.decode()] = {
-                t.name.decode(): int(t.tensorIndex) for t in signature.inputs or []
-            }
+        self._subgraphs = _signature_subgraphs(m)
         self._shapes: dict[int, tuple[int, ...]] = {}
 
-    def _by_name(self, key: str | None, sample: dict[str, Any]) -> list[tuple[int, Any]]:
+    def _signature(self, key: str | None) -> str:
         if key is None:
-            if len(self._by_signature) > 1:
+            if len(self._subgraphs) != 1:
                 raise ConversionError(
                     "a representative sample given as a dict must name its signature "
-                    f"((key, dict)): the model has {sorted(self._by_signature)}"
+                    f"((key, dict)): the model has {sorted(self._subgraphs) or 'none'}"
                 )
-            names = next(iter(self._by_signature.values()), None)
-        else:
-            names = self._by_signature.get(key)
-        if names is None:
+            return next(iter(self._subgraphs))
+        if key not in self._subgraphs:
             raise ConversionError(
                 f"representative sample for signature {key!r}: the model's signatures are "
-                f"{sorted(self._by_signature) or 'none'}"
+                f"{sorted(self._subgraphs) or 'none'}"
             )
-        unknown = sorted(set(sample) - set(names))
-        absent = sorted(set(names) - set(sample))
-        if unknown or absent:
-            raise ConversionError(
-                f"representative sample: the inputs are {sorted(names)}; got {sorted(sample)}"
-            )
-        return [(names[name], value) for name, value in sample.items()]
+        return key
 
-    def feed(self, sample: Any) -> None:
-        if isinstance(sample, tuple):
-            if len(sample) != 2 or not isinstance(sample[1], dict):
-                raise ConversionError(
-                    "a representative sample given as a tuple must be (signature key, dict of "
-                    "inputs by name)"
-                )
-            pairs = self._by_name(sample[0], sample[1])
-        elif isinstance(sample, dict):
-            pairs = self._by_name(None, sample)
-        elif isinstance(sample, list):
-            if len(sample) != len(self._inputs):
-                raise ConversionError(
-                    f"representative sample has {len(sample)} arrays; the model has "
-                    f"{len(self._inputs)} inputs"
-                )
-            pairs = list(zip(self._inputs, sample))
-        else:
+    def _run_signature(self, key: str | None, inputs: dict[str, Any]) -> int:
+        key = self._signature(key)
+        runner = self._interpreter.get_signature_runner(key)
+        names = sorted(runner.get_input_details())
+        if sorted(inputs) != names:
             raise ConversionError(
-                "a representative sample must be a list of input arrays in input order, a "
-                "dict by input name, or (signature key, dict); got "
-                f"{type(sample).__name__}"
+                f"representative sample for signature {key!r}: the inputs are {names}; got "
+                f"{sorted(inputs)}"
             )
-        arrays = [(index, np.asarray(value)) for index, value in pairs]
+        runner(**{name: np.asarray(value) for name, value in inputs.items()})
+        return self._subgraphs[key]
+
+    def _run_list(self, sample: list) -> int:
+        if len(sample) != len(self._inputs):
+            raise ConversionError(
+                f"representative sample has {len(sample)} arrays; the model has "
+                f"{len(self._inputs)} inputs"
+            )
+        arrays = [(index, np.asarray(value)) for index, value in zip(self._inputs, sample)]
         resized = False
         for index, array in arrays:
             if self._shapes.get(index) != array.shape:
@@ -206,6 +199,45 @@ class _Feeder:
             self._interpreter.allocate_tensors()
         for index, array in arrays:
             self._interpreter.set_tensor(index, array)
+        self._interpreter.invoke()
+        return 0
+
+    def run(self, sample: Any) -> int:
+        """Runs the sample; returns the index of the subgraph it ran."""
+        if isinstance(sample, tuple):
+            if len(sample) != 2 or not isinstance(sample[1], dict):
+                raise ConversionError(
+                    "a representative sample given as a tuple must be (signature key, dict of "
+                    "inputs by name)"
+                )
+            return self._run_signature(sample[0], sample[1])
+        if isinstance(sample, dict):
+            return self._run_signature(None, sample)
+        if isinstance(sample, list):
+            return self._run_list(sample)
+        raise ConversionError(
+            "a representative sample must be a list of input arrays in input order, a dict by "
+            f"input name, or (signature key, dict); got {type(sample).__name__}"
+        )
+
+
+class _Range:
+    """Running min and max of a subgraph's loggable tensors, NaN ignored."""
+
+    def __init__(self, tensors: list[int]):
+        self.tensors = tensors
+        self.low = np.full(len(tensors), np.inf, np.float32)
+        self.high = np.full(len(tensors), -np.inf, np.float32)
+        self.runs = 0
+
+    def update(self, interpreter: Any, subgraph_index: int) -> None:
+        self.runs += 1
+        for slot, index in enumerate(self.tensors):
+            values = interpreter.get_tensor(index, subgraph_index)
+            values = values[~np.isnan(values)]
+            if values.size:
+                self.low[slot] = min(self.low[slot], values.min())
+                self.high[slot] = max(self.high[slot], values.max())
 
 
 def _interpreter(model: bytes) -> Any:
@@ -239,42 +271,33 @@ def calibrate(model: bytes, samples: Callable[[], Iterable[Any]]) -> bytes:
     quantization fields (what TensorFlow's calibration writes).
 
     Raises:
-      ConversionError: the model cannot be calibrated this way (several
-        subgraphs, kernels that keep intermediates, variable tensors), a
+      ConversionError: the model cannot be calibrated this way (control
+        flow subgraphs, kernels that keep intermediates, variable tensors), a
         kernel is missing, a sample does not fit, or a tensor never had a
         non-NaN value.
     """
     m = read_model(model)
     _check_calibratable(m)
-    tensors = loggable_tensors(m)
+    ranges = [_Range(loggable_tensors(m, i)) for i in range(len(m.subgraphs))]
     interpreter = _interpreter(model)
-    feeder = _Feeder(interpreter, m)
-    low = np.full(len(tensors), np.inf, np.float32)
-    high = np.full(len(tensors), -np.inf, np.float32)
-    count = 0
+    runner = _Runner(interpreter, m)
     for sample in samples():
-        feeder.feed(sample)
-        interpreter.invoke()
-        count += 1
-        for slot, index in enumerate(tensors):
-            values = interpreter.get_tensor(index)
-            values = values[~np.isnan(values)]
-            if values.size:
-                low[slot] = min(low[slot], values.min())
-                high[slot] = max(high[slot], values.max())
-    if count == 0:
+        subgraph_index = runner.run(sample)
+        ranges[subgraph_index].update(interpreter, subgraph_index)
+    if not any(r.runs for r in ranges):
         raise ConversionError("the representative dataset yielded no samples")
 
-    subgraph = m.subgraphs[0]
-    for slot, index in enumerate(tensors):
-        tensor = subgraph.tensors[index]
-        if low[slot] > high[slot]:
-            raise ConversionError(
-                f"int8 calibration: tensor {tensor.name.decode()!r} had no real value over the "
-                f"representative dataset (only NaN)"
-            )
-        params = schema.QuantizationParametersT()
-        params.min = [float(low[slot])]
-        params.max = [float(high[slot])]
-        tensor.quantization = params
+    # As TensorFlow's calibration: a subgraph no sample ran gets no range.
+    for subgraph, found in zip(m.subgraphs, ranges):
+        for slot, index in enumerate(found.tensors if found.runs else []):
+            tensor = subgraph.tensors[index]
+            if found.low[slot] > found.high[slot]:
+                raise ConversionError(
+                    f"int8 calibration: tensor {tensor.name.decode()!r} had no real value over "
+                    "the representative dataset (only NaN)"
+                )
+            params = schema.QuantizationParametersT()
+            params.min = [float(found.low[slot])]
+            params.max = [float(found.high[slot])]
+            tensor.quantization = params
     return pack_model(m, model)
