@@ -274,4 +274,6 @@ def test_int8_under_the_converter_hook_runs_the_user_kernel(list_attr_model):
         converter.representative_dataset = _samples
         model = converter.convert()
     assert converter.fusekit_report.fused == {"weighted_sum": 1}
+    # No kernel reached TensorFlow's calibration interpreter as a registerer.
+    assert converter.target_spec._experimental_custom_op_registerers == []
     assert any(t.type == schema.TensorType.INT8 for t in read_model(model).subgraphs[0].tensors)
