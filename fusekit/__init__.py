@@ -23,6 +23,7 @@ from fusekit.errors import (
     InvalidModelError,
     MissingKernelError,
     RuntimeNotAvailableError,
+    RuntimeTooOldError,
 )
 from fusekit.run.delegate import load_delegate
 from fusekit.run.interpreter import Interpreter
@@ -63,6 +64,7 @@ __all__ = [
     "InvalidModelError",
     "MissingKernelError",
     "RuntimeNotAvailableError",
+    "RuntimeTooOldError",
     "__version__",
     "PluginBuildError",
     "available_runtimes",

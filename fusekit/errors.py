@@ -34,6 +34,55 @@ class RuntimeNotAvailableError(FusekitError, ImportError):
     """The requested TFLite runtime is not installed or lacks a feature."""
 
 
+class RuntimeTooOldError(RuntimeNotAvailableError):
+    """The chosen runtime is older than a builtin op version the model uses
+    (it would refuse the model: "Didn't find op for builtin opcode ...").
+
+    Attributes:
+      source: the model's path, or ``"<model_content>"`` for bytes.
+      runtime, runtime_version: the runtime chosen, e.g. "tflite-runtime", "2.14.0".
+      needed: the TFLite release the model needs, e.g. "2.17.0".
+      ops: the op versions the runtime lacks, e.g. ["FULLY_CONNECTED v12"].
+      alternatives: runtimes that can load the model, as advice.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        runtime: str,
+        runtime_version: str,
+        needed: str,
+        ops: list[str],
+        alternatives: list[str],
+    ):
+        self.source = source
+        self.runtime = runtime
+        self.runtime_version = runtime_version
+        self.needed = needed
+        self.ops = ops
+        self.alternatives = alternatives
+        advice = (
+            "use " + " or ".join(alternatives) if alternatives else "use a newer TFLite runtime"
+        )
+        super().__init__(
+            f"{source}: this model needs TFLite >= {needed} ({', '.join(ops)}); "
+            f"{runtime} {runtime_version} is older: {advice}"
+        )
+
+    def __reduce__(self) -> tuple:
+        return (
+            type(self),
+            (
+                self.source,
+                self.runtime,
+                self.runtime_version,
+                self.needed,
+                self.ops,
+                self.alternatives,
+            ),
+        )
+
+
 class InvalidModelError(FusekitError, ValueError):
     """A .tflite model is malformed: its flatbuffer points outside the file,
     or its graph breaks a rule runtimes rely on (tensor indices in range, one

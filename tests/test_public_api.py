@@ -24,6 +24,7 @@ def test_every_fusekit_error_is_exported_and_listed_in_the_readme():
             importlib.import_module(module.name)
     errors = {c for c in _all_subclasses(fusekit.FusekitError) if not c.__name__.startswith("_")}
     assert fusekit.CompositeDefinitionError in errors
+    assert fusekit.RuntimeTooOldError in errors  # issue 11 §4
     readme = README.read_text()
     for cls in sorted(errors, key=lambda c: c.__name__):
         assert getattr(fusekit, cls.__name__, None) is cls, f"fusekit.{cls.__name__} missing"

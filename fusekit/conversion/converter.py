@@ -22,7 +22,7 @@ from fusekit.conversion.sources import as_saved_model
 from fusekit.conversion.typed_attrs_pass import restore_typed_attrs, smuggled_attrs
 from fusekit.conversion.unfuse import unfused_copy
 from fusekit.errors import ConversionError
-from fusekit.run import model_ops
+from fusekit.run import compat, model_ops
 
 _FAILED_TO_FUSE = re.compile(r"failed to fuse for op: ([\w./-]+)")
 
@@ -154,6 +154,8 @@ def finish(
         ops_after=op_count_dict(after),
         model_bytes=len(model),
         seconds=seconds,
+        min_runtime_version=compat.min_runtime_version(model),
+        runtimes=compat.runtime_support(model),
     )
     if not plan.composites:
         report.warnings.append("the model has no composites: converted as a plain model")

@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fusekit.run.compat import RuntimeSupport
+
 
 @dataclass
 class CompositeRow:
@@ -34,6 +36,10 @@ class Report:
     model_bytes: int
     seconds: dict[str, float]
     warnings: list[str] = field(default_factory=list)
+    # The model's min_runtime_version metadata, and whether each runtime
+    # (installed, or the newest fusekit knows) can load the model.
+    min_runtime_version: str | None = None
+    runtimes: list[RuntimeSupport] = field(default_factory=list)
 
     @property
     def fused(self) -> dict[str, int]:
@@ -53,6 +59,8 @@ class Report:
         d["fused"] = self.fused
         d["not_fused"] = self.not_fused
         d["kernels_missing"] = self.kernels_missing
+        for runtime in d["runtimes"]:
+            runtime["too_new"] = list(runtime["too_new"])  # JSON-shaped, like the rest
         return d
 
     def to_json(self) -> str:
@@ -81,6 +89,8 @@ class Report:
         lines.append(
             "time: " + ", ".join(f"{stage} {sec:.2f}s" for stage, sec in self.seconds.items())
         )
+        if self.runtimes:
+            lines.append(runtimes_line(self.min_runtime_version, self.runtimes))
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -90,3 +100,20 @@ class Report:
 
 def op_count_dict(counts: Counter) -> dict[str, int]:
     return dict(sorted(counts.items()))
+
+
+def runtimes_line(min_runtime_version: str | None, runtimes: list[RuntimeSupport]) -> str:
+    """One line: which runtimes can load the model, and why not."""
+    parts = []
+    for r in runtimes:
+        label = r.label + ("" if r.installed else " (not installed)")
+        if r.loads is None:
+            parts.append(f"{label} unknown")
+        elif r.loads:
+            parts.append(f"{label} yes")
+        else:
+            why = ", ".join(
+                f"{op.op} v{op.version} needs TFLite {op.release or '> 2.14'}" for op in r.too_new
+            )
+            parts.append(f"{label} NO ({why})")
+    return f"runtimes (min_runtime_version {min_runtime_version or 'not set'}): " + ", ".join(parts)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fusekit.errors import MissingKernelError
-from fusekit.run import abi_versions, kernel_schema, model_check, model_ops, plugin
+from fusekit.run import abi_versions, compat, kernel_schema, model_check, model_ops, plugin
 from fusekit.run.runtimes import resolve_runtime, runtime_module
 
 
@@ -37,6 +37,8 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
         reads it: some runtimes crash on such models).
       MissingKernelError: the model has custom ops that no loaded kernel
         provides (runtimes would only fail later, at allocate_tensors).
+      RuntimeTooOldError: the runtime lacks a builtin op version the model
+        uses (e.g. tflite-runtime 2.14 and FULLY_CONNECTED v12).
       FusekitError: a plugin path is empty or missing, or a plugin is
         unusable (ABI version, missing exports, broken registry).
     """
@@ -70,6 +72,9 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
     missing = [op for op in custom if op not in provided]
     if missing:
         raise MissingKernelError(missing, sorted(provided))
+
+    # Before the runtime's own "Didn't find op for builtin opcode" error.
+    compat.check_loadable(model_path if model_content is None else model_content, name)
 
     delegates = [module.load_delegate(lib, {}) for lib in libraries]
     delegates += list(kwargs.pop("experimental_delegates", None) or [])
