@@ -42,6 +42,10 @@ _LAZY = {
     "inspect": ("fusekit.conversion.plan", "inspect"),
     "converter_hook": ("fusekit.conversion.hook", "converter_hook"),
     "keras": ("fusekit.keras", None),
+    "passes": ("fusekit.passes", None),
+    "optimize": ("fusekit.passes.pipeline", "optimize"),
+    "OptimizeResult": ("fusekit.passes.pipeline", "OptimizeResult"),
+    "PassError": ("fusekit.passes.graph", "PassError"),
 }
 
 
@@ -63,6 +67,8 @@ __all__ = [
     "Interpreter",
     "InvalidModelError",
     "MissingKernelError",
+    "OptimizeResult",
+    "PassError",
     "RuntimeNotAvailableError",
     "RuntimeTooOldError",
     "__version__",
@@ -79,6 +85,8 @@ __all__ = [
     "library_path",
     "load_delegate",
     "ops",
+    "optimize",
+    "passes",
     "registerer",
     "registerer_for",
     "simd_target",

@@ -21,7 +21,10 @@ ALLOWED = {
     "fusekit.toolchain": SHARED | {"fusekit.run"},
     "fusekit.author": SHARED,
     "fusekit.ops": SHARED | {"fusekit.author"},
-    "fusekit.conversion": SHARED | {"fusekit.run"},
+    # Conversion runs the graph passes after the converter; the passes read
+    # and write models with conversion's flatbuffer_edit.
+    "fusekit.conversion": SHARED | {"fusekit.run", "fusekit.passes"},
+    "fusekit.passes": SHARED | {"fusekit.run", "fusekit.conversion"},
     "fusekit.keras": SHARED | {"fusekit.author", "fusekit.ops"},
 }
 

@@ -30,3 +30,12 @@ def test_every_fusekit_error_is_exported_and_listed_in_the_readme():
         assert getattr(fusekit, cls.__name__, None) is cls, f"fusekit.{cls.__name__} missing"
         assert cls.__name__ in fusekit.__all__
         assert f"`{cls.__name__}`" in readme, f"README does not list {cls.__name__}"
+
+
+def test_optimize_and_passes_are_public_and_in_the_readme():
+    readme = README.read_text()
+    assert fusekit.optimize is fusekit.passes.optimize
+    assert {"optimize", "passes", "OptimizeResult", "PassError"} <= set(fusekit.__all__)
+    assert "| `fusekit.optimize(" in readme and "| `fusekit.passes` |" in readme
+    assert "fusekit optimize IN.tflite" in readme
+    assert {"cleanup", "layout", "space_to_depth"} <= set(fusekit.passes.available())

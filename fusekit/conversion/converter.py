@@ -22,6 +22,7 @@ from fusekit.conversion.sources import as_saved_model
 from fusekit.conversion.typed_attrs_pass import restore_typed_attrs, smuggled_attrs
 from fusekit.conversion.unfuse import unfused_copy
 from fusekit.errors import ConversionError
+from fusekit.passes.pipeline import run_passes
 from fusekit.run import compat, model_ops
 
 _FAILED_TO_FUSE = re.compile(r"failed to fuse for op: ([\w./-]+)")
@@ -107,11 +108,19 @@ def finish(
     seconds: dict[str, float],
     fuse: bool = True,
     ops_before: dict[str, int] | None = None,
+    passes: Sequence[str] = (),
+    space_to_depth: str = "auto",
 ) -> tuple[bytes, Report]:
     """fusekit's flatbuffer passes and the check against the plan."""
     start = time.perf_counter()
     if fuse:
         model, _ = restore_typed_attrs(model, plan.bool_attrs())
+    pass_lines: list[str] = []
+    if passes or space_to_depth != "auto":
+        # Graph passes run on the model with typed attrs restored, so a
+        # pass reading custom options sees what the kernels will.
+        optimized = run_passes(model, list(passes), space_to_depth, name=plan.saved_model)
+        model, pass_lines = optimized.model, optimized.report.lines()
     seconds["passes"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -156,6 +165,7 @@ def finish(
         seconds=seconds,
         min_runtime_version=compat.min_runtime_version(model),
         runtimes=compat.runtime_support(model),
+        passes=pass_lines,
     )
     if not plan.composites:
         report.warnings.append("the model has no composites: converted as a plain model")
@@ -198,6 +208,8 @@ def convert(
     count_unfused_ops: bool = False,
     plugins: Sequence[str | os.PathLike] = (),
     buffer_offsets: bool = False,
+    passes: Sequence[str] = (),
+    space_to_depth: str = "auto",
     **converter_options: Any,
 ) -> ConversionResult:
     """Converts a model into a .tflite model with every composite fused.
@@ -220,6 +232,11 @@ def convert(
         at offsets from the start of the file (the converter's
         ``_experimental_use_buffer_offset``): needed for models over 2 GB,
         which one flatbuffer cannot hold.  fusekit's passes keep that layout.
+      passes: graph passes run on the converted model (``fusekit.passes``:
+        "cleanup", "layout", "space_to_depth", your own); the report gets
+        a line per pass.
+      space_to_depth: "auto" (the pass's cost model decides, when listed),
+        "on" (rewrite the first strided convolution; adds the pass) or "off".
       **converter_options: TFLiteConverter attributes (optimizations,
         representative_dataset, target_spec, ...).
 
@@ -263,6 +280,15 @@ def convert(
             tflite = _run_converter(source, converter_options, plan)
             seconds["convert"] = time.perf_counter() - start
 
-        tflite, report = finish(tflite, plan, strict, seconds, fuse=fuse, ops_before=ops_before)
+        tflite, report = finish(
+            tflite,
+            plan,
+            strict,
+            seconds,
+            fuse=fuse,
+            ops_before=ops_before,
+            passes=passes,
+            space_to_depth=space_to_depth,
+        )
         _progress(progress, f"done: {len(tflite)} bytes, fused {report.fused}")
         return ConversionResult(tflite, report, plan)

@@ -40,6 +40,8 @@ class Report:
     # (installed, or the newest fusekit knows) can load the model.
     min_runtime_version: str | None = None
     runtimes: list[RuntimeSupport] = field(default_factory=list)
+    # One line per graph pass run after conversion (fusekit.passes).
+    passes: list[str] = field(default_factory=list)
 
     @property
     def fused(self) -> dict[str, int]:
@@ -86,6 +88,7 @@ class Report:
                 + ", ".join(f"{k}={v}" for k, v in sorted(self.ops_before.items()))
             )
         lines.append("ops: " + ", ".join(f"{k}={v}" for k, v in sorted(self.ops_after.items())))
+        lines += [f"pass {line}" for line in self.passes]
         lines.append(
             "time: " + ", ".join(f"{stage} {sec:.2f}s" for stage, sec in self.seconds.items())
         )

@@ -1,0 +1,44 @@
+"""Graph passes over .tflite models (conversion side).
+
+``fusekit.optimize(model, passes=[...])`` runs them on any .tflite;
+``fusekit.convert(..., passes=[...])`` runs them after conversion.  Built-in
+passes: ``cleanup``, ``layout``, ``space_to_depth``.  Your own::
+
+    @fusekit.passes.register("my_pass")
+    def my_pass(model: fusekit.passes.ModelView, options) -> tuple[ModelView, list[str]]:
+        for graph in model.graphs():
+            ...                      # edit through the Graph view
+            graph.finish()
+        return model, ["what changed"]   # [] when nothing did
+"""
+
+from __future__ import annotations
+
+from fusekit.passes import cleanup, layout, space_to_depth  # noqa: F401 - register the built-ins
+from fusekit.passes.graph import Graph, ModelView, PassError
+from fusekit.passes.pipeline import (
+    DEFAULT_PASSES,
+    OptimizeResult,
+    PassLine,
+    PassReport,
+    optimize,
+    run_passes,
+)
+from fusekit.passes.registry import PassOptions, available, get, register, unregister
+
+__all__ = [
+    "DEFAULT_PASSES",
+    "Graph",
+    "ModelView",
+    "OptimizeResult",
+    "PassError",
+    "PassLine",
+    "PassOptions",
+    "PassReport",
+    "available",
+    "get",
+    "optimize",
+    "register",
+    "run_passes",
+    "unregister",
+]

@@ -1,0 +1,244 @@
+"""Running selected passes to a fixed point, as Grappler's optimizer loop
+does: every pass in order, again while any of them changed something,
+at most ``max_iterations`` rounds.  One report line per pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fusekit.passes.graph import ModelView, PassError
+from fusekit.passes.registry import PassOptions, get
+
+# What `fusekit optimize` and `fusekit.optimize` run when no passes are
+# named.  Kept in one place: other passes (pattern fusion) may join it.
+DEFAULT_PASSES = ("cleanup", "layout", "space_to_depth")
+MAX_ITERATIONS = 6
+
+
+@dataclass
+class PassLine:
+    """What one pass did over the whole pipeline run: op counts before its
+    first run, and those counts changed by its own rewrites only."""
+
+    name: str
+    changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    ops_before: dict[str, int] = field(default_factory=dict)
+    ops_after: dict[str, int] = field(default_factory=dict)
+    runs: int = 0
+    seconds: float = 0.0
+
+    def to_text(self) -> str:
+        before, after = sum(self.ops_before.values()), sum(self.ops_after.values())
+        what = "; ".join(self.changes) if self.changes else "no change"
+        diff = [
+            f"{op} {self.ops_before.get(op, 0)}->{self.ops_after.get(op, 0)}"
+            for op in sorted(set(self.ops_before) | set(self.ops_after))
+            if self.ops_before.get(op, 0) != self.ops_after.get(op, 0)
+        ]
+        line = f"{self.name}: {what}; ops {before} -> {after}"
+        if diff:
+            line += f" ({', '.join(diff)})"
+        for note in self.notes:
+            line += f"\n  note: {note}"
+        return line
+
+
+@dataclass
+class PassReport:
+    """One line per pass, op counts before and after the whole run."""
+
+    passes: list[PassLine]
+    ops_before: dict[str, int]
+    ops_after: dict[str, int]
+    iterations: int
+    converged: bool
+    untouched_subgraphs: list[int] = field(default_factory=list)
+    model_bytes: int = 0
+
+    def line(self, name: str) -> PassLine:
+        for entry in self.passes:
+            if entry.name == name:
+                return entry
+        raise KeyError(name)
+
+    @property
+    def transposes_before(self) -> int:
+        return self.ops_before.get("TRANSPOSE", 0)
+
+    @property
+    def transposes_after(self) -> int:
+        return self.ops_after.get("TRANSPOSE", 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def lines(self) -> list[str]:
+        return [entry.to_text() for entry in self.passes]
+
+    def to_text(self) -> str:
+        lines = self.lines()
+        lines.append(
+            f"ops: {sum(self.ops_before.values())} -> {sum(self.ops_after.values())}, "
+            f"transposes: {self.transposes_before} -> {self.transposes_after}, "
+            f"{self.iterations} iteration(s)"
+            + ("" if self.converged else " (stopped at the bound before a fixed point)")
+        )
+        if self.untouched_subgraphs:
+            lines.append(
+                "control-flow bodies left untouched: subgraph(s) "
+                + ", ".join(map(str, self.untouched_subgraphs))
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+class OptimizeResult:
+    """An optimized model: ``.model`` (bytes), ``.report``, ``.save()``."""
+
+    def __init__(self, model: bytes, report: PassReport):
+        self.model = model
+        self.report = report
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Writes the .tflite file and returns its path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self.model)
+        return path
+
+    def __repr__(self) -> str:
+        return (
+            f"<OptimizeResult {len(self.model)} bytes, transposes "
+            f"{self.report.transposes_before}->{self.report.transposes_after}>"
+        )
+
+
+def selected_passes(passes: Sequence[str] | str | None, space_to_depth: str) -> list[str]:
+    """The pass names to run: ``passes`` (a list or "a,b"), DEFAULT_PASSES
+    when None; ``space_to_depth="on"`` adds that pass when not listed and
+    "off" removes it."""
+    if passes is None:
+        names = list(DEFAULT_PASSES)
+    elif isinstance(passes, str):
+        names = [p.strip() for p in passes.split(",") if p.strip()]
+    else:
+        names = list(passes)
+    if space_to_depth == "on" and "space_to_depth" not in names:
+        names.append("space_to_depth")
+    if space_to_depth == "off":
+        names = [n for n in names if n != "space_to_depth"]
+    seen: list[str] = []
+    for name in names:
+        get(name)  # unknown names fail before any work
+        if name not in seen:
+            seen.append(name)
+    return seen
+
+
+def run_passes(
+    model: bytes,
+    passes: Sequence[str] | str | None = None,
+    space_to_depth: str = "auto",
+    max_iterations: int = MAX_ITERATIONS,
+    name: str = "<model>",
+) -> OptimizeResult:
+    """Runs the passes to a fixed point (at most ``max_iterations`` rounds).
+
+    Returns the model unchanged (same bytes) when no pass changed anything.
+    """
+    options = PassOptions(space_to_depth=space_to_depth)
+    names = selected_passes(passes, space_to_depth)
+    if max_iterations < 1:
+        raise PassError(f"max_iterations must be at least 1, got {max_iterations}")
+    view = ModelView(bytes(model) if not isinstance(model, bytes) else model, name)
+    start_counts = view.op_counts()
+    lines = {n: PassLine(n) for n in names}
+    iterations, converged, any_change = 0, False, False
+    while iterations < max_iterations:
+        iterations += 1
+        changed = False
+        for pass_name in names:
+            line = lines[pass_name]
+            before = view.op_counts()
+            if not line.runs:
+                line.ops_before, line.ops_after = dict(before), dict(before)
+            start = time.perf_counter()
+            view, changes = get(pass_name)(view, options)
+            line.seconds += time.perf_counter() - start
+            line.runs += 1
+            # The pass's own effect: its deltas summed over its runs.
+            after = view.op_counts()
+            for op in set(before) | set(after):
+                line.ops_after[op] = (
+                    line.ops_after.get(op, 0) + after.get(op, 0) - before.get(op, 0)
+                )
+            line.ops_after = {op: n for op, n in sorted(line.ops_after.items()) if n}
+            if changes:
+                changed = any_change = True
+                line.changes += changes
+        if not changed:
+            converged = True
+            break
+    for pass_name, notes in options.notes.items():
+        if pass_name in lines:
+            lines[pass_name].notes = notes
+    out = model
+    if any_change:
+        view.prune_buffers()
+        out = view.pack()
+    report = PassReport(
+        passes=[lines[n] for n in names],
+        ops_before=start_counts,
+        ops_after=view.op_counts(),
+        iterations=iterations,
+        converged=converged,
+        untouched_subgraphs=view.control_flow_bodies(),
+        model_bytes=len(out),
+    )
+    return OptimizeResult(out, report)
+
+
+def optimize(
+    model: bytes | str | os.PathLike,
+    passes: Sequence[str] | str | None = None,
+    space_to_depth: str = "auto",
+    max_iterations: int = MAX_ITERATIONS,
+) -> OptimizeResult:
+    """Runs graph passes on any .tflite model (also ones fusekit did not
+    convert).
+
+    Args:
+      model: the model's bytes, or the path of a .tflite file.
+      passes: pass names in order (see ``fusekit.passes.available()``), or
+        None for the default set ("cleanup", "layout", "space_to_depth").
+      space_to_depth: "auto" (a cost model decides; the report says why it
+        declined), "on" (rewrite wherever it applies; adds the pass) or
+        "off" (drops the pass).
+      max_iterations: bound of the fixed-point loop.
+
+    Returns:
+      OptimizeResult with ``.model`` bytes and ``.report`` (one line per
+      pass: what changed, op counts before and after).
+
+    Raises:
+      PassError: an unknown pass or option, or a model the passes cannot
+        work on.
+      InvalidModelError: the bytes are not a valid .tflite model.
+    """
+    name = "<model>"
+    if isinstance(model, (str, os.PathLike)):
+        name = str(model)
+        model = Path(model).read_bytes()
+    return run_passes(model, passes, space_to_depth, max_iterations, name=name)
