@@ -42,7 +42,10 @@ say "installing fusekit[convert,dev,bench] into .venv"
 say "tflite-runtime environment (.venv-tflite-runtime)"
 [ -x .venv-tflite-runtime/bin/python ] || "$PYTHON" -m venv .venv-tflite-runtime
 .venv-tflite-runtime/bin/python -m pip install -q --upgrade pip
-.venv-tflite-runtime/bin/python -m pip install -q "numpy<2" "tflite-runtime==2.14.*" "$WHEEL"
+# ai-edge-litert beside it: tests load both runtimes in one process (the
+# registerer must tell them apart); fusekit itself does not need it there.
+.venv-tflite-runtime/bin/python -m pip install -q "numpy<2" "tflite-runtime==2.14.*" \
+  "ai-edge-litert>=2.3" "$WHEEL"
 .venv-tflite-runtime/bin/python -m pip install -q --force-reinstall --no-deps "$WHEEL"
 
 say "checking the installs"
