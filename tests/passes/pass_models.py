@@ -387,7 +387,8 @@ def stem(
     w = tf.constant(
         (rng.standard_normal((kernel, kernel, channels, filters)) * scale).astype(np.float32)
     )
-    b = tf.constant((rng.standard_normal(filters) * 0.1).astype(np.float32))
+    outputs = filters * channels if depthwise else filters  # depthwise: C * multiplier
+    b = tf.constant((rng.standard_normal(outputs) * 0.1).astype(np.float32))
 
     @tf.function(input_signature=[tf.TensorSpec([batch, size, size, channels], tf.float32)])
     def model(x):
