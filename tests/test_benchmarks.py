@@ -76,3 +76,36 @@ def test_conversion_benchmark_quick_run(tmp_path):
     assert row["ratio"] == pytest.approx(row["fusekit_s"] / row["plain_s"])
     assert set(row["fusekit_stages_s"]) >= {"plan", "convert", "passes", "verify"}
     assert "| small |" in (tmp_path / "conversion.md").read_text()
+
+
+def test_passes_benchmark_quick_run(tmp_path):
+    """bench_passes.py --quick: every variant of both models timed, outputs
+    equal to the original's, the layout variant down to one transpose, the
+    table, JSON and chart written."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_passes.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("passes.md", "passes.json", "passes.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    payload = json.loads((tmp_path / "passes.json").read_text())
+    results = {r["model"]: {row["variant"]: row for row in r["rows"]} for r in payload["results"]}
+    assert set(results) == {"resnet18_cf", "stem"}
+    for model, rows in results.items():
+        assert set(rows) == {"original", "cleanup", "layout", "space_to_depth", "default"}
+        for variant, row in rows.items():
+            assert row["median_us"] > 0 and row["max_abs_diff"] < 1e-4, (model, variant)
+    assert results["resnet18_cf"]["original"]["transposes"] > 30
+    assert results["resnet18_cf"]["layout"]["transposes"] == 1
+    assert results["stem"]["space_to_depth"]["changed"]
+    assert not results["stem"]["default"]["changed"]  # auto declines on CPU
+    assert "| resnet18_cf [1, 3, 64, 64] | layout | 1 |" in (tmp_path / "passes.md").read_text()

@@ -26,7 +26,7 @@ with ``original = transpose(new, p)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -307,7 +307,8 @@ def _new_shape(shape: list[int], p: Perm) -> list[int]:
 
 @dataclass
 class Region:
-    seed: schema.OperatorT
+    # Seed transposes' outputs -> their inputs (the new-layout values).
+    seeds: dict[int, int]
     perms: dict[int, Perm]
     ops: list[tuple[schema.OperatorT, OpPlan]] = field(default_factory=list)
     # Per region tensor: TRANSPOSE consumers merged (op, composed perm) and
@@ -317,22 +318,31 @@ class Region:
     delta: int = 0
 
 
-def plan_region(graph: Graph, seed: schema.OperatorT) -> Region | None:
-    """The largest region ``seed`` reaches, and the change in the number of
-    transposes if it were rewritten (``delta``)."""
-    perm = graph.perm_of(seed)
-    x, y = int(seed.inputs[0]), int(seed.outputs[0])
-    if perm is None or is_identity(perm) or graph.is_constant(x):
+def plan_region(graph: Graph, seeds: Sequence[schema.OperatorT]) -> Region | None:
+    """The region the ``seeds`` (transposes) reach, and the change in the
+    number of transposes if it were rewritten (``delta``).  Several seeds
+    make one region where their tensors meet (a residual add of two
+    transposed branches)."""
+    seed_ids = set()
+    for seed in seeds:
+        perm = graph.perm_of(seed)
+        if (
+            perm is not None
+            and not is_identity(perm)
+            and not graph.is_constant(int(seed.inputs[0]))
+        ):
+            seed_ids.add(id(seed))
+    if not seed_ids:
         return None
-    region = Region(seed, {y: perm})
-    started = False
+    region = Region({}, {})
     for op in graph.ops:
-        if op is seed:
-            started = True
+        inputs = [int(t) for t in op.inputs if t >= 0]
+        if id(op) in seed_ids and inputs[0] not in region.perms:
+            y = int(op.outputs[0])
+            region.seeds[y] = inputs[0]
+            region.perms[y] = graph.perm_of(op)
             continue
-        if not started or graph.builtin(op) == OP.TRANSPOSE:
-            continue
-        if not any(int(t) in region.perms for t in op.inputs if t >= 0):
+        if graph.builtin(op) == OP.TRANSPOSE or not any(t in region.perms for t in inputs):
             continue
         plan = plan_op(graph, op, region.perms)
         if plan is None:
@@ -381,8 +391,8 @@ def plan_region(graph: Graph, seed: schema.OperatorT) -> Region | None:
                 needed = True
         if needed:
             region.needed.add(t)
-            delta += 0 if t == y else 1
-        elif t == y:
+            delta += 0 if t in region.seeds else 1
+        elif t in region.seeds:
             delta -= 1
     region.delta = delta
     return region
@@ -390,10 +400,9 @@ def plan_region(graph: Graph, seed: schema.OperatorT) -> Region | None:
 
 def apply_region(graph: Graph, region: Region) -> None:
     """Rewrites the region planned by ``plan_region``."""
-    x, y = int(region.seed.inputs[0]), int(region.seed.outputs[0])
-    new: dict[int, int] = {y: x}
+    new: dict[int, int] = dict(region.seeds)
     for t, p in region.perms.items():
-        if t != y:
+        if t not in region.seeds:
             axis_map = {a: p[a] for a in range(len(p))}
             new[t] = graph.like(
                 t,
@@ -437,7 +446,7 @@ def apply_region(graph: Graph, region: Region) -> None:
                 graph.add_constant(np.array(composed, np.int32), graph.name(out) + "/perm"),
             )
     for t in region.needed:
-        if t != y:
+        if t not in region.seeds:
             graph.add_transpose(new[t], region.perms[t], output=t)
     graph.finish()
 
@@ -467,6 +476,23 @@ def _entry(graph: Graph, t: int, p: Perm) -> int:
     return graph.add_transpose(t, inv)
 
 
+def _best_region(graph: Graph) -> Region | None:
+    """A region worth rewriting: every transpose of one permutation seeding
+    one region first (Grappler's collapse of all pairs at once), then each
+    transpose alone."""
+    transposes = [op for op in graph.ops if graph.perm_of(op) is not None]
+    by_perm: dict[tuple[int, ...], list[schema.OperatorT]] = {}
+    for op in transposes:
+        by_perm.setdefault(tuple(graph.perm_of(op)), []).append(op)
+    candidates = [group for group in by_perm.values() if len(group) > 1]
+    candidates += [[op] for op in transposes]
+    for seeds in candidates:
+        region = plan_region(graph, seeds)
+        if region is not None and region.delta < 0:
+            return region
+    return None
+
+
 @register("layout")
 def layout(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]]:
     """Rewrites every region whose rewrite leaves fewer transposes."""
@@ -477,14 +503,7 @@ def layout(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]
         # Each rewrite changes the graph: plan again from the start, at most
         # once per operator the graph had.
         for _ in range(len(graph.ops) + 1):
-            best = None
-            for op in graph.ops:
-                if graph.builtin(op) != OP.TRANSPOSE:
-                    continue
-                region = plan_region(graph, op)
-                if region is not None and region.delta < 0:
-                    best = region
-                    break
+            best = _best_region(graph)
             if best is None:
                 break
             apply_region(graph, best)

@@ -28,6 +28,7 @@ from fusekit.passes.graph import OP, OPTIONS, Graph, ModelView, copy_quantizatio
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "space_to_depth"
+NOT_FIRST = "not the first convolution"
 
 # Ops after which a convolution is no longer "the first": they compute
 # features, where the few-channel waste the rewrite removes is gone.
@@ -49,7 +50,7 @@ AUTO_MIN_KERNEL = 3
 # Measured CPU effect of the rewrite on the 7x7/2 ResNet stem over 3
 # channels (rewritten / original latency; < 1 is faster), set from
 # benchmarks/results/passes.json.
-MEASURED_CPU_RATIO: float | None = 1.39
+MEASURED_CPU_RATIO: float | None = 1.32
 
 
 @dataclass
@@ -114,7 +115,7 @@ def candidate(graph: Graph, op: schema.OperatorT) -> tuple[Candidate | None, str
     ):
         return None, f"{label}: input and weight types differ"
     if _upstream_computes(graph, x):
-        return None, f"{label}: not the first convolution"
+        return None, f"{label}: {NOT_FIRST}"
     n, h, width, c = signature
     wshape = graph.shape(w)
     if code == OP.DEPTHWISE_CONV_2D and c != 1:
@@ -156,10 +157,13 @@ def should_rewrite(c: Candidate) -> tuple[bool, str]:
     if min(c.kernel) < AUTO_MIN_KERNEL:
         return False, f"kernel {c.kernel[0]}x{c.kernel[1]} (auto needs >= {AUTO_MIN_KERNEL})"
     if MEASURED_CPU_RATIO is not None and MEASURED_CPU_RATIO >= 1.0:
+        macs = c.padded_kernel[0] * c.padded_kernel[1] / (c.kernel[0] * c.kernel[1])
         return False, (
             f"on CPU (XNNPACK, 1 thread) the rewrite measured {MEASURED_CPU_RATIO:.2f}x the "
             "original's latency on a 7x7/2 stem over 3 channels "
-            "(benchmarks/results/passes.md); use space_to_depth='on' to force it"
+            "(benchmarks/results/passes.md); here the padded "
+            f"{c.padded_kernel[0]}x{c.padded_kernel[1]} kernel also does {macs:.2f}x the "
+            "multiply-adds; use space_to_depth='on' to force it"
         )
     return True, ""
 
@@ -278,6 +282,7 @@ def space_to_depth(model: ModelView, options: PassOptions) -> tuple[ModelView, l
         return model, []
     changes = []
     for graph in model.graphs():
+        later = 0
         for op in list(graph.ops):
             if graph.builtin(op) not in (OP.CONV_2D, OP.DEPTHWISE_CONV_2D):
                 continue
@@ -285,8 +290,11 @@ def space_to_depth(model: ModelView, options: PassOptions) -> tuple[ModelView, l
             if o.strideH < 2 and o.strideW < 2:
                 continue  # stride 1: nothing to do, nothing to explain
             found, why = candidate(graph, op)
-            if found is None:
+            if found is None and why.endswith(NOT_FIRST):
+                later += 1
+            elif found is None:
                 options.note(NAME, f"not applied: {why}")
+            if found is None:
                 continue
             if options.space_to_depth == "auto":
                 ok, why = should_rewrite(found)
@@ -303,6 +311,8 @@ def space_to_depth(model: ModelView, options: PassOptions) -> tuple[ModelView, l
                 f"CONV_2D {out_k[0]}x{out_k[1]}/{s // b} over {found.channels * b * b} channels"
             )
         graph.finish()
+        if later:
+            options.note(NAME, f"{later} later strided convolution(s) left alone ({NOT_FIRST})")
     if changes:
         model.prune_buffers()
     return model, changes
