@@ -10,9 +10,10 @@ converter (no fusekit):
 * ``stem``: a ResNet stem, one 7x7 stride-2 convolution over 3 channels
   (+ bias, ReLU), NHWC.
 
-Each model is run as converted and after each pass alone (``cleanup``,
-``layout``, ``space_to_depth`` forced on) and after ``fusekit.optimize``'s
-defaults (space_to_depth "auto").  All variants of a model are timed in
+Each model is run as converted, after each pass alone (``cleanup``,
+``layout``, ``fold_affine``, ``space_to_depth`` forced on), after layout
+then fold_affine, and after ``fusekit.optimize``'s defaults
+(space_to_depth "auto").  All variants of a model are timed in
 the same interleaved rounds (suite.time_interleaved: shuffled order per
 round, settle between candidates); medians and ratios to the original.
 Outputs are checked against the original's.
@@ -127,6 +128,8 @@ VARIANTS = {
     # name -> fusekit.optimize arguments
     "cleanup": {"passes": ["cleanup"]},
     "layout": {"passes": ["layout"]},
+    "fold_affine": {"passes": ["fold_affine"]},
+    "layout+fold_affine": {"passes": ["layout", "fold_affine"]},
     "space_to_depth": {"passes": ["space_to_depth"], "space_to_depth": "on"},
     "default": {"passes": None},  # DEFAULT_PASSES, space_to_depth "auto"
 }
@@ -280,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(measure(name, model, rounds, batch))
         for r in results[-1]["rows"]:
             print(
-                f"  {r['variant']:<15} transposes {r['transposes']:>3}  "
+                f"  {r['variant']:<19} transposes {r['transposes']:>3}  "
                 f"{r['median_us']:>10.1f} us  x{r['ratio']:.3f}  diff {r['max_abs_diff']:.1e}",
                 file=sys.stderr,
             )

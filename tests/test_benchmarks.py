@@ -101,7 +101,15 @@ def test_passes_benchmark_quick_run(tmp_path):
     results = {r["model"]: {row["variant"]: row for row in r["rows"]} for r in payload["results"]}
     assert set(results) == {"resnet18_cf", "stem"}
     for model, rows in results.items():
-        assert set(rows) == {"original", "cleanup", "layout", "space_to_depth", "default"}
+        assert set(rows) == {
+            "original",
+            "cleanup",
+            "layout",
+            "fold_affine",
+            "layout+fold_affine",
+            "space_to_depth",
+            "default",
+        }
         for variant, row in rows.items():
             assert row["median_us"] > 0 and row["max_abs_diff"] < 1e-4, (model, variant)
     assert results["resnet18_cf"]["original"]["transposes"] > 30

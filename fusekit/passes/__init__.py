@@ -2,7 +2,7 @@
 
 ``fusekit.optimize(model, passes=[...])`` runs them on any .tflite;
 ``fusekit.convert(..., passes=[...])`` runs them after conversion.  Built-in
-passes: ``cleanup``, ``layout``, ``space_to_depth``.  Your own::
+passes: ``cleanup``, ``layout``, ``fold_affine``, ``space_to_depth``.  Your own::
 
     @fusekit.passes.register("my_pass")
     def my_pass(model: fusekit.passes.ModelView, options) -> tuple[ModelView, list[str]]:
@@ -14,7 +14,12 @@ passes: ``cleanup``, ``layout``, ``space_to_depth``.  Your own::
 
 from __future__ import annotations
 
-from fusekit.passes import cleanup, layout, space_to_depth  # noqa: F401 - register the built-ins
+from fusekit.passes import (  # noqa: F401 - register the built-ins
+    cleanup,
+    fold_affine,
+    layout,
+    space_to_depth,
+)
 from fusekit.passes.graph import Graph, ModelView, PassError
 from fusekit.passes.pipeline import (
     DEFAULT_PASSES,

@@ -255,3 +255,23 @@ def test_random_graphs_keep_their_outputs_and_lose_transposes(seed):
     assert_same_outputs(model, result.model, atol=1e-5, seeds=(seed,))
     again = fusekit.optimize(result.model, passes=["cleanup", "layout"])
     assert again.model is result.model, again.report.to_text()
+
+
+def test_transposed_branches_meeting_at_an_add_make_one_region():
+    """A ResNet downsample: two convolutions (main path, 1x1 shortcut), each
+    transposed back to NCHW, meet at an ADD.  Neither transpose alone pays
+    (the other branch would need a new transpose); together they cancel."""
+    b = Builder()
+    x = b.input([1, 8, 8, 4])  # NHWC input, NCHW code
+    h = b.transpose(x, NHWC_TO_NCHW)
+    main = b.transpose(b.conv(b.transpose(h, NCHW_TO_NHWC), 6, 3, 2), NHWC_TO_NCHW)
+    main = b.binary(OP.MUL, main, b.const(np.full((6, 1, 1), 0.5, np.float32)))
+    short = b.transpose(b.conv(b.transpose(h, NCHW_TO_NHWC), 6, 1, 2), NHWC_TO_NCHW)
+    short = b.binary(OP.ADD, short, b.const(np.full((6, 1, 1), 0.1, np.float32)))
+    joined = b.unary(OP.RELU, b.binary(OP.ADD, main, short))
+    out = b.reduce(OP.MEAN, joined, [2, 3], keep=False)
+    model = b.build([out])
+    result = fusekit.optimize(model, passes=["cleanup", "layout"])
+    assert count(model, "TRANSPOSE") == 5
+    assert count(result.model, "TRANSPOSE") == 0
+    assert_same_outputs(model, result.model, atol=1e-5)
