@@ -371,6 +371,96 @@ def rotary_embedding_models(workdir: Path) -> list[Model]:
     return models
 
 
+# ---------------------------------------------------------------- attention
+
+
+def attention_reference(q, k, v, mask=None, causal=False, scale=None):
+    """float64 attention as fusekit.ops.attention defines it (a row without
+    any admissible key gives zeros)."""
+    q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+    _, q_len, heads, depth = q.shape
+    kv_len, kv_heads = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    scale = 1.0 / np.sqrt(depth) if scale is None else scale
+    k = np.repeat(k, group, axis=2)
+    v = np.repeat(v, group, axis=2)
+    scores = np.einsum("bqhd,bkhd->bhqk", q * np.float64(np.float32(scale)), k)
+    allowed = np.ones(scores.shape, bool)
+    if mask is not None:
+        if mask.dtype == bool:
+            allowed &= np.broadcast_to(mask, scores.shape)
+        else:
+            scores = scores + mask
+            allowed &= np.broadcast_to(mask > -np.inf, scores.shape)
+    if causal:
+        keys = np.arange(kv_len)[None, :]
+        allowed &= keys <= np.arange(q_len)[:, None] + (kv_len - q_len)
+    scores = np.where(allowed, scores, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    weights = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = weights.sum(-1, keepdims=True)
+    weights = weights / np.where(total > 0, total, 1.0)
+    return np.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
+def attention_module(heads: int, kv_heads: int, depth: int, mask_shape, mask_dtype, **kw):
+    """q/k/v [None, None, heads|kv_heads, depth] (and a mask input of
+    `mask_shape` when given) -> fusekit.ops.attention(..., **kw)."""
+    import tensorflow as tf
+
+    spec = [
+        tf.TensorSpec([None, None, heads, depth], tf.float32, name="q"),
+        tf.TensorSpec([None, None, kv_heads, depth], tf.float32, name="k"),
+        tf.TensorSpec([None, None, kv_heads, depth], tf.float32, name="v"),
+    ]
+    if mask_shape is not None:
+        spec.append(tf.TensorSpec(mask_shape, mask_dtype, name="mask"))
+
+    class Attention(tf.Module):
+        @tf.function(input_signature=spec)
+        def __call__(self, *tensors):
+            return fusekit.ops.attention(*tensors, **kw)
+
+    return Attention()
+
+
+@kernel_cases("fusekit_attention")
+def attention_models(workdir: Path) -> list[Model]:
+    rng = np.random.default_rng(15)
+    # (heads, kv heads, depth, mask, causal, [(batch, Sq, Skv), ...]): the
+    # last run of each has several work items (query blocks or key splits).
+    plan = [
+        (3, 3, 17, None, False, [(1, 5, 7), (2, 150, 97)]),
+        (8, 2, 32, "float", True, [(1, 3, 11), (1, 70, 300)]),
+        (4, 1, 8, "bool", False, [(2, 1, 9), (1, 2, 1300)]),
+    ]
+    models = []
+    for i, (h, hkv, d, mask, causal, shapes) in enumerate(plan):
+        dtype = None if mask is None else (np.float32 if mask == "float" else np.bool_)
+        module = attention_module(
+            h, hkv, d, None if mask is None else [None, 1, None, None], dtype, causal=causal
+        )
+        model = save_and_convert(module, workdir / f"attention_{i}")
+        runs, expected = [], []
+        for b, sq, skv in shapes:
+            named = {
+                "q": rng.standard_normal((b, sq, h, d)).astype(np.float32),
+                "k": rng.standard_normal((b, skv, hkv, d)).astype(np.float32),
+                "v": rng.standard_normal((b, skv, hkv, d)).astype(np.float32),
+            }
+            if dtype is np.bool_:
+                named["mask"] = rng.random((b, 1, sq, skv)) > 0.3
+            elif dtype is np.float32:
+                named["mask"] = np.where(
+                    rng.random((b, 1, sq, skv)) > 0.2, rng.standard_normal((b, 1, sq, skv)), -np.inf
+                ).astype(np.float32)
+            runs.append(ordered(model, named))
+            expected.append([attention_reference(**named, causal=causal)])
+        name = f"attention H={h} Hkv={hkv} D={d} mask={mask} causal={causal}"
+        models.append(Model(name, model, runs, expected))
+    return models
+
+
 @functools.cache
 def control_model() -> bytes:
     """A builtin-only model (x * 2 + 1): runs on any runtime without fusekit."""

@@ -1,0 +1,819 @@
+// fusekit_attention: out = softmax(q @ k^T * scale + mask) @ v per head.
+// Inputs: q [B, Sq, H, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] float32,
+// optional mask (float32 additive or bool keep) broadcastable to
+// [B, H, Sq, Skv].  Attrs: causal (bool, bottom-right aligned), scale
+// (float, absent: 1/sqrt(D)).  Output [B, Sq, H, Dv].  Query head h reads
+// kv head h / (H / Hkv).
+//
+// Streaming ("online") softmax: the keys go by in blocks of kKeys; each
+// block's scores for the item's rows (at most kRows x kKeys floats) are
+// computed, turned into weights against the running row max, and folded
+// into running unnormalized output rows.  No [B, H, Sq, Skv] buffer exists.
+// A row whose every key is dropped (bool mask, causality, -inf mask
+// entries) gives zeros, as the composite defines.
+//
+// The two matmuls are register-tiled microkernels: Q.K^T broadcasts a query
+// element against a panel of 2 vectors of keys stored transposed
+// ([D][panel], packed once per Invoke, or per block in a decode step), and
+// P.V broadcasts a weight against 2 vectors of a V row (read in place when
+// Dv fills whole chunks).  Both keep an MR x 2 tile of accumulators in
+// registers (MR = 8 with 32 vector registers, 6 with 16).
+//
+// Work items: (batch, head, block of kRows queries) for prefill; for a
+// decode step (Sq <= 4) all query heads of one kv head go in one item, so
+// K and V stream through once, and long caches are split into kSplitKeys
+// pieces merged afterwards in a fixed order.  Items depend only on the
+// shapes, never on the thread count: every thread count gives the same bits.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "kernels/attention.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fusekit {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+#include "fusekit/simd_tail.h"
+
+namespace att = ::fusekit::attention;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+#if HWY_TARGET == HWY_AVX3
+constexpr int kMaxTile = 8;
+#else
+constexpr int kMaxTile = 6;
+#endif
+
+int64_t AttentionPanel() { return 2 * static_cast<int64_t>(hn::Lanes(DF())); }
+
+// S[r][0, panel) = Q[r] . Kpanel for MR rows; Q rows are `depth` apart.
+template <int MR>
+HWY_INLINE void QkTile(const float* HWY_RESTRICT q, int64_t depth,
+                       const float* HWY_RESTRICT kp, float* HWY_RESTRICT s,
+                       int64_t s_stride) {
+  const DF d;
+  const size_t lanes = hn::Lanes(d);
+  VF a0[MR], a1[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) a0[r] = a1[r] = hn::Zero(d);
+  for (int64_t k = 0; k < depth; ++k) {
+    const VF b0 = hn::Load(d, kp + k * 2 * lanes);
+    const VF b1 = hn::Load(d, kp + k * 2 * lanes + lanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const VF a = hn::Set(d, q[r * depth + k]);
+      a0[r] = hn::MulAdd(a, b0, a0[r]);
+      a1[r] = hn::MulAdd(a, b1, a1[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    hn::StoreU(a0[r], d, s + r * s_stride);
+    hn::StoreU(a1[r], d, s + r * s_stride + lanes);
+  }
+}
+
+// O[r][0, 2 vectors) += sum_j P[r][j] * V[j][0, 2 vectors) for MR rows.
+template <int MR>
+HWY_INLINE void PvTile(const float* HWY_RESTRICT p, int64_t p_stride, int64_t n,
+                       const float* HWY_RESTRICT v, int64_t v_stride,
+                       float* HWY_RESTRICT o, int64_t o_stride) {
+  const DF d;
+  const size_t lanes = hn::Lanes(d);
+  VF a0[MR], a1[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    a0[r] = hn::LoadU(d, o + r * o_stride);
+    a1[r] = hn::LoadU(d, o + r * o_stride + lanes);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const VF b0 = hn::LoadU(d, v + j * v_stride);
+    const VF b1 = hn::LoadU(d, v + j * v_stride + lanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const VF a = hn::Set(d, p[r * p_stride + j]);
+      a0[r] = hn::MulAdd(a, b0, a0[r]);
+      a1[r] = hn::MulAdd(a, b1, a1[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    hn::StoreU(a0[r], d, o + r * o_stride);
+    hn::StoreU(a1[r], d, o + r * o_stride + lanes);
+  }
+}
+
+template <int MR>
+HWY_INLINE void QkRows(const float* q, int64_t depth, const float* kp, float* s,
+                       int64_t s_stride, int64_t rows) {
+  int64_t r = 0;
+  for (; r + MR <= rows; r += MR) {
+    QkTile<MR>(q + r * depth, depth, kp, s + r * s_stride, s_stride);
+  }
+  if constexpr (MR > 1) {
+    if (r < rows) QkRows<MR - 1>(q + r * depth, depth, kp, s + r * s_stride, s_stride, rows - r);
+  }
+}
+
+template <int MR>
+HWY_INLINE void PvRows(const float* p, int64_t p_stride, int64_t n, const float* v,
+                       int64_t v_stride, float* o, int64_t o_stride, int64_t rows) {
+  int64_t r = 0;
+  for (; r + MR <= rows; r += MR) {
+    PvTile<MR>(p + r * p_stride, p_stride, n, v, v_stride, o + r * o_stride, o_stride);
+  }
+  if constexpr (MR > 1) {
+    if (r < rows) {
+      PvRows<MR - 1>(p + r * p_stride, p_stride, n, v, v_stride, o + r * o_stride, o_stride,
+                     rows - r);
+    }
+  }
+}
+
+// Keys [j0, j0 + n) of one (b, kv head) into panels [D][panel] (zeros past n).
+void AttentionPackK(const att::Problem& p, int64_t b, int64_t kv_head, int64_t j0,
+                    int64_t n, float* HWY_RESTRICT kp) {
+  const int64_t panel = AttentionPanel();
+  const int64_t depth = p.depth;
+  const int64_t row_stride = p.kv_heads * depth;
+  const float* base = p.k + ((b * p.kv_len + j0) * p.kv_heads + kv_head) * depth;
+  const int64_t padded = att::RoundUp(n, panel);
+  for (int64_t pj = 0; pj < padded; pj += panel) {
+    float* HWY_RESTRICT dst = kp + pj * depth;
+    const int64_t count = n - pj < panel ? n - pj : panel;
+    if (count < panel) std::memset(dst, 0, sizeof(float) * depth * panel);
+    // Writes in order (the panel's rows are few cache lines, read from L1).
+    const float* HWY_RESTRICT src = base + pj * row_stride;
+    for (int64_t k = 0; k < depth; ++k) {
+      for (int64_t c = 0; c < count; ++c) dst[k * panel + c] = src[c * row_stride + k];
+    }
+  }
+}
+
+// Rows j0.. (n of them) of V for one (b, kv head), padded to value_pad.
+void AttentionPackV(const att::Problem& p, int64_t value_pad, int64_t b, int64_t kv_head,
+                    int64_t j0, int64_t n, float* HWY_RESTRICT vp) {
+  const int64_t dv = p.value_depth;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* src = p.v + ((b * p.kv_len + j0 + j) * p.kv_heads + kv_head) * dv;
+    float* dst = vp + j * value_pad;
+    std::memcpy(dst, src, sizeof(float) * dv);
+    std::memset(dst + dv, 0, sizeof(float) * (value_pad - dv));
+  }
+}
+
+// Largest of s[0, n).
+HWY_INLINE float RowMax(const float* HWY_RESTRICT s, int64_t n) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  VF m = neg_inf;
+  int64_t c = 0;
+  for (; c + lanes <= n; c += lanes) m = hn::Max(m, hn::LoadU(d, s + c));
+  if (c < n) {
+    const size_t rest = static_cast<size_t>(n - c);
+    m = hn::Max(m, hn::IfThenElse(hn::FirstN(d, rest), LoadTail(d, s + c, rest), neg_inf));
+  }
+  return hn::GetLane(hn::MaxOfLanes(d, m));
+}
+
+// exp(x) for the softmax's x = s - max <= 0, as 2^y with y = x / ln 2 =
+// k + f (k integer, |f| <= 1/2): 2^f from a degree-5 polynomial fitted at
+// Chebyshev nodes (relative error 1.1e-7), times 2^k.  Below 2^-126 (and
+// at -inf) it clamps to about 1e-38 instead of 0: no weight that small
+// moves a float32 output.  About 10 vector ops where a general exp needs 20.
+HWY_INLINE VF SoftmaxExp(DF d, VF x) {
+  const VF y = hn::Max(hn::Mul(x, hn::Set(d, 1.44269504088896341f)), hn::Set(d, -126.0f));
+  const VF k = hn::Round(y);
+  const VF f = hn::Sub(y, k);
+  VF p = hn::Set(d, 0.0013400432164886263f);
+  p = hn::MulAdd(p, f, hn::Set(d, 0.009676037097852109f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.05550327214210872f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.24022107355830596f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.6931472067106195f));
+  p = hn::MulAdd(p, f, hn::Set(d, 1.000000075495349f));
+#if HWY_TARGET == HWY_AVX3
+  return VF{_mm512_scalef_ps(p.raw, k.raw)};
+#else
+  // k + 127, the biased exponent of 2^k, lands in the low mantissa bits
+  // of k + 1.5 * 2^23 + 127.
+  const hn::RebindToSigned<DF> di;
+  const VF biased = hn::Add(k, hn::Set(d, 12582912.0f + 127.0f));
+  return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, biased))));
+#endif
+}
+
+// s[0, n) = exp(s - max); returns their sum.
+HWY_INLINE float ExpRow(float* HWY_RESTRICT s, int64_t n, float max) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF vm = hn::Set(d, max);
+  VF sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+  int64_t c = 0;
+  for (; c + 2 * lanes <= n; c += 2 * lanes) {
+    const VF e0 = SoftmaxExp(d, hn::Sub(hn::LoadU(d, s + c), vm));
+    const VF e1 = SoftmaxExp(d, hn::Sub(hn::LoadU(d, s + c + lanes), vm));
+    hn::StoreU(e0, d, s + c);
+    hn::StoreU(e1, d, s + c + lanes);
+    sum0 = hn::Add(sum0, e0);
+    sum1 = hn::Add(sum1, e1);
+  }
+  for (; c < n; c += lanes) {
+    const size_t rest = static_cast<size_t>(n - c < lanes ? n - c : lanes);
+    const VF e = hn::IfThenElseZero(hn::FirstN(d, rest),
+                                    SoftmaxExp(d, hn::Sub(LoadTail(d, s + c, rest), vm)));
+    StoreTail(e, d, s + c, rest);
+    sum0 = hn::Add(sum0, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+}
+
+HWY_INLINE void ScaleRow(float* HWY_RESTRICT o, int64_t n, float factor) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF f = hn::Set(d, factor);
+  for (int64_t c = 0; c < n; c += lanes) hn::StoreU(hn::Mul(hn::LoadU(d, o + c), f), d, o + c);
+}
+
+// Adds the float mask (or drops the keys a bool mask drops) of one score row.
+HWY_INLINE void MaskRow(const att::Problem& p, int64_t b, int64_t h, int64_t i, int64_t j0,
+                        int64_t n, float* HWY_RESTRICT s) {
+  const int64_t* st = p.mask_stride;
+  const int64_t offset = b * st[0] + h * st[1] + i * st[2] + j0 * st[3];
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (p.mask_add != nullptr) {
+    const float* m = p.mask_add + offset;
+    if (st[3] == 0) {
+      for (int64_t c = 0; c < n; ++c) s[c] += m[0];
+      return;
+    }
+    const DF d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    int64_t c = 0;
+    for (; c + lanes <= n; c += lanes) {
+      hn::StoreU(hn::Add(hn::LoadU(d, s + c), hn::LoadU(d, m + c)), d, s + c);
+    }
+    for (; c < n; ++c) s[c] += m[c];
+  } else if (p.mask_keep != nullptr) {
+    const uint8_t* m = p.mask_keep + offset;
+    if (st[3] == 0) {
+      if (!m[0]) {
+        for (int64_t c = 0; c < n; ++c) s[c] = kNegInf;
+      }
+      return;
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      if (!m[c]) s[c] = kNegInf;
+    }
+  }
+}
+
+// Rows of one kv head sit Hkv * D floats apart: with Hkv * D * 4 >= 4096
+// every row starts a new page, where the hardware prefetchers stop, so a
+// decode step asks for the rows it reads a few rows ahead itself.  (A
+// prefetch past the end of a tensor is harmless: it never faults.)
+constexpr int64_t kPrefetchRows = 24;
+HWY_INLINE void PrefetchRow(const float* row, int64_t count) {
+  for (int64_t c = 0; c < count; c += 16) __builtin_prefetch(row + c, 0, 3);
+}
+
+// Few query rows against keys read in place (a decode step): each K row
+// is loaded once and dotted with every query row, so K streams from memory
+// once with no transposed copy.  s[r][j] for r < rows, j < n.
+void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t depth,
+               const float* HWY_RESTRICT k, int64_t k_stride, int64_t n,
+               float* HWY_RESTRICT s, int64_t s_stride) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t j = 0; j < n; ++j) {
+    const float* HWY_RESTRICT kr = k + j * k_stride;
+    PrefetchRow(kr + kPrefetchRows * k_stride, depth);
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      const float* q0 = q + r * depth;
+      VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+      int64_t c = 0;
+      for (; c + lanes <= depth; c += lanes) {
+        const VF kv = hn::LoadU(d, kr + c);
+        a0 = hn::MulAdd(hn::LoadU(d, q0 + c), kv, a0);
+        a1 = hn::MulAdd(hn::LoadU(d, q0 + depth + c), kv, a1);
+        a2 = hn::MulAdd(hn::LoadU(d, q0 + 2 * depth + c), kv, a2);
+        a3 = hn::MulAdd(hn::LoadU(d, q0 + 3 * depth + c), kv, a3);
+      }
+      if (c < depth) {
+        const size_t rest = static_cast<size_t>(depth - c);
+        const VF kv = LoadTail(d, kr + c, rest);
+        a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), kv, a0);
+        a1 = hn::MulAdd(LoadTail(d, q0 + depth + c, rest), kv, a1);
+        a2 = hn::MulAdd(LoadTail(d, q0 + 2 * depth + c, rest), kv, a2);
+        a3 = hn::MulAdd(LoadTail(d, q0 + 3 * depth + c, rest), kv, a3);
+      }
+      s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a0));
+      s[(r + 1) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a1));
+      s[(r + 2) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a2));
+      s[(r + 3) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a3));
+    }
+    for (; r < rows; ++r) {
+      const float* q0 = q + r * depth;
+      VF a0 = hn::Zero(d);
+      int64_t c = 0;
+      for (; c + lanes <= depth; c += lanes) {
+        a0 = hn::MulAdd(hn::LoadU(d, q0 + c), hn::LoadU(d, kr + c), a0);
+      }
+      if (c < depth) {
+        const size_t rest = static_cast<size_t>(depth - c);
+        a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), LoadTail(d, kr + c, rest), a0);
+      }
+      s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a0));
+    }
+  }
+}
+
+// o[r][0, dv) += sum_j p[r][j] * v[j][0, dv) with V rows read in place,
+// each once: the decode step's P.V (o rows are value_pad floats apart).
+void StreamPv(const float* HWY_RESTRICT p, int64_t p_stride, int64_t rows, int64_t n,
+              const float* HWY_RESTRICT v, int64_t v_stride, int64_t dv,
+              float* HWY_RESTRICT o, int64_t o_stride) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t j = 0; j < n; ++j) {
+    const float* HWY_RESTRICT vr = v + j * v_stride;
+    PrefetchRow(vr + kPrefetchRows * v_stride, dv);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float w = p[r * p_stride + j];
+      if (w == 0.0f) continue;  // dropped keys
+      const VF vw = hn::Set(d, w);
+      float* HWY_RESTRICT orow = o + r * o_stride;
+      int64_t c = 0;
+      for (; c + lanes <= dv; c += lanes) {
+        hn::StoreU(hn::MulAdd(vw, hn::LoadU(d, vr + c), hn::LoadU(d, orow + c)), d, orow + c);
+      }
+      if (c < dv) {
+        // o has value_pad >= dv columns: the padding lanes take v's zeros.
+        const size_t rest = static_cast<size_t>(dv - c);
+        hn::StoreU(hn::MulAdd(vw, LoadTail(d, vr + c, rest), hn::LoadU(d, orow + c)), d,
+                   orow + c);
+      }
+    }
+  }
+}
+
+// Buffers of one thread, carved from its share of the scratch.
+struct Buffers {
+  float* q;      // [kRows][D], scaled queries
+  float* s;      // [kRows][kKeys], scores then weights
+  float* o;      // [kRows][value_pad], unnormalized output rows
+  float* max;    // [kRows]
+  float* sum;    // [kRows]
+  float* kblock; // [D][kKeys] K panels of one block (decode)
+  float* vblock; // [kKeys][value_pad] V rows of one block (decode, ragged Dv)
+};
+
+HWY_INLINE Buffers Carve(const att::Problem& p, const att::Layout& l, float* base) {
+  Buffers buf;
+  buf.q = base;
+  base += att::RoundUp(att::kRows * p.depth, 16);
+  buf.s = base;
+  base += att::kRows * att::kKeys;
+  buf.o = base;
+  base += att::kRows * l.value_pad;
+  buf.max = base;
+  base += att::kRows;
+  buf.sum = base;
+  base += att::kRows;
+  buf.kblock = base;
+  base += att::RoundUp(p.depth * att::kKeys, 16);
+  buf.vblock = base;
+  return buf;
+}
+
+// One work item.  `packed_k` / `packed_v`: the (b, kv head)'s keys packed
+// for the whole sequence (nullptr: pack each block here).  The result goes
+// to p.out, or to `partial` when non-null.
+void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item& it,
+                   const float* packed_k, const float* packed_v, float* scratch,
+                   const att::Partial* partial) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const Buffers buf = Carve(p, l, scratch);
+  const int64_t depth = p.depth, dv = p.value_depth, vpad = l.value_pad;
+  const int64_t rows = it.group_count * it.query_count;
+  const int64_t offset = p.kv_len - p.q_len;  // causal: key j <= i + offset
+  auto head_of = [&](int64_t r) {
+    return it.kv_head * p.group + it.group_begin + r / it.query_count;
+  };
+  auto query_of = [&](int64_t r) { return it.query_begin + r % it.query_count; };
+
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = p.q + ((it.b * p.q_len + query_of(r)) * p.heads + head_of(r)) * depth;
+    float* dst = buf.q + r * depth;
+    for (int64_t k = 0; k < depth; ++k) dst[k] = src[k] * p.scale;
+    buf.max[r] = kNegInf;
+    buf.sum[r] = 0.0f;
+  }
+  std::memset(buf.o, 0, sizeof(float) * rows * vpad);
+
+  int64_t key_end = it.key_end;
+  const int64_t last_query = it.query_begin + it.query_count - 1;
+  if (p.causal && last_query + offset + 1 < key_end) key_end = last_query + offset + 1;
+  const int64_t panel = l.panel;
+  const int64_t v_row = p.kv_heads * dv;
+  const float* v_head = p.v + (it.b * p.kv_len * p.kv_heads + it.kv_head) * dv;
+  const int64_t k_row = p.kv_heads * depth;
+  const float* k_head = p.k + (it.b * p.kv_len * p.kv_heads + it.kv_head) * depth;
+  // Few rows: read K and V in place, once (see DotScores).
+  const bool stream = packed_k == nullptr && rows <= att::kStreamRows;
+
+  for (int64_t j0 = it.key_begin; j0 < key_end; j0 += att::kKeys) {
+    const int64_t n = key_end - j0 < att::kKeys ? key_end - j0 : att::kKeys;
+    if (stream) {
+      DotScores(buf.q, rows, depth, k_head + j0 * k_row, k_row, n, buf.s, att::kKeys);
+    } else {
+      const float* kp;
+      if (packed_k != nullptr) {
+        kp = packed_k + j0 * depth;  // j0 is a whole number of panels
+      } else {
+        AttentionPackK(p, it.b, it.kv_head, j0, n, buf.kblock);
+        kp = buf.kblock;
+      }
+      // Scores of every row against the block, panel by panel (a panel
+      // stays in L1 while every row tile passes over it).
+      for (int64_t pj = 0; pj < n; pj += panel) {
+        QkRows<kMaxTile>(buf.q, depth, kp + pj * depth, buf.s + pj, att::kKeys, rows);
+      }
+    }
+    // Masks, causality, then the online softmax update of each row.
+    for (int64_t r = 0; r < rows; ++r) {
+      float* s = buf.s + r * att::kKeys;
+      const int64_t i = query_of(r);
+      MaskRow(p, it.b, head_of(r), i, j0, n, s);
+      if (p.causal) {
+        const int64_t first_dropped = i + offset + 1 - j0;
+        for (int64_t c = first_dropped < 0 ? 0 : first_dropped; c < n; ++c) s[c] = kNegInf;
+      }
+      const float block_max = RowMax(s, n);
+      const float old_max = buf.max[r];
+      const float new_max = block_max > old_max ? block_max : old_max;
+      if (new_max == kNegInf) {
+        // No admissible key so far: weights zero, nothing to rescale.
+        std::memset(s, 0, sizeof(float) * n);
+        continue;
+      }
+      const float block_sum = ExpRow(s, n, new_max);
+      if (new_max != old_max) {
+        const float alpha = std::exp(old_max - new_max);  // 0 when old_max is -inf
+        buf.sum[r] *= alpha;
+        ScaleRow(buf.o + r * vpad, vpad, alpha);
+        buf.max[r] = new_max;
+      }
+      buf.sum[r] += block_sum;
+    }
+    if (stream) {
+      StreamPv(buf.s, att::kKeys, rows, n, v_head + j0 * v_row, v_row, dv, buf.o, vpad);
+      continue;
+    }
+    // O += P . V, two vectors of output columns at a time.
+    const float* vsrc;
+    int64_t vstride;
+    if (packed_v != nullptr) {
+      vsrc = packed_v + j0 * vpad;
+      vstride = vpad;
+    } else if (l.value_direct) {
+      vsrc = v_head + j0 * v_row;
+      vstride = v_row;
+    } else {
+      AttentionPackV(p, vpad, it.b, it.kv_head, j0, n, buf.vblock);
+      vsrc = buf.vblock;
+      vstride = vpad;
+    }
+    for (int64_t c = 0; c < vpad; c += panel) {
+      PvRows<kMaxTile>(buf.s, att::kKeys, n, vsrc + c, vstride, buf.o + c, vpad, rows);
+    }
+  }
+
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* o = buf.o + r * vpad;
+    if (partial != nullptr) {
+      partial->max[r] = buf.max[r];
+      partial->sum[r] = buf.sum[r];
+      std::memcpy(partial->rows + r * vpad, o, sizeof(float) * vpad);
+      continue;
+    }
+    float* dst = p.out + ((it.b * p.q_len + query_of(r)) * p.heads + head_of(r)) * dv;
+    const float inv = buf.sum[r] > 0.0f ? 1.0f / buf.sum[r] : 0.0f;
+    for (int64_t c = 0; c < dv; ++c) dst[c] = o[c] * inv;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace fusekit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "fusekit/kernel_sdk.h"
+#include "fusekit/simd.h"
+
+namespace fusekit {
+namespace {
+
+namespace att = ::fusekit::attention;
+
+using PanelFn = int64_t (*)();
+using PackKFn = void (*)(const att::Problem&, int64_t, int64_t, int64_t, int64_t, float*);
+using PackVFn = void (*)(const att::Problem&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         float*);
+using ItemFn = void (*)(const att::Problem&, const att::Layout&, const att::Item&,
+                        const float*, const float*, float*, const att::Partial*);
+
+// Decode steps: at most this many query positions, and at most kRows rows
+// (query heads of one kv head times positions) per item.
+constexpr int64_t kDecodeQueries = 4;
+
+// Everything Invoke needs besides the tensors, decided from the shapes.
+struct Plan {
+  att::Layout layout;
+  bool decode = false;
+  int64_t splits = 1;       // key splits per (b, kv head), decode only
+  int64_t thread_floats = 0;
+  int64_t packed_floats = 0;   // prefill: packed K and V of every head
+  int64_t partial_floats = 0;  // decode with splits: partial results
+  size_t Bytes(int threads) const {
+    return sizeof(float) *
+           static_cast<size_t>(packed_floats + partial_floats + thread_floats * threads);
+  }
+};
+
+template <typename MaskT>
+class Attention {
+ public:
+  Attention(const Attrs& attrs, std::string* error)
+      : causal_(attrs.Bool("causal")),
+        has_scale_(attrs.Has("scale")),
+        scale_(static_cast<float>(attrs.Float("scale"))),
+        panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
+        pack_k_(FUSEKIT_SIMD_CHOOSE(AttentionPackK)),
+        pack_v_(FUSEKIT_SIMD_CHOOSE(AttentionPackV)),
+        item_(FUSEKIT_SIMD_CHOOSE(AttentionItem)) {
+    if (!std::isfinite(scale_)) {
+      *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
+    }
+  }
+
+  TfLiteStatus Prepare(OpContext& ctx, In<float> q, In<float> k, In<float> v,
+                       Opt<MaskT> mask, Out<float> out) {
+    FUSEKIT_ENSURE(ctx, q.rank() == 4, "q must have rank 4 [batch, seq, heads, head_dim], got rank %d",
+                   q.rank());
+    FUSEKIT_ENSURE(ctx, k.rank() == 4, "k must have rank 4 [batch, seq, kv_heads, head_dim], got rank %d",
+                   k.rank());
+    FUSEKIT_ENSURE(ctx, v.rank() == 4, "v must have rank 4 [batch, seq, kv_heads, value_dim], got rank %d",
+                   v.rank());
+    FUSEKIT_ENSURE(ctx, k.dim(0) == q.dim(0) && v.dim(0) == q.dim(0),
+                   "q, k and v must have one batch size, got %d, %d and %d", q.dim(0), k.dim(0),
+                   v.dim(0));
+    FUSEKIT_ENSURE(ctx, k.dim(3) == q.dim(3),
+                   "k's head_dim (%d) must equal q's (%d)", k.dim(3), q.dim(3));
+    FUSEKIT_ENSURE(ctx, q.dim(3) >= 1, "head_dim must be >= 1, got %d", q.dim(3));
+    FUSEKIT_ENSURE(ctx, v.dim(1) == k.dim(1),
+                   "k and v must have one sequence length, got %d and %d", k.dim(1), v.dim(1));
+    FUSEKIT_ENSURE(ctx, v.dim(2) == k.dim(2),
+                   "k and v must have one number of heads, got %d and %d", k.dim(2), v.dim(2));
+    FUSEKIT_ENSURE(ctx, k.dim(2) >= 1 && q.dim(2) % k.dim(2) == 0,
+                   "q's heads (%d) must be a multiple of k's and v's heads (%d)", q.dim(2),
+                   k.dim(2));
+    if (mask.present()) {
+      FUSEKIT_ENSURE(ctx, mask.rank() <= 4,
+                     "mask must have rank <= 4 (broadcastable to [B, H, Sq, Skv]), got rank %d",
+                     mask.rank());
+      const int scores[4] = {q.dim(0), q.dim(2), q.dim(1), k.dim(1)};
+      for (int i = 0; i < mask.rank(); ++i) {
+        const int want = scores[4 - mask.rank() + i];
+        const int got = mask.dim(i);
+        FUSEKIT_ENSURE(ctx, got == 1 || got == want,
+                       "mask dim %d is %d, must be 1 or %d to broadcast to the scores "
+                       "[B, H, Sq, Skv] = [%d, %d, %d, %d]",
+                       i, got, want, scores[0], scores[1], scores[2], scores[3]);
+      }
+    }
+    const att::Problem p = Describe(q, k, v, mask, out);
+    plan_ = MakePlan(p);
+    // Reserve the scratch now rather than in the first Invoke.
+    FUSEKIT_ENSURE(ctx, ctx.Scratch(plan_.Bytes(ctx.num_threads())) != nullptr,
+                   "out of memory for %zu bytes of scratch", plan_.Bytes(ctx.num_threads()));
+    return ctx.ResizeOutput(out, {q.dim(0), q.dim(1), q.dim(2), v.dim(3)});
+  }
+
+  TfLiteStatus Invoke(OpContext& ctx, In<float> q, In<float> k, In<float> v, Opt<MaskT> mask,
+                      Out<float> out) {
+    att::Problem p = Describe(q, k, v, mask, out);
+    if (out.num_elements() == 0) return kTfLiteOk;
+    if (p.kv_len == 0) {  // no key at all: every row is fully masked
+      std::memset(p.out, 0, sizeof(float) * static_cast<size_t>(out.num_elements()));
+      return kTfLiteOk;
+    }
+    const int threads = ctx.num_threads();
+    auto* scratch = static_cast<float*>(ctx.Scratch(plan_.Bytes(threads)));
+    FUSEKIT_ENSURE(ctx, scratch != nullptr, "out of memory for %zu bytes of scratch",
+                   plan_.Bytes(threads));
+    return plan_.decode ? Decode(ctx, p, scratch) : Prefill(ctx, p, scratch);
+  }
+
+ private:
+  att::Problem Describe(const In<float>& q, const In<float>& k, const In<float>& v,
+                        const Opt<MaskT>& mask, const Out<float>& out) const {
+    att::Problem p{};
+    p.batch = q.dim(0);
+    p.q_len = q.dim(1);
+    p.heads = q.dim(2);
+    p.depth = q.dim(3);
+    p.kv_len = k.dim(1);
+    p.kv_heads = k.dim(2);
+    p.value_depth = v.dim(3);
+    p.group = p.kv_heads > 0 ? p.heads / p.kv_heads : 1;
+    p.scale = has_scale_ ? scale_ : static_cast<float>(1.0 / std::sqrt(double(p.depth)));
+    p.causal = causal_;
+    p.q = q.data();
+    p.k = k.data();
+    p.v = v.data();
+    p.out = out.data();
+    if (mask.present()) {
+      // Strides of the mask seen as [B, H, Sq, Skv]: absent leading dims and
+      // dims of size 1 repeat (stride 0).
+      int64_t stride = 1;
+      for (int i = 3; i >= 0; --i) {
+        const int m = i - (4 - mask.rank());
+        const int64_t dim = m >= 0 ? mask.dim(m) : 1;
+        p.mask_stride[i] = dim == 1 ? 0 : stride;
+        stride *= dim;
+      }
+      if constexpr (std::is_same_v<MaskT, bool>) {
+        p.mask_keep = reinterpret_cast<const uint8_t*>(mask.data());
+      } else {
+        p.mask_add = mask.data();
+      }
+    }
+    return p;
+  }
+
+  Plan MakePlan(const att::Problem& p) const {
+    Plan plan;
+    att::Layout& l = plan.layout;
+    l.panel = panel_();
+    l.value_pad = att::RoundUp(std::max<int64_t>(p.value_depth, 1), l.panel);
+    plan.decode = p.q_len <= kDecodeQueries && p.group * p.q_len <= att::kRows;
+    // Prefill packs V too: V rows read in place sit Hkv*Dv floats apart, a
+    // power of two that maps a block's rows onto a few L1 sets.  A decode
+    // step reads each V row once, in place when Dv fills whole chunks.
+    l.value_direct = plan.decode && p.value_depth % l.panel == 0;
+    l.kv_pad = att::RoundUp(p.kv_len, l.panel);
+    l.k_head = l.kv_pad * p.depth;
+    l.v_head = l.value_direct ? 0 : l.kv_pad * l.value_pad;
+    plan.thread_floats = att::RoundUp(att::ThreadFloats(p, l), 16);
+    if (plan.decode) {
+      plan.splits = std::max<int64_t>(1, (p.kv_len + att::kSplitKeys - 1) / att::kSplitKeys);
+      if (plan.splits > 1) {
+        const int64_t rows = p.group * p.q_len;
+        plan.partial_floats = att::RoundUp(
+            p.batch * p.kv_heads * plan.splits * rows * (l.value_pad + 2), 16);
+      }
+    } else {
+      plan.packed_floats = att::RoundUp(p.batch * p.kv_heads * (l.k_head + l.v_head), 16);
+    }
+    return plan;
+  }
+
+  TfLiteStatus Prefill(OpContext& ctx, const att::Problem& p, float* scratch) {
+    const att::Layout& l = plan_.layout;
+    float* packed = scratch;
+    float* threads_base = scratch + plan_.packed_floats;
+    // Pack K (transposed panels) and, for ragged Dv, V of every head once.
+    const int64_t heads = p.batch * p.kv_heads;
+    const int64_t chunk = att::kKeys;
+    const int64_t chunks = (p.kv_len + chunk - 1) / chunk;
+    ctx.ParallelFor(heads * chunks, 4, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t head = t / chunks, j0 = (t % chunks) * chunk;
+        const int64_t n = std::min(chunk, p.kv_len - j0);
+        const int64_t b = head / p.kv_heads, kvh = head % p.kv_heads;
+        float* base = packed + head * (l.k_head + l.v_head);
+        pack_k_(p, b, kvh, j0, n, base + j0 * p.depth);
+        if (!l.value_direct) pack_v_(p, l.value_pad, b, kvh, j0, n, base + l.k_head + j0 * l.value_pad);
+      }
+    });
+    const int64_t blocks = (p.q_len + att::kRows - 1) / att::kRows;
+    const int64_t items = p.batch * p.heads * blocks;
+    // Causal items differ in cost; the pool hands out items dynamically.
+    ctx.ParallelFor(items, 1, [&](int64_t begin, int64_t end, int worker) {
+      float* mine = threads_base + worker * plan_.thread_floats;
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t blk = t % blocks, bh = t / blocks;
+        const int64_t b = bh / p.heads, h = bh % p.heads;
+        att::Item it{};
+        it.b = b;
+        it.kv_head = h / p.group;
+        it.group_begin = h % p.group;
+        it.group_count = 1;
+        it.query_begin = blk * att::kRows;
+        it.query_count = std::min(att::kRows, p.q_len - it.query_begin);
+        it.key_begin = 0;
+        it.key_end = p.kv_len;
+        const float* base = packed + (b * p.kv_heads + it.kv_head) * (l.k_head + l.v_head);
+        item_(p, l, it, base, l.value_direct ? nullptr : base + l.k_head, mine, nullptr);
+      }
+    });
+    return kTfLiteOk;
+  }
+
+  TfLiteStatus Decode(OpContext& ctx, const att::Problem& p, float* scratch) {
+    const att::Layout& l = plan_.layout;
+    const int64_t splits = plan_.splits;
+    const int64_t rows = p.group * p.q_len;
+    float* partials = scratch;
+    float* threads_base = scratch + plan_.partial_floats;
+    const int64_t row_floats = l.value_pad + 2;
+    const int64_t items = p.batch * p.kv_heads * splits;
+    ctx.ParallelFor(items, 1, [&](int64_t begin, int64_t end, int worker) {
+      float* mine = threads_base + worker * plan_.thread_floats;
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t split = t % splits, head = t / splits;
+        att::Item it{};
+        it.b = head / p.kv_heads;
+        it.kv_head = head % p.kv_heads;
+        it.group_begin = 0;
+        it.group_count = p.group;
+        it.query_begin = 0;
+        it.query_count = p.q_len;
+        it.key_begin = split * att::kSplitKeys;
+        it.key_end = std::min(p.kv_len, it.key_begin + att::kSplitKeys);
+        if (splits == 1) {
+          item_(p, l, it, nullptr, nullptr, mine, nullptr);
+          continue;
+        }
+        float* base = partials + t * rows * row_floats;
+        const att::Partial part{base, base + rows, base + 2 * rows};
+        item_(p, l, it, nullptr, nullptr, mine, &part);
+      }
+    });
+    if (splits == 1) return kTfLiteOk;
+    // Merge the splits of each row in split order.
+    const int64_t heads = p.batch * p.kv_heads;
+    ctx.ParallelFor(heads * rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t head = t / rows, r = t % rows;
+        const int64_t b = head / p.kv_heads, kvh = head % p.kv_heads;
+        auto part = [&](int64_t s) { return partials + (head * splits + s) * rows * row_floats; };
+        float max = -std::numeric_limits<float>::infinity();
+        for (int64_t s = 0; s < splits; ++s) max = std::max(max, part(s)[r]);
+        const int64_t h = kvh * p.group + r / p.q_len, i = r % p.q_len;
+        float* dst = p.out + ((b * p.q_len + i) * p.heads + h) * p.value_depth;
+        std::fill(dst, dst + p.value_depth, 0.0f);
+        if (max == -std::numeric_limits<float>::infinity()) continue;
+        float sum = 0.0f;
+        for (int64_t s = 0; s < splits; ++s) {
+          const float* base = part(s);
+          if (base[r] == -std::numeric_limits<float>::infinity()) continue;
+          const float w = std::exp(base[r] - max);
+          sum += base[rows + r] * w;
+          const float* o = base + 2 * rows + r * l.value_pad;
+          for (int64_t c = 0; c < p.value_depth; ++c) dst[c] += o[c] * w;
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int64_t c = 0; c < p.value_depth; ++c) dst[c] *= inv;
+      }
+    });
+    return kTfLiteOk;
+  }
+
+  bool causal_;
+  bool has_scale_;
+  float scale_;
+  PanelFn panel_;
+  PackKFn pack_k_;
+  PackVFn pack_v_;
+  ItemFn item_;
+  Plan plan_;
+};
+
+}  // namespace
+
+#define FUSEKIT_ATTENTION_OPERANDS \
+  Inputs("q", "k", "v", "mask"), Outputs("out"), \
+      AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0))
+FUSEKIT_REGISTER_KERNEL("fusekit_attention", Attention<float>, FUSEKIT_ATTENTION_OPERANDS);
+FUSEKIT_REGISTER_KERNEL("fusekit_attention", Attention<bool>, FUSEKIT_ATTENTION_OPERANDS);
+#undef FUSEKIT_ATTENTION_OPERANDS
+
+}  // namespace fusekit
+
+#endif  // HWY_ONCE

@@ -1,0 +1,82 @@
+// Shared between the per-SIMD-target code of attention.cc (compiled once per
+// target) and its kernel class (compiled once): the problem description, the
+// work items and the scratch layout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fusekit {
+namespace attention {
+
+// Query rows per work item and keys per block of the online softmax.  A
+// block's scores (kRows x kKeys floats, 32 KiB) and its K panels stay in
+// L1/L2 while the two matmuls and the softmax pass over them.
+constexpr int64_t kRows = 64;
+constexpr int64_t kKeys = 256;
+// Keys per split of a decode step (few query rows against a long cache):
+// each split is an item of its own and the splits' partial softmax results
+// are merged afterwards, in a fixed order (so the result does not depend on
+// the thread count).
+constexpr int64_t kSplitKeys = 512;
+// Items with at most this many rows and no packed K read K and V in place
+// (dot products per key) instead of packing them per block.
+constexpr int64_t kStreamRows = 16;
+
+// One attention problem, shapes as in the op: q [B, Sq, H, D],
+// k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv], out [B, Sq, H, Dv].
+struct Problem {
+  int64_t batch, q_len, kv_len, heads, kv_heads, depth, value_depth;
+  int64_t group;  // heads / kv_heads
+  float scale;
+  bool causal;
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  // Mask broadcast to [B, H, Sq, Skv] by strides (0 on a broadcast dim):
+  // at most one of the two pointers is set.
+  const float* mask_add;
+  const uint8_t* mask_keep;
+  int64_t mask_stride[4];
+};
+
+// Packed layouts (per target: panel = 2 SIMD vectors of keys).
+struct Layout {
+  int64_t panel;        // keys per K panel
+  int64_t value_pad;    // Dv rounded up to a whole number of 2-vector chunks
+  bool value_direct;    // V is read in place (Dv is already whole chunks)
+  int64_t kv_pad;       // Skv rounded up to whole panels
+  // Floats of one (b, hkv) head's packed K ([kv_pad / panel][D][panel]) and V.
+  int64_t k_head, v_head;
+};
+
+// Rows of one work item: kv head `kv_head` of batch `b`, query heads
+// group_begin.. (count group_count, relative to the kv head) times queries
+// query_begin.. (count query_count): row r is query head
+// kv_head * group + group_begin + r / query_count, query query_begin +
+// r % query_count.  Keys [key_begin, key_end).
+struct Item {
+  int64_t b, kv_head;
+  int64_t group_begin, group_count;
+  int64_t query_begin, query_count;
+  int64_t key_begin, key_end;
+};
+
+// Where an item's result goes: the output rows (normalized), or partial
+// results (row max, row sum, unnormalized rows) merged later.
+struct Partial {
+  float* max;   // [rows]
+  float* sum;   // [rows]
+  float* rows;  // [rows][value_pad]
+};
+
+// Per-thread working memory in floats (see Buffers in attention.cc).
+inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+inline int64_t ThreadFloats(const Problem& p, const Layout& l) {
+  return RoundUp(kRows * p.depth, 16) + kRows * kKeys + kRows * l.value_pad +
+         2 * kRows + RoundUp(p.depth * kKeys, 16) + kKeys * l.value_pad + 64;
+}
+
+}  // namespace attention
+}  // namespace fusekit

@@ -1,0 +1,201 @@
+"""Scaled dot-product attention (kernel: custom_ops_cc/kernels/attention.cc,
+op ``fusekit_attention``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import tensorflow as tf
+
+from fusekit.author.composite import composite
+
+_OP = "fusekit_attention"
+
+
+def _dims(t: tf.Tensor) -> list[tf.Tensor | int]:
+    """Each dim static where known, else read from the tensor at run time."""
+    dynamic = tf.shape(t)
+    return [d if d is not None else dynamic[i] for i, d in enumerate(t.shape.as_list())]
+
+
+def _admissible(mask: tf.Tensor | None, causal: bool, q_len: Any, kv_len: Any) -> tf.Tensor | None:
+    """Boolean [..., Sq, Skv] (broadcastable to the scores): which keys a
+    query may see, from a boolean mask, -inf entries of a float mask and
+    causality.  None when every key is admissible by construction."""
+    allowed = None
+    if mask is not None:
+        if mask.dtype == tf.bool:
+            allowed = mask
+        else:
+            allowed = tf.math.greater(mask, float("-inf"))
+    if causal:
+        # Bottom-right aligned: query i sees keys j <= i + (Skv - Sq), so the
+        # last query sees every key (a decode step against a cache).
+        rows = tf.range(q_len)[:, tf.newaxis] + (kv_len - q_len)
+        band = tf.range(kv_len)[tf.newaxis, :] <= rows
+        allowed = band if allowed is None else tf.logical_and(allowed, band)
+    return allowed
+
+
+@composite(_OP, causal=False, scale=1.0)
+def _attention(
+    q: tf.Tensor,
+    k: tf.Tensor,
+    v: tf.Tensor,
+    mask: tf.Tensor | None = None,
+    causal: bool = False,
+    scale: float = 1.0,
+) -> tf.Tensor:
+    # Under fusekit.unfused() the body gets the caller's arrays as they are.
+    q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
+    mask = None if mask is None else tf.convert_to_tensor(mask)
+    batch, q_len, heads, depth = _dims(q)
+    _, kv_len, kv_heads, _ = _dims(k)
+    value_depth = v.shape[-1]
+    group = heads // kv_heads
+    # [B, Hkv, G*Sq, D]: the G query heads that share a kv head stacked as
+    # rows of one matmul (head h reads kv head h // G).
+    qt = tf.transpose(q * scale, [0, 2, 1, 3])
+    if group > 1:
+        qt = tf.reshape(qt, [batch, kv_heads, group * q_len, depth])
+    scores = tf.matmul(qt, tf.transpose(k, [0, 2, 1, 3]), transpose_b=True)
+    allowed = _admissible(mask, causal, q_len, kv_len)
+    shaped = group > 1 and (mask is not None or causal)
+    if shaped:
+        scores = tf.reshape(scores, [batch, heads, q_len, kv_len])
+    if mask is not None and mask.dtype != tf.bool:
+        scores = scores + mask
+    if allowed is None:
+        probs = tf.nn.softmax(scores, axis=-1)
+    else:
+        # A row without any admissible key gives zeros (not softmax's NaN):
+        # its scores are replaced by zeros before the softmax (so neither the
+        # value nor the gradient sees inf - inf) and its weights by zeros after.
+        scores = tf.where(allowed, scores, float("-inf"))
+        any_key = tf.reduce_any(allowed, axis=-1, keepdims=True)
+        probs = tf.nn.softmax(tf.where(any_key, scores, 0.0), axis=-1)
+        probs = tf.where(any_key, probs, 0.0)
+    if shaped:
+        probs = tf.reshape(probs, [batch, kv_heads, group * q_len, kv_len])
+    out = tf.matmul(probs, tf.transpose(v, [0, 2, 1, 3]))
+    if group > 1:
+        out = tf.reshape(out, [batch, heads, q_len, value_depth])
+    return tf.transpose(out, [0, 2, 1, 3])
+
+
+def _shape(name: str, t: Any) -> tf.TensorShape:
+    shape = tf.TensorShape(getattr(t, "shape", None))
+    if name != "mask" and shape.rank != 4:
+        raise ValueError(
+            f"{_OP}: {name} must have rank 4 [batch, seq, heads, head_dim], got "
+            f"{'unknown rank' if shape.rank is None else f'shape {shape.as_list()}'}"
+        )
+    return shape
+
+
+def _dtype(t: Any) -> tf.DType:
+    dtype = getattr(t, "dtype", None)
+    return tf.as_dtype(dtype) if dtype is not None else tf.float32
+
+
+def _check_same(what: str, a: Any, b: Any) -> None:
+    if a is not None and b is not None and a != b:
+        raise ValueError(f"{_OP}: {what} differ: {a} vs {b}")
+
+
+def attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    mask: Any | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+) -> tf.Tensor:
+    """``softmax(q @ k^T * scale + mask) @ v`` per head, in one op.
+
+    Heads are laid out as Keras and most exporters keep them: q is
+    [B, Sq, H, D], k [B, Skv, Hkv, D] and v [B, Skv, Hkv, Dv] with H a
+    multiple of Hkv; query head h reads kv head ``h // (H // Hkv)``, so
+    Hkv == H is multi-head, 1 < Hkv < H grouped-query, Hkv == 1 multi-query
+    attention.  The result is [B, Sq, H, Dv].
+
+    mask is broadcast against the scores [B, H, Sq, Skv] (numpy rules: it
+    may have any rank up to 4, each dim 1 or the scores' dim):
+
+    * float32: added to the scaled scores (0 keeps a key, -inf drops it, a
+      large negative number all but drops it);
+    * bool: True keeps a key, False drops it.
+
+    ``causal=True`` drops key j for query i when ``j > i + Skv - Sq``:
+    aligned bottom-right, so with a cache (Sq < Skv) the last query sees
+    every key.  A mask and causal combine: a key must pass both.
+
+    **Fully masked rows**: a query with no admissible key (every key dropped
+    by a bool mask, by causality, or by a -inf float mask entry) gives an
+    output row of zeros, in this reference and in the kernel alike; it is
+    never NaN.  Finite masks never empty a row (a row whose mask is -1e9
+    everywhere still gets the softmax of its scores).
+
+    One fused op ``fusekit_attention`` with inputs (q, k, v[, mask]) as
+    given and attrs ``causal`` (bool) and ``scale`` (float).
+
+    Args:
+      q: float32 [B, Sq, H, D]; D must be static.
+      k: float32 [B, Skv, Hkv, D]; Hkv must be static and divide H.
+      v: float32 [B, Skv, Hkv, Dv].
+      mask: None, or float32 or bool of rank 0 to 4 broadcastable to
+        [B, H, Sq, Skv].
+      causal: drop the keys after each query's position (bottom-right).
+      scale: multiplies q @ k^T; None means 1 / sqrt(D).
+
+    Returns:
+      float32 [B, Sq, H, Dv].
+    """
+    q_shape, k_shape, v_shape = _shape("q", q), _shape("k", k), _shape("v", v)
+    dtypes = {name: _dtype(t) for name, t in (("q", q), ("k", k), ("v", v))}
+    for name, dtype in dtypes.items():
+        if dtype != tf.float32:
+            raise ValueError(f"{_OP}: {name} must be float32, got {dtype.name}")
+    depth = q_shape[3]
+    heads, kv_heads = q_shape[2], k_shape[2]
+    if depth is None or kv_heads is None or heads is None:
+        raise ValueError(
+            f"{_OP}: the head counts and head_dim must be static, got q {q_shape.as_list()}, "
+            f"k {k_shape.as_list()}"
+        )
+    _check_same("q's and k's head_dim (last dim)", depth, k_shape[3])
+    _check_same("k's and v's batch", k_shape[0], v_shape[0])
+    _check_same("q's and k's batch", q_shape[0], k_shape[0])
+    _check_same("k's and v's sequence length", k_shape[1], v_shape[1])
+    _check_same("k's and v's head counts", kv_heads, v_shape[2])
+    if v_shape[3] is None:
+        raise ValueError(f"{_OP}: v's head_dim must be static, got {v_shape.as_list()}")
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(
+            f"{_OP}: q's heads ({heads}) must be a multiple of k's and v's heads ({kv_heads})"
+        )
+    if mask is not None:
+        m_shape = _shape("mask", mask)
+        m_dtype = _dtype(mask)
+        if m_dtype not in (tf.float32, tf.bool):
+            raise ValueError(f"{_OP}: mask must be float32 or bool, got {m_dtype.name}")
+        if m_shape.rank is None or m_shape.rank > 4:
+            raise ValueError(
+                f"{_OP}: mask must have rank <= 4 (broadcastable to [B, H, Sq, Skv]), got "
+                f"{'unknown rank' if m_shape.rank is None else f'shape {m_shape.as_list()}'}"
+            )
+        target = [q_shape[0], heads, q_shape[1], k_shape[1]]
+        for i, dim in enumerate(m_shape.as_list()):
+            want = target[4 - m_shape.rank + i]
+            if dim is not None and want is not None and dim not in (1, want):
+                raise ValueError(
+                    f"{_OP}: mask {m_shape.as_list()} does not broadcast to the scores "
+                    f"[B, H, Sq, Skv] = {target}"
+                )
+    if scale is None:
+        scale = 1.0 / math.sqrt(depth)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"{_OP}: scale must be a finite number or None, got {scale!r}")
+    tensors = (q, k, v) if mask is None else (q, k, v, mask)
+    return _attention(*tensors, causal=bool(causal), scale=float(scale))
