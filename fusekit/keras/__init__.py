@@ -10,7 +10,10 @@ Importing this module registers the drop-ins with Keras' serialization
 them.  Needs TensorFlow and Keras 3.
 """
 
+from fusekit.keras.attention import MultiHeadAttention
 from fusekit.keras.fuse import (
+    DROP_INS,
+    SUBCLASS_SWAPS,
     SWAPS,
     FuseReport,
     LayerEntry,
@@ -20,7 +23,6 @@ from fusekit.keras.fuse import (
     register_swap,
 )
 from fusekit.keras.layers import (
-    DROP_INS,
     GroupNormalization,
     LayerNormalization,
     RMSNormalization,
@@ -33,7 +35,9 @@ __all__ = [
     "GroupNormalization",
     "LayerEntry",
     "LayerNormalization",
+    "MultiHeadAttention",
     "RMSNormalization",
+    "SUBCLASS_SWAPS",
     "SwapFunction",
     "class_swap",
     "fuse",

@@ -10,7 +10,7 @@ custom layers) whose exact class is in ``SWAPS`` is converted in place.
 A swap works in place because a drop-in subclasses the standard layer and
 adds no state: converting is a change of class, so the layer keeps its
 position wherever it is referenced, its weights and their order.  A later
-drop-in (e.g. for MultiHeadAttention) registers the same way.
+drop-in registers the same way.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import keras
 from keras.src.models.functional import Functional  # no public name; clone_model uses it
 
 from fusekit.errors import FusekitError
-from fusekit.keras.layers import DROP_INS
+from fusekit.keras.attention import FusedAttentionMixin, MultiHeadAttention
+from fusekit.keras.layers import NORM_DROP_INS
 
 SwapFunction = Callable[[keras.layers.Layer], "str | None"]
 """Converts a layer of the model copy in place to its drop-in and returns
@@ -50,9 +51,60 @@ def class_swap(drop_in: type) -> SwapFunction:
     return swap
 
 
+DROP_INS: dict[type, type] = {
+    **NORM_DROP_INS,
+    keras.layers.MultiHeadAttention: MultiHeadAttention,
+}
+"""Standard Keras class -> its fusekit drop-in."""
+
 SWAPS: dict[type, SwapFunction] = {cls: class_swap(drop_in) for cls, drop_in in DROP_INS.items()}
 """Keras class -> swap function.  Only layers of exactly this class are
-swapped: a subclass may compute something else."""
+swapped: a subclass may compute something else (see SUBCLASS_SWAPS)."""
+
+# What a MultiHeadAttention subclass may not override for its attention
+# core to still be Keras' own (which the fused op computes).
+_ATTENTION_CORE = (
+    "call",
+    "_compute_attention",
+    "_compute_attention_mask",
+    "_compute_causal_mask",
+    "_masked_softmax",
+    "_build_attention",
+)
+_FUSED_SUBCLASSES: dict[type, type] = {}
+
+
+def _attention_subclass_swap(layer: keras.layers.Layer) -> str | None:
+    """Swaps a subclass of MultiHeadAttention that keeps Keras' attention
+    core: its class becomes a fused twin (the mixin before the subclass), so
+    whatever else the subclass does is kept."""
+    cls = type(layer)
+    base = keras.layers.MultiHeadAttention
+    changed = [name for name in _ATTENTION_CORE if getattr(cls, name) is not getattr(base, name)]
+    if changed:
+        return (
+            f"subclass of {_class_name(base)} that overrides {', '.join(changed)}: its "
+            "attention may differ from the fused op, left as is"
+        )
+    fused = _FUSED_SUBCLASSES.get(cls)
+    if fused is None:
+        fused = type(f"Fused{cls.__name__}", (FusedAttentionMixin, cls), {})
+        _FUSED_SUBCLASSES[cls] = fused
+    shape = None
+    if layer.built:
+        shape = (layer.get_build_config() or {}).get("input_shape")
+    reason = fused.why_not_fused(layer, shape, None)
+    if reason is None:
+        layer.__class__ = fused
+    return reason
+
+
+SUBCLASS_SWAPS: dict[type, SwapFunction] = {
+    keras.layers.MultiHeadAttention: _attention_subclass_swap,
+}
+"""Keras class -> swap for its subclasses (layers of exactly the class use
+SWAPS): for classes whose subclasses usually only add arguments or
+projections around a core fusekit can take over."""
 
 
 def register_swap(keras_class: type, swap: SwapFunction) -> None:
@@ -139,7 +191,7 @@ def _walk(
 def _subclass_reason(layer: keras.layers.Layer) -> str | None:
     """Why a layer related to a swappable class is left; None if unrelated."""
     cls = type(layer)
-    if cls in DROP_INS.values():
+    if cls in DROP_INS.values() or cls in _FUSED_SUBCLASSES.values():
         return "already a fusekit drop-in"
     for base in SWAPS:
         if isinstance(layer, base):
@@ -154,6 +206,16 @@ def _subclass_reason(layer: keras.layers.Layer) -> str | None:
     return None
 
 
+def _subclass_swap(layer: keras.layers.Layer) -> SwapFunction | None:
+    cls = type(layer)
+    if cls in DROP_INS.values() or cls in _FUSED_SUBCLASSES.values():
+        return None
+    for base, swap in SUBCLASS_SWAPS.items():
+        if isinstance(layer, base):
+            return swap
+    return None
+
+
 def _copy_functional(model: keras.Model) -> keras.Model:
     pairs: list[tuple[keras.layers.Layer, keras.layers.Layer]] = []
 
@@ -164,6 +226,10 @@ def _copy_functional(model: keras.Model) -> keras.Model:
 
     copy = keras.models.clone_model(model, clone_function=clone, recursive=True)
     for original, cloned in pairs:
+        # Operations written as expressions (x + y on symbolic tensors) are
+        # graph nodes too, without weights.
+        if not isinstance(original, keras.layers.Layer):
+            continue
         weights = original.get_weights()
         if not weights:
             continue
@@ -198,15 +264,18 @@ def fuse(model: keras.Model, verbose: bool = True) -> keras.Model:
     """A new model computing the same outputs with fused ops.
 
     Standard Keras layers with a fused form (``LayerNormalization``,
-    ``RMSNormalization``, ``GroupNormalization``, see ``SWAPS``) become
-    fusekit's drop-ins; ``fusekit.convert(fuse(model))`` then holds one
-    fused custom op per swapped layer.  The original model is not changed.
+    ``RMSNormalization``, ``GroupNormalization``, ``MultiHeadAttention``,
+    see ``SWAPS``) become fusekit's drop-ins, and subclasses of
+    MultiHeadAttention that keep Keras' attention core their fused twins;
+    ``fusekit.convert(fuse(model))`` then holds one fused custom op per
+    swapped layer.  The original model is not changed.
 
     Reached: layers of Sequential and Functional models, of models nested in
     them as layers, and layers that custom layers hold (as attributes, in
     lists or dicts), wherever Keras tracks them.  Not reached: layers a
     custom layer creates inside ``call`` (Keras does not track them), and
-    subclasses of the standard layers (left, with the reason).
+    subclasses of the standard norm layers or attention subclasses that
+    change the attention core (left, with the reason).
 
     Args:
       model: a Keras 3 model (Sequential, Functional, or a subclassed model
@@ -227,7 +296,7 @@ def fuse(model: keras.Model, verbose: bool = True) -> keras.Model:
 
     report = FuseReport()
     for path, layer in _walk(copy, model):
-        swap = SWAPS.get(type(layer))
+        swap = SWAPS.get(type(layer)) or _subclass_swap(layer)
         if swap is None:
             reason = _subclass_reason(layer)
             if reason is not None:

@@ -21,7 +21,8 @@ import tensorflow as tf
 _F32 = "float32"
 
 
-def _backend_reason() -> str | None:
+def backend_reason() -> str | None:
+    """Why the Keras backend cannot run fusekit composites, or None."""
     if keras.backend.backend() != "tensorflow":
         return (
             f"the Keras backend is {keras.backend.backend()!r}; fusekit composites need "
@@ -30,7 +31,8 @@ def _backend_reason() -> str | None:
     return None
 
 
-def _dtype_reason(layer: keras.layers.Layer, dtype: Any) -> str | None:
+def dtype_reason(layer: keras.layers.Layer, dtype: Any) -> str | None:
+    """Why the layer's compute dtype or the input dtype has no fused form, or None."""
     if layer.compute_dtype != _F32:
         return (
             f"compute dtype {layer.compute_dtype} (dtype policy {layer.dtype_policy.name}); "
@@ -41,7 +43,8 @@ def _dtype_reason(layer: keras.layers.Layer, dtype: Any) -> str | None:
     return None
 
 
-def _rank(shape: Any) -> int | None:
+def rank_of(shape: Any) -> int | None:
+    """The rank of a shape, None when unknown."""
     if shape is None:
         return None
     try:
@@ -77,7 +80,7 @@ def _epsilon(value: float | None) -> float:
     return float(keras.config.epsilon() if value is None else value)
 
 
-class _FusedMixin:
+class FusedMixin:
     """The fallback bookkeeping shared by the drop-ins."""
 
     _fused_op: str = ""
@@ -101,7 +104,7 @@ class _FusedMixin:
 
 
 @keras.saving.register_keras_serializable(package="fusekit")
-class LayerNormalization(_FusedMixin, keras.layers.LayerNormalization):
+class LayerNormalization(FusedMixin, keras.layers.LayerNormalization):
     """``keras.layers.LayerNormalization`` computed by ``fusekit_layer_norm``.
 
     Same arguments and defaults as the Keras layer (``epsilon=1e-3``,
@@ -121,9 +124,9 @@ class LayerNormalization(_FusedMixin, keras.layers.LayerNormalization):
                 "fusekit_rms_norm uses the mean of squares, so there is no exact fused form"
             )
         return (
-            _backend_reason()
-            or _last_axis_reason(self.axis, _rank(input_shape))
-            or _dtype_reason(self, dtype)
+            backend_reason()
+            or _last_axis_reason(self.axis, rank_of(input_shape))
+            or dtype_reason(self, dtype)
         )
 
     def call(self, inputs):
@@ -139,7 +142,7 @@ class LayerNormalization(_FusedMixin, keras.layers.LayerNormalization):
 
 
 @keras.saving.register_keras_serializable(package="fusekit")
-class RMSNormalization(_FusedMixin, keras.layers.RMSNormalization):
+class RMSNormalization(FusedMixin, keras.layers.RMSNormalization):
     """``keras.layers.RMSNormalization`` computed by ``fusekit_rms_norm``.
 
     Same arguments and defaults as the Keras layer (``axis=-1``,
@@ -151,9 +154,9 @@ class RMSNormalization(_FusedMixin, keras.layers.RMSNormalization):
 
     def why_not_fused(self, input_shape: Any = None, dtype: Any = None) -> str | None:
         return (
-            _backend_reason()
-            or _last_axis_reason(self.axis, _rank(input_shape))
-            or _dtype_reason(self, dtype)
+            backend_reason()
+            or _last_axis_reason(self.axis, rank_of(input_shape))
+            or dtype_reason(self, dtype)
         )
 
     def call(self, x):
@@ -167,7 +170,7 @@ class RMSNormalization(_FusedMixin, keras.layers.RMSNormalization):
 
 
 @keras.saving.register_keras_serializable(package="fusekit")
-class GroupNormalization(_FusedMixin, keras.layers.GroupNormalization):
+class GroupNormalization(FusedMixin, keras.layers.GroupNormalization):
     """``keras.layers.GroupNormalization`` computed by ``fusekit_group_norm``.
 
     Same arguments and defaults as the Keras layer (``groups=32``,
@@ -179,13 +182,13 @@ class GroupNormalization(_FusedMixin, keras.layers.GroupNormalization):
     _fused_op = "fusekit_group_norm"
 
     def why_not_fused(self, input_shape: Any = None, dtype: Any = None) -> str | None:
-        rank = _rank(input_shape)
-        reason = _backend_reason() or _last_axis_reason(self.axis, rank)
+        rank = rank_of(input_shape)
+        reason = backend_reason() or _last_axis_reason(self.axis, rank)
         if reason is None and rank is not None and not 2 <= rank <= 5:
             reason = f"input rank {rank}; the fused op takes rank 2 to 5 (0 to 3 spatial dims)"
         if reason is None and self.groups == -1 and not self.built:
             reason = "groups=-1 before the layer is built; the channel count is not known yet"
-        return reason or _dtype_reason(self, dtype)
+        return reason or dtype_reason(self, dtype)
 
     def call(self, inputs):
         reason = self.why_not_fused(inputs.shape, inputs.dtype)
@@ -203,9 +206,9 @@ class GroupNormalization(_FusedMixin, keras.layers.GroupNormalization):
         )
 
 
-DROP_INS: dict[type, type] = {
+NORM_DROP_INS: dict[type, type] = {
     keras.layers.LayerNormalization: LayerNormalization,
     keras.layers.RMSNormalization: RMSNormalization,
     keras.layers.GroupNormalization: GroupNormalization,
 }
-"""Standard Keras class -> its fusekit drop-in."""
+"""Standard Keras norm class -> its fusekit drop-in."""
