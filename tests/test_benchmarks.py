@@ -117,3 +117,27 @@ def test_passes_benchmark_quick_run(tmp_path):
     assert results["stem"]["space_to_depth"]["changed"]
     assert not results["stem"]["default"]["changed"]  # auto declines on CPU
     assert "| resnet18_cf [1, 3, 64, 64] | layout | 1 |" in (tmp_path / "passes.md").read_text()
+
+
+def test_encoder_benchmark_quick_run(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_encoder.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("encoder.md", "encoder.json", "encoder.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    payload = json.loads((tmp_path / "encoder.json").read_text())
+    assert payload["fusekit_fused"] == {"fusekit_attention": 1, "fusekit_layer_norm": 2}
+    (row,) = payload["results"]
+    for engine in ("plain", "fused", "ort"):
+        assert row["median_ms"][engine] > 0, engine
+        assert row["max_abs_diff"][engine] < 1e-4, (engine, row["max_abs_diff"])
