@@ -192,6 +192,10 @@ def measure(name: str, model: bytes, rounds: int, batch_seconds: float) -> dict:
     return {"model": name, "input": list(map(int, shape)), "rows": rows}
 
 
+def _us(value: float) -> str:
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.1f}"
+
+
 def write_markdown(path: Path, payload: dict) -> None:
     s = payload["settings"]
     lines = [
@@ -211,7 +215,7 @@ def write_markdown(path: Path, payload: dict) -> None:
             ratio = f"{r['ratio']:.3f}x" + ("" if r["changed"] else " (unchanged: noise)")
             lines.append(
                 f"| {result['model']} {result['input']} | {r['variant']} | {r['transposes']} | "
-                f"{r['ops']} | {r['median_us']:,.0f} | {r['iqr_us']:,.0f} | {ratio} | "
+                f"{r['ops']} | {_us(r['median_us'])} | {_us(r['iqr_us'])} | {ratio} | "
                 f"{r['max_abs_diff']:.1e} |"
             )
     lines += ["", "What each pass reported:", ""]
