@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ai_edge_litert import schema_py_generated as schema
+from ai_edge_litert.interpreter import Interpreter
 from pass_models import (
     NCHW_TO_NHWC,
     NHWC_TO_NCHW,
@@ -275,3 +276,24 @@ def test_transposed_branches_meeting_at_an_add_make_one_region():
     assert count(model, "TRANSPOSE") == 5
     assert count(result.model, "TRANSPOSE") == 0
     assert_same_outputs(model, result.model, atol=1e-5)
+
+
+def test_dynamic_batch_keeps_its_signature():
+    """Batch None: the rewritten tensors keep -1 in their shape signature
+    and the model still resizes to another batch."""
+    model = convert_tf(channels_first_cnn(batch=None))
+    result = fusekit.optimize(model, passes=["layout"])
+    assert count(result.model, "TRANSPOSE") == 1
+    x = np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    outs = []
+    for m in (model, result.model):
+        interp = Interpreter(model_content=m)
+        detail = interp.get_input_details()[0]
+        assert list(detail["shape_signature"]) == [-1, 3, 16, 16]
+        interp.resize_tensor_input(detail["index"], x.shape)
+        interp.allocate_tensors()
+        interp.set_tensor(detail["index"], x)
+        interp.invoke()
+        outs.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
+    assert outs[0].shape == (3, 8)
+    np.testing.assert_allclose(outs[1], outs[0], atol=1e-5, rtol=0)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from pass_models import channels_first_cnn, convert_tf, count, random_inputs
+from pass_models import channels_first_cnn, convert_tf, count, random_inputs, representative
 from runtimes import RUNTIMES, Job, run_jobs
 
 import fusekit
@@ -70,6 +70,19 @@ def test_optimized_plain_model_runs_on_all_three_runtimes(plain):
         (outcome,) = run_jobs(runtime, [Job(optimized, runs)])
         for want, got in zip(reference, outcome.ok()):
             np.testing.assert_allclose(got[0], want[0], atol=1e-5, rtol=0, err_msg=runtime)
+
+
+def test_optimized_int8_model_runs_on_all_three_runtimes():
+    """Full int8 (per-channel weights), plain converter: the rewritten model
+    gives the same int8 arithmetic, so the same outputs, on every runtime."""
+    model = convert_tf(channels_first_cnn(), representative([1, 3, 16, 16]))
+    optimized = fusekit.optimize(model).model
+    assert count(optimized, "TRANSPOSE") == 1
+    runs = [random_inputs(model, seed) for seed in range(2)]
+    for runtime in RUNTIMES:
+        reference, outcome = run_jobs(runtime, [Job(model, runs), Job(optimized, runs)])
+        for want, got in zip(reference.ok(), outcome.ok()):
+            np.testing.assert_array_equal(got[0], want[0], err_msg=runtime)
 
 
 def test_convert_runs_the_passes_and_reports_a_line_per_pass(tmp_path):

@@ -129,3 +129,26 @@ def test_auto_cost_model_limits():
     assert "batch 32" in s2d.should_rewrite(big)[1]
     small = s2d.Candidate(batch=1, channels=3, kernel=(2, 2), padded_kernel=(2, 2), **base)
     assert "kernel 2x2" in s2d.should_rewrite(small)[1]
+
+
+@pytest.mark.parametrize("size,padding", [(32, "SAME"), (33, "SAME"), (32, "VALID"), (33, "VALID")])
+def test_dynamic_batch(size, padding):
+    """Batch None: PAD, SLICE (size -1 on the batch) and SPACE_TO_DEPTH
+    follow the batch the model is resized to."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = convert_tf(stem(size=size, batch=None, kernel=4, padding=padding, filters=8))
+    result = fusekit.optimize(model, passes=["space_to_depth"], space_to_depth="on")
+    assert count(result.model, "SPACE_TO_DEPTH") == 1
+    x = np.random.default_rng(0).standard_normal((3, size, size, 3)).astype(np.float32)
+    outs = []
+    for m in (model, result.model):
+        interp = Interpreter(model_content=m)
+        detail = interp.get_input_details()[0]
+        interp.resize_tensor_input(detail["index"], x.shape)
+        interp.allocate_tensors()
+        interp.set_tensor(detail["index"], x)
+        interp.invoke()
+        outs.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
+    assert outs[0].shape[0] == 3
+    np.testing.assert_allclose(outs[1], outs[0], atol=1e-5, rtol=0)
