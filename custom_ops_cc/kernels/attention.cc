@@ -52,6 +52,8 @@ constexpr int kMaxTile = 8;
 constexpr int kMaxTile = 6;
 #endif
 
+constexpr int64_t kPvKeys = 64;
+
 int64_t AttentionPanel() { return 2 * static_cast<int64_t>(hn::Lanes(DF())); }
 
 // S[r][0, panel) = Q[r] . Kpanel for MR rows; Q rows are `depth` apart.
@@ -493,8 +495,15 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
       vsrc = buf.vblock;
       vstride = vpad;
     }
-    for (int64_t c = 0; c < vpad; c += panel) {
-      PvRows<kMaxTile>(buf.s, att::kKeys, n, vsrc + c, vstride, buf.o + c, vpad, rows);
+    // In steps of kPvKeys keys, so that the weights and V rows one step
+    // touches (kRows x kPvKeys and kPvKeys x value_pad floats) stay in L1
+    // while every row tile and column chunk passes over them.
+    for (int64_t js = 0; js < n; js += kPvKeys) {
+      const int64_t m = n - js < kPvKeys ? n - js : kPvKeys;
+      for (int64_t c = 0; c < vpad; c += panel) {
+        PvRows<kMaxTile>(buf.s + js, att::kKeys, m, vsrc + js * vstride + c, vstride,
+                         buf.o + c, vpad, rows);
+      }
     }
   }
 
