@@ -12,6 +12,7 @@ operators and tensors.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -285,7 +286,12 @@ class Graph:
             return None
         if not self.is_constant(int(op.inputs[1])):
             return None
-        return [int(v) for v in self.constant(int(op.inputs[1])).reshape(-1)]
+        perm = [int(v) for v in self.constant(int(op.inputs[1])).reshape(-1)]
+        # Negative or repeated axes, or a rank mismatch: not a permutation
+        # the passes reason about (the runtime rejects or normalizes it).
+        if sorted(perm) != list(range(len(self.shape(int(op.inputs[0]))))):
+            return None
+        return perm
 
     # -- editing -----------------------------------------------------------
     def add_tensor(
@@ -439,8 +445,6 @@ class Graph:
         for op in self.ops:
             for dep in waiting[id(op)]:
                 readers.setdefault(dep, []).append(op)
-        import heapq
-
         ready = [(position[id(op)], id(op), op) for op in self.ops if not waiting[id(op)]]
         heapq.heapify(ready)
         order = []
