@@ -146,3 +146,37 @@ def test_encoder_benchmark_quick_run(tmp_path):
         for engine in ("plain", "fused", "ort"):
             assert row["median_ms"][engine] > 0, engine
             assert row["max_abs_diff"][engine] < 1e-4, (engine, row["max_abs_diff"])
+
+
+def test_attention_benchmark_quick_run(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_attention.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("attention.md", "attention.json", "attention.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    payload = json.loads((tmp_path / "attention.json").read_text())
+    threads = payload["settings"]["threads"]
+    roles = set()
+    for r in payload["results"]:
+        where = r["shape"]["label"]
+        roles.add(r["shape"]["role"])
+        for key in [f"{m}@{t}" for m in ("fused", "unfused") for t in threads]:
+            assert r["medians_us"].get(key, 0) > 0, f"{where}: no {key}"
+            # fused and unfused both agree with the TensorFlow composite
+            assert r["max_abs_diff_vs_tf"][key] < 1e-4, f"{where}: {key} off TensorFlow"
+        if r["shape"]["role"] == "decode":
+            assert r["medians_us"]["copy@1"] > 0, f"{where}: no copy floor"
+    assert roles == {"prefill", "decode"}
+    memory = payload["peak_memory"]
+    assert memory["fused"]["peak_mib"] > 0 and memory["unfused"]["peak_mib"] > 0
+    assert "## Peak memory" in (tmp_path / "attention.md").read_text()
