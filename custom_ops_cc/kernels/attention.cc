@@ -5,25 +5,28 @@
 // (float, absent: 1/sqrt(D)).  Output [B, Sq, H, Dv].  Query head h reads
 // kv head h / (H / Hkv).
 //
-// Streaming ("online") softmax: the keys go by in blocks of kKeys; each
-// block's scores for the item's rows (at most kRows x kKeys floats) are
-// computed, turned into weights against the running row max, and folded
-// into running unnormalized output rows.  No [B, H, Sq, Skv] buffer exists.
-// A row whose every key is dropped (bool mask, causality, -inf mask
-// entries) gives zeros, as the composite defines.
+// Streaming ("online") softmax: keys go by in blocks; each block's scores
+// for the item's queries are computed, turned into weights against the
+// running max, and folded into running unnormalized outputs.  No
+// [B, H, Sq, Skv] buffer exists (per thread: one block of scores).  A query
+// whose every key is dropped (bool mask, causality, -inf mask entries)
+// gives zeros, as the composite defines.
 //
-// The two matmuls are register-tiled microkernels: Q.K^T broadcasts a query
-// element against a panel of 2 vectors of keys stored transposed
-// ([D][panel], packed once per Invoke, or per block in a decode step), and
-// P.V broadcasts a weight against 2 vectors of a V row (read in place when
-// Dv fills whole chunks).  Both keep an MR x 2 tile of accumulators in
-// registers (MR = 8 with 32 vector registers, 6 with 16).
+// Prefill (AttentionQueries): an item is one head and 2 SIMD vectors of
+// queries, held transposed so that the vector lanes are queries.  Q.K^T
+// broadcasts K elements (read in place) against Q^T, P.V broadcasts V
+// elements (in place) against P^T, both register-tiled microkernels with an
+// MR x 2-vector tile of accumulators (MR = 8 with 32 vector registers, 6
+// with 16), and the softmax runs down the key axis with vector max/add only.
+// Causal blocks above the diagonal are never computed.
 //
-// Work items: (batch, head, block of kRows queries) for prefill; for a
-// decode step (Sq <= 4) all query heads of one kv head go in one item, so
-// K and V stream through once, and long caches are split into kSplitKeys
-// pieces merged afterwards in a fixed order.  Items depend only on the
-// shapes, never on the thread count: every thread count gives the same bits.
+// Decode (AttentionItem, Sq <= 4): an item is every query head of one kv
+// head, so K and V stream from memory once (dot products per key row, with
+// software prefetch); long caches are split into kSplitKeys pieces whose
+// partial results are merged afterwards in a fixed order.
+//
+// Items depend only on the shapes, never on the thread count: every thread
+// count gives the same bits.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -53,6 +56,8 @@ constexpr int kMaxTile = 6;
 #endif
 
 constexpr int64_t kPvKeys = 64;
+// Keys per block of a prefill item (its S^T block: kKeysT x 2 vectors).
+constexpr int64_t kKeysT = 128;
 
 int64_t AttentionPanel() { return 2 * static_cast<int64_t>(hn::Lanes(DF())); }
 
@@ -397,11 +402,13 @@ HWY_INLINE Buffers Carve(const att::Problem& p, const att::Layout& l, float* bas
   return buf;
 }
 
-// One work item.  `packed_k` / `packed_v`: the (b, kv head)'s keys packed
-// for the whole sequence (nullptr: pack each block here).  The result goes
-// to p.out, or to `partial` when non-null.
+// One decode item: the rows of `it` (every query head of one kv head times
+// a few queries) against keys [key_begin, key_end).  At most kStreamRows
+// rows read K and V in place; more pack each block of K into panels for
+// the register-tiled kernels.  The result goes to p.out, or to `partial`
+// when non-null.
 void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item& it,
-                   const float* packed_k, const float* packed_v, float* scratch,
+                   float* scratch,
                    const att::Partial* partial) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const Buffers buf = Carve(p, l, scratch);
@@ -431,20 +438,15 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
   const int64_t k_row = p.kv_heads * depth;
   const float* k_head = p.k + (it.b * p.kv_len * p.kv_heads + it.kv_head) * depth;
   // Few rows: read K and V in place, once (see DotScores).
-  const bool stream = packed_k == nullptr && rows <= att::kStreamRows;
+  const bool stream = rows <= att::kStreamRows;
 
   for (int64_t j0 = it.key_begin; j0 < key_end; j0 += att::kKeys) {
     const int64_t n = key_end - j0 < att::kKeys ? key_end - j0 : att::kKeys;
     if (stream) {
       DotScores(buf.q, rows, depth, k_head + j0 * k_row, k_row, n, buf.s, att::kKeys);
     } else {
-      const float* kp;
-      if (packed_k != nullptr) {
-        kp = packed_k + j0 * depth;  // j0 is a whole number of panels
-      } else {
-        AttentionPackK(p, it.b, it.kv_head, j0, n, buf.kblock);
-        kp = buf.kblock;
-      }
+      AttentionPackK(p, it.b, it.kv_head, j0, n, buf.kblock);
+      const float* kp = buf.kblock;
       // Scores of every row against the block, panel by panel (a panel
       // stays in L1 while every row tile passes over it).
       for (int64_t pj = 0; pj < n; pj += panel) {
@@ -484,10 +486,7 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
     // O += P . V, two vectors of output columns at a time.
     const float* vsrc;
     int64_t vstride;
-    if (packed_v != nullptr) {
-      vsrc = packed_v + j0 * vpad;
-      vstride = vpad;
-    } else if (l.value_direct) {
+    if (l.value_direct) {
       vsrc = v_head + j0 * v_row;
       vstride = v_row;
     } else {
@@ -521,6 +520,203 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
   }
 }
 
+
+// ----------------------------------------------------------------- prefill
+//
+// Prefill items run transposed: the lanes of a vector are queries.  A
+// block of 2 vectors of queries (one head) meets the keys block by block:
+// S^T[j][queries] = K[j] . Q^T (K rows broadcast in place, Q^T packed once
+// per item), the online softmax runs down the key axis with plain vector
+// max/add (no horizontal reduction, no per-row scalar work), and
+// O^T[c][queries] += V[j][c] * P^T[j] broadcasts V in place.  Neither K nor
+// V is copied, and the only transpose is of the item's output.
+
+// S^T[r][0, 2 vectors) = K[r] . Q^T for MR key rows (K rows k_stride apart).
+template <int MR>
+HWY_INLINE void KqTile(const float* HWY_RESTRICT k, int64_t k_stride, int64_t depth,
+                       const float* HWY_RESTRICT qt, float* HWY_RESTRICT st) {
+  const DF d;
+  const size_t lanes = hn::Lanes(d);
+  VF a0[MR], a1[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) a0[r] = a1[r] = hn::Zero(d);
+  for (int64_t c = 0; c < depth; ++c) {
+    const VF b0 = hn::Load(d, qt + c * 2 * lanes);
+    const VF b1 = hn::Load(d, qt + c * 2 * lanes + lanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const VF a = hn::Set(d, k[r * k_stride + c]);
+      a0[r] = hn::MulAdd(a, b0, a0[r]);
+      a1[r] = hn::MulAdd(a, b1, a1[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    hn::Store(a0[r], d, st + r * 2 * lanes);
+    hn::Store(a1[r], d, st + r * 2 * lanes + lanes);
+  }
+}
+
+template <int MR>
+HWY_INLINE void KqRows(const float* k, int64_t k_stride, int64_t depth, const float* qt,
+                       float* st, int64_t rows) {
+  const int64_t width = 2 * static_cast<int64_t>(hn::Lanes(DF()));
+  int64_t r = 0;
+  for (; r + MR <= rows; r += MR) {
+    KqTile<MR>(k + r * k_stride, k_stride, depth, qt, st + r * width);
+  }
+  if constexpr (MR > 1) {
+    if (r < rows) KqRows<MR - 1>(k + r * k_stride, k_stride, depth, qt, st + r * width, rows - r);
+  }
+}
+
+// O^T[r][0, 2 vectors) += sum_j V[j][r] * P^T[j] for MR value columns r.
+template <int MR>
+HWY_INLINE void VpTile(const float* HWY_RESTRICT v, int64_t v_stride, int64_t n,
+                       const float* HWY_RESTRICT pt, float* HWY_RESTRICT ot) {
+  const DF d;
+  const size_t lanes = hn::Lanes(d);
+  VF a0[MR], a1[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    a0[r] = hn::Load(d, ot + r * 2 * lanes);
+    a1[r] = hn::Load(d, ot + r * 2 * lanes + lanes);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const VF b0 = hn::Load(d, pt + j * 2 * lanes);
+    const VF b1 = hn::Load(d, pt + j * 2 * lanes + lanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const VF a = hn::Set(d, v[j * v_stride + r]);
+      a0[r] = hn::MulAdd(a, b0, a0[r]);
+      a1[r] = hn::MulAdd(a, b1, a1[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    hn::Store(a0[r], d, ot + r * 2 * lanes);
+    hn::Store(a1[r], d, ot + r * 2 * lanes + lanes);
+  }
+}
+
+template <int MR>
+HWY_INLINE void VpRows(const float* v, int64_t v_stride, int64_t n, const float* pt,
+                       float* ot, int64_t cols) {
+  const int64_t width = 2 * static_cast<int64_t>(hn::Lanes(DF()));
+  int64_t r = 0;
+  for (; r + MR <= cols; r += MR) VpTile<MR>(v + r, v_stride, n, pt, ot + r * width);
+  if constexpr (MR > 1) {
+    if (r < cols) VpRows<MR - 1>(v + r, v_stride, n, pt, ot + r * width, cols - r);
+  }
+}
+
+// The same exp with exact zeros at -inf (and below 2^-126): a lane whose
+// running max is still -inf subtracts 0, and its -inf scores must weigh 0.
+HWY_INLINE VF SoftmaxExpZero(DF d, VF x) {
+  return hn::IfThenElseZero(hn::Gt(x, hn::Set(d, -87.0f)), SoftmaxExp(d, x));
+}
+
+// One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
+// most 2 vectors.  Scratch: see Buffers (q holds Q^T, s holds S^T, o O^T).
+void AttentionQueries(const att::Problem& p, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                      float* scratch, const att::Layout& l) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t width = 2 * lanes;
+  const Buffers buf = Carve(p, l, scratch);
+  const int64_t depth = p.depth, dv = p.value_depth;
+  const int64_t kv_head = h / p.group;
+  const int64_t k_row = p.kv_heads * depth, v_row = p.kv_heads * dv;
+  const float* k_head = p.k + (b * p.kv_len * p.kv_heads + kv_head) * depth;
+  const float* v_head = p.v + (b * p.kv_len * p.kv_heads + kv_head) * dv;
+  const int64_t offset = p.kv_len - p.q_len;  // causal: key j <= i + offset
+
+  // Q^T, scaled; lanes past nq are zero (their columns are never written).
+  float* qt = buf.q;
+  std::memset(qt, 0, sizeof(float) * depth * width);
+  for (int64_t i = 0; i < nq; ++i) {
+    const float* src = p.q + ((b * p.q_len + i0 + i) * p.heads + h) * depth;
+    for (int64_t c = 0; c < depth; ++c) qt[c * width + i] = src[c] * p.scale;
+  }
+  float* ot = buf.o;
+  std::memset(ot, 0, sizeof(float) * dv * width);
+  VF max0 = hn::Set(d, kNegInf), max1 = max0;
+  VF sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+
+  int64_t key_end = p.kv_len;
+  if (p.causal && i0 + nq - 1 + offset + 1 < key_end) key_end = i0 + nq - 1 + offset + 1;
+  float* st = buf.s;
+  const int64_t* ms = p.mask_stride;
+  for (int64_t j0 = 0; j0 < key_end; j0 += kKeysT) {
+    const int64_t n = key_end - j0 < kKeysT ? key_end - j0 : kKeysT;
+    KqRows<kMaxTile>(k_head + j0 * k_row, k_row, depth, qt, st, n);
+    if (p.mask_add != nullptr || p.mask_keep != nullptr) {
+      const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2];
+      for (int64_t j = 0; j < n; ++j) {
+        float* row = st + j * width;
+        const int64_t at = base + (j0 + j) * ms[3];
+        for (int64_t i = 0; i < nq; ++i) {
+          if (p.mask_add != nullptr) {
+            row[i] += p.mask_add[at + i * ms[2]];
+          } else if (!p.mask_keep[at + i * ms[2]]) {
+            row[i] = kNegInf;
+          }
+        }
+      }
+    }
+    if (p.causal && j0 + n - 1 > i0 + offset) {
+      // Key j is dropped for the queries i < j - offset.
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t first_kept = j0 + j - offset - i0;
+        float* row = st + j * width;
+        for (int64_t i = 0; i < first_kept && i < width; ++i) row[i] = kNegInf;
+      }
+    }
+    VF bmax0 = max0, bmax1 = max1;
+    for (int64_t j = 0; j < n; ++j) {
+      bmax0 = hn::Max(bmax0, hn::Load(d, st + j * width));
+      bmax1 = hn::Max(bmax1, hn::Load(d, st + j * width + lanes));
+    }
+    // Lanes without an admissible key so far subtract 0 (their weights are
+    // exact zeros either way).
+    const VF neg_inf = hn::Set(d, kNegInf);
+    const VF sub0 = hn::IfThenZeroElse(hn::Eq(bmax0, neg_inf), bmax0);
+    const VF sub1 = hn::IfThenZeroElse(hn::Eq(bmax1, neg_inf), bmax1);
+    const VF alpha0 = SoftmaxExpZero(d, hn::Sub(max0, sub0));
+    const VF alpha1 = SoftmaxExpZero(d, hn::Sub(max1, sub1));
+    max0 = bmax0;
+    max1 = bmax1;
+    VF add0 = hn::Zero(d), add1 = hn::Zero(d);
+    for (int64_t j = 0; j < n; ++j) {
+      const VF e0 = SoftmaxExpZero(d, hn::Sub(hn::Load(d, st + j * width), sub0));
+      const VF e1 = SoftmaxExpZero(d, hn::Sub(hn::Load(d, st + j * width + lanes), sub1));
+      hn::Store(e0, d, st + j * width);
+      hn::Store(e1, d, st + j * width + lanes);
+      add0 = hn::Add(add0, e0);
+      add1 = hn::Add(add1, e1);
+    }
+    sum0 = hn::MulAdd(sum0, alpha0, add0);
+    sum1 = hn::MulAdd(sum1, alpha1, add1);
+    for (int64_t c = 0; c < dv; ++c) {
+      hn::Store(hn::Mul(hn::Load(d, ot + c * width), alpha0), d, ot + c * width);
+      hn::Store(hn::Mul(hn::Load(d, ot + c * width + lanes), alpha1), d, ot + c * width + lanes);
+    }
+    VpRows<kMaxTile>(v_head + j0 * v_row, v_row, n, st, ot, dv);
+  }
+
+  // out[b, i0 + i, h, c] = O^T[c][i] / sum[i]; no admissible key: zeros.
+  HWY_ALIGN float inv[2 * hn::MaxLanes(DF())];
+  const VF zero = hn::Zero(d);
+  hn::Store(hn::IfThenElseZero(hn::Gt(sum0, zero), hn::Div(hn::Set(d, 1.0f), sum0)), d, inv);
+  hn::Store(hn::IfThenElseZero(hn::Gt(sum1, zero), hn::Div(hn::Set(d, 1.0f), sum1)), d,
+            inv + lanes);
+  for (int64_t i = 0; i < nq; ++i) {
+    float* dst = p.out + ((b * p.q_len + i0 + i) * p.heads + h) * dv;
+    for (int64_t c = 0; c < dv; ++c) dst[c] = ot[c * width + i] * inv[i];
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace fusekit
 HWY_AFTER_NAMESPACE();
@@ -540,11 +736,10 @@ namespace {
 namespace att = ::fusekit::attention;
 
 using PanelFn = int64_t (*)();
-using PackKFn = void (*)(const att::Problem&, int64_t, int64_t, int64_t, int64_t, float*);
-using PackVFn = void (*)(const att::Problem&, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         float*);
-using ItemFn = void (*)(const att::Problem&, const att::Layout&, const att::Item&,
-                        const float*, const float*, float*, const att::Partial*);
+using ItemFn = void (*)(const att::Problem&, const att::Layout&, const att::Item&, float*,
+                        const att::Partial*);
+using QueriesFn = void (*)(const att::Problem&, int64_t, int64_t, int64_t, int64_t, float*,
+                           const att::Layout&);
 
 // Decode steps: at most this many query positions, and at most kRows rows
 // (query heads of one kv head times positions) per item.
@@ -556,11 +751,10 @@ struct Plan {
   bool decode = false;
   int64_t splits = 1;       // key splits per (b, kv head), decode only
   int64_t thread_floats = 0;
-  int64_t packed_floats = 0;   // prefill: packed K and V of every head
   int64_t partial_floats = 0;  // decode with splits: partial results
   size_t Bytes(int threads) const {
     return sizeof(float) *
-           static_cast<size_t>(packed_floats + partial_floats + thread_floats * threads);
+           static_cast<size_t>(partial_floats + thread_floats * threads);
   }
 };
 
@@ -572,9 +766,8 @@ class Attention {
         has_scale_(attrs.Has("scale")),
         scale_(static_cast<float>(attrs.Float("scale"))),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
-        pack_k_(FUSEKIT_SIMD_CHOOSE(AttentionPackK)),
-        pack_v_(FUSEKIT_SIMD_CHOOSE(AttentionPackV)),
-        item_(FUSEKIT_SIMD_CHOOSE(AttentionItem)) {
+        item_(FUSEKIT_SIMD_CHOOSE(AttentionItem)),
+        queries_(FUSEKIT_SIMD_CHOOSE(AttentionQueries)) {
     if (!std::isfinite(scale_)) {
       *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
     }
@@ -681,13 +874,9 @@ class Attention {
     l.panel = panel_();
     l.value_pad = att::RoundUp(std::max<int64_t>(p.value_depth, 1), l.panel);
     plan.decode = p.q_len <= kDecodeQueries && p.group * p.q_len <= att::kRows;
-    // Prefill packs V too: V rows read in place sit Hkv*Dv floats apart, a
-    // power of two that maps a block's rows onto a few L1 sets.  A decode
-    // step reads each V row once, in place when Dv fills whole chunks.
+    // The decode path's packed kernels (more than kStreamRows rows) read V
+    // in place when Dv fills whole 2-vector chunks, else a padded copy.
     l.value_direct = plan.decode && p.value_depth % l.panel == 0;
-    l.kv_pad = att::RoundUp(p.kv_len, l.panel);
-    l.k_head = l.kv_pad * p.depth;
-    l.v_head = l.value_direct ? 0 : l.kv_pad * l.value_pad;
     plan.thread_floats = att::RoundUp(att::ThreadFloats(p, l), 16);
     if (plan.decode) {
       plan.splits = std::max<int64_t>(1, (p.kv_len + att::kSplitKeys - 1) / att::kSplitKeys);
@@ -696,49 +885,24 @@ class Attention {
         plan.partial_floats = att::RoundUp(
             p.batch * p.kv_heads * plan.splits * rows * (l.value_pad + 2), 16);
       }
-    } else {
-      plan.packed_floats = att::RoundUp(p.batch * p.kv_heads * (l.k_head + l.v_head), 16);
     }
     return plan;
   }
 
   TfLiteStatus Prefill(OpContext& ctx, const att::Problem& p, float* scratch) {
     const att::Layout& l = plan_.layout;
-    float* packed = scratch;
-    float* threads_base = scratch + plan_.packed_floats;
-    // Pack K (transposed panels) and, for ragged Dv, V of every head once.
-    const int64_t heads = p.batch * p.kv_heads;
-    const int64_t chunk = att::kKeys;
-    const int64_t chunks = (p.kv_len + chunk - 1) / chunk;
-    ctx.ParallelFor(heads * chunks, 4, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        const int64_t head = t / chunks, j0 = (t % chunks) * chunk;
-        const int64_t n = std::min(chunk, p.kv_len - j0);
-        const int64_t b = head / p.kv_heads, kvh = head % p.kv_heads;
-        float* base = packed + head * (l.k_head + l.v_head);
-        pack_k_(p, b, kvh, j0, n, base + j0 * p.depth);
-        if (!l.value_direct) pack_v_(p, l.value_pad, b, kvh, j0, n, base + l.k_head + j0 * l.value_pad);
-      }
-    });
-    const int64_t blocks = (p.q_len + att::kRows - 1) / att::kRows;
+    // Items of one panel of queries (2 vectors) of one head; consecutive
+    // items share the head's K and V in cache.
+    const int64_t width = l.panel;
+    const int64_t blocks = (p.q_len + width - 1) / width;
     const int64_t items = p.batch * p.heads * blocks;
     // Causal items differ in cost; the pool hands out items dynamically.
     ctx.ParallelFor(items, 1, [&](int64_t begin, int64_t end, int worker) {
-      float* mine = threads_base + worker * plan_.thread_floats;
+      float* mine = scratch + worker * plan_.thread_floats;
       for (int64_t t = begin; t < end; ++t) {
         const int64_t blk = t % blocks, bh = t / blocks;
-        const int64_t b = bh / p.heads, h = bh % p.heads;
-        att::Item it{};
-        it.b = b;
-        it.kv_head = h / p.group;
-        it.group_begin = h % p.group;
-        it.group_count = 1;
-        it.query_begin = blk * att::kRows;
-        it.query_count = std::min(att::kRows, p.q_len - it.query_begin);
-        it.key_begin = 0;
-        it.key_end = p.kv_len;
-        const float* base = packed + (b * p.kv_heads + it.kv_head) * (l.k_head + l.v_head);
-        item_(p, l, it, base, l.value_direct ? nullptr : base + l.k_head, mine, nullptr);
+        const int64_t i0 = blk * width;
+        queries_(p, bh / p.heads, bh % p.heads, i0, std::min(width, p.q_len - i0), mine, l);
       }
     });
     return kTfLiteOk;
@@ -766,12 +930,12 @@ class Attention {
         it.key_begin = split * att::kSplitKeys;
         it.key_end = std::min(p.kv_len, it.key_begin + att::kSplitKeys);
         if (splits == 1) {
-          item_(p, l, it, nullptr, nullptr, mine, nullptr);
+          item_(p, l, it, mine, nullptr);
           continue;
         }
         float* base = partials + t * rows * row_floats;
         const att::Partial part{base, base + rows, base + 2 * rows};
-        item_(p, l, it, nullptr, nullptr, mine, &part);
+        item_(p, l, it, mine, &part);
       }
     });
     if (splits == 1) return kTfLiteOk;
@@ -808,9 +972,8 @@ class Attention {
   bool has_scale_;
   float scale_;
   PanelFn panel_;
-  PackKFn pack_k_;
-  PackVFn pack_v_;
   ItemFn item_;
+  QueriesFn queries_;
   Plan plan_;
 };
 

@@ -46,9 +46,6 @@ struct Layout {
   int64_t panel;        // keys per K panel
   int64_t value_pad;    // Dv rounded up to a whole number of 2-vector chunks
   bool value_direct;    // V is read in place (Dv is already whole chunks)
-  int64_t kv_pad;       // Skv rounded up to whole panels
-  // Floats of one (b, hkv) head's packed K ([kv_pad / panel][D][panel]) and V.
-  int64_t k_head, v_head;
 };
 
 // Rows of one work item: kv head `kv_head` of batch `b`, query heads

@@ -258,6 +258,20 @@ PLAN = [
     ("value dim 24", 4, 2, 16, 24, None, None, False, 1.0, [(1, 9, 77), (1, 2, 600)]),
     ("long", 2, 1, 64, None, None, None, True, 1.0, [(1, 600, 600)]),
     ("decode gqa4", 32, 8, 128, None, None, None, False, 1.0, [(1, 1, 1500), (2, 4, 700)]),
+    # More than 16 query rows per kv head: the decode path's packed kernels.
+    (
+        "decode mqa16 bool causal",
+        16,
+        1,
+        20,
+        None,
+        "bool",
+        ["B", 1, "S", "K"],
+        True,
+        1.0,
+        [(1, 2, 700), (2, 3, 40)],
+    ),
+    ("decode gqa8 D32", 8, 1, 32, None, None, None, True, 1.0, [(1, 3, 1100), (1, 4, 4)]),
 ]
 
 
