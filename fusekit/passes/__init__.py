@@ -17,6 +17,8 @@ from __future__ import annotations
 from fusekit.passes import (  # noqa: F401 - register the built-ins
     cleanup,
     fold_affine,
+    fuse_layer_norm,
+    fuse_rms_norm,
     layout,
     space_to_depth,
 )

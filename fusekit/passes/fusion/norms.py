@@ -1,0 +1,349 @@
+"""Finding layer norms and RMS norms over the last axis in a converted graph.
+
+Anchors are proven structurally: ``m = MEAN(x)`` and the variance ``MEAN of
+(x - m)^2`` (SQUARED_DIFFERENCE, SQUARE or MUL of ``x - m``) for a layer
+norm, ``MEAN of x^2`` (SQUARE or MUL) for an RMS norm, each over the last
+axis with keep_dims, then ``r = RSQRT(stat + epsilon)`` (or ``SQRT`` and a
+later DIV by it) with epsilon a scalar constant.  What follows ``r`` may be
+written many ways (Keras computes ``x * (r * gamma) + (beta - m * r *
+gamma)``, hand-written code ``(x - m) * r * gamma + beta``); it is evaluated
+as a polynomial (fusion/poly.py) and must equal the fused op's formula.
+Every intermediate must be read only inside the match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ai_edge_litert import schema_py_generated as schema
+
+from fusekit.passes.fusion import poly
+from fusekit.passes.fusion.values import (
+    FLOAT32,
+    constant_value,
+    is_channel_vector,
+    keeps_dims,
+    no_activation,
+    reduction_axes,
+    scalar,
+)
+from fusekit.passes.graph import OP, Graph
+
+MAX_REGION_OPS = 64
+_ELEMENTWISE = {OP.ADD, OP.SUB, OP.MUL, OP.NEG, OP.DIV, OP.SQUARE, OP.SQUARED_DIFFERENCE}
+
+
+@dataclass
+class NormMatch:
+    """A proven norm: the fused op reads x (and gamma/beta tensors, None
+    when absent) and writes ``output``; ``ops`` are the operators it
+    replaces."""
+
+    kind: str  # "layer_norm" or "rms_norm"
+    x: int
+    output: int
+    epsilon: float
+    gamma: int | None = None
+    beta: int | None = None
+    ops: list[schema.OperatorT] = field(default_factory=list)
+
+
+@dataclass
+class _Anchor:
+    x: int
+    mean: int | None  # m (layer norm only)
+    root: int  # r = rsqrt(stat + eps), or s = sqrt(stat + eps)
+    root_is_sqrt: bool
+    epsilon: float
+
+
+def _mean_of(graph: Graph, tensor: int) -> tuple[schema.OperatorT, int] | None:
+    """(op, x) when ``tensor`` is written by MEAN(x, const axes, keep_dims)."""
+    op = graph.producer(tensor)
+    if op is None or graph.builtin(op) != OP.MEAN or not keeps_dims(op):
+        return None
+    return op, int(op.inputs[0])
+
+
+def _square_of(graph: Graph, tensor: int) -> tuple[int, int] | None:
+    """(a, b) when ``tensor`` is (a - b)^2 written as SQUARED_DIFFERENCE(a, b)
+    (order free), or (d, -1) when it is SQUARE(d) or MUL(d, d)."""
+    op = graph.producer(tensor)
+    if op is None:
+        return None
+    code = graph.builtin(op)
+    inputs = [int(t) for t in op.inputs]
+    if code == OP.SQUARED_DIFFERENCE:
+        return inputs[0], inputs[1]
+    if code == OP.SQUARE or (code == OP.MUL and inputs[0] == inputs[1] and no_activation(op)):
+        return inputs[0], -1
+    return None
+
+
+def _centered(graph: Graph, tensor: int) -> tuple[int, int] | None:
+    """(x, m) when ``tensor`` is SUB(x, m)."""
+    op = graph.producer(tensor)
+    if op is None or graph.builtin(op) != OP.SUB or not no_activation(op):
+        return None
+    return int(op.inputs[0]), int(op.inputs[1])
+
+
+def _statistic(graph: Graph, stat: int, kind: str) -> tuple[int, int | None] | None:
+    """(x, m) when ``stat`` is the layer norm variance of x around its mean
+    m (m = MEAN(x) over the same axes), or (x, None) for an RMS norm's mean
+    of squares."""
+    found = _mean_of(graph, stat)
+    if found is None:
+        return None
+    mean_op, squared = found
+    square = _square_of(graph, squared)
+    if square is None:
+        return None
+    a, b = square
+    if kind == "rms_norm":
+        return (a, None) if b < 0 else None
+    if b < 0:
+        centered = _centered(graph, a)
+        if centered is None:
+            return None
+        a, b = centered
+    for x, m in ((a, b), (b, a)):
+        inner = _mean_of(graph, m)
+        if inner is not None and inner[1] == x:
+            if reduction_axes(graph, inner[0]) == reduction_axes(graph, mean_op):
+                return x, m
+    return None
+
+
+def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
+    """Every ``RSQRT(stat + eps)`` / ``SQRT(stat + eps)`` over a norm
+    statistic of the last axis; statistics over other axes are near-misses."""
+    anchors = []
+    for op in graph.ops:
+        if graph.builtin(op) not in (OP.RSQRT, OP.SQRT):
+            continue
+        add = graph.producer(int(op.inputs[0]))
+        if add is None or graph.builtin(add) != OP.ADD or not no_activation(add):
+            continue
+        for stat, eps in (
+            tuple(int(t) for t in add.inputs),
+            tuple(int(t) for t in add.inputs)[::-1],
+        ):
+            found = _statistic(graph, stat, kind)
+            if found is None:
+                continue
+            x, m = found
+            where = graph.name(int(op.outputs[0]))
+            label = kind.replace("_", " ")
+            axes = reduction_axes(graph, graph.producer(stat))
+            rank = len(graph.signature(x))
+            if axes != [rank - 1]:
+                shown = axes[0] if axes is not None and len(axes) == 1 else axes
+                near_misses.append(
+                    f"{label} at {where!r}: MEAN over axis {shown} "
+                    f"of a rank-{rank} tensor (the kernel normalizes the last axis)"
+                )
+                break
+            epsilon = scalar(graph, eps)
+            if epsilon is None or not epsilon >= 0.0 or epsilon == float("inf"):
+                near_misses.append(
+                    f"{label} at {where!r}: epsilon is not a finite scalar constant >= 0"
+                )
+                break
+            if graph.tensor(x).type != FLOAT32 or graph.signature(x)[-1] <= 0:
+                near_misses.append(f"{label} at {where!r}: x is not float32 with a static last dim")
+                break
+            anchors.append(_Anchor(x, m, int(op.outputs[0]), graph.builtin(op) == OP.SQRT, epsilon))
+            break
+    return anchors
+
+
+def _operand(graph: Graph, tensor: int, known: dict[int, poly.Poly], depth: int, rank: int):
+    if tensor in known:
+        return known[tensor]
+    value = scalar(graph, tensor)
+    if value is not None:
+        return poly.const(value)
+    if is_channel_vector(graph, tensor, depth, rank):
+        return poly.symbol(f"c{tensor}")
+    return None
+
+
+def _evaluate(graph: Graph, op: schema.OperatorT, args: list[poly.Poly]) -> poly.Poly | None:
+    code = graph.builtin(op)
+    if not no_activation(op):
+        return None
+    if code == OP.ADD:
+        return poly.add(args[0], args[1])
+    if code == OP.SUB:
+        return poly.sub(args[0], args[1])
+    if code == OP.MUL:
+        return poly.mul(args[0], args[1])
+    if code == OP.NEG:
+        return poly.neg(args[0])
+    if code == OP.SQUARE:
+        return poly.mul(args[0], args[0])
+    if code == OP.SQUARED_DIFFERENCE:
+        d = poly.sub(args[0], args[1])
+        return poly.mul(d, d)
+    if code == OP.DIV:
+        divisor = args[1]
+        if divisor == poly.symbol("s"):
+            return poly.mul(args[0], poly.symbol("r"))
+        if set(divisor) == {()}:
+            return poly.mul(args[0], poly.const(1.0 / divisor[()]))
+    return None
+
+
+def _explore(graph: Graph, anchor: _Anchor) -> dict[int, poly.Poly]:
+    """Polynomials of the tensors computed elementwise from x, m and r (or
+    s), whose shape is x's or x's rows'."""
+    x_shape = graph.signature(anchor.x)
+    row_shape = x_shape[:-1] + [1]
+    depth, rank = x_shape[-1], len(x_shape)
+    known = {
+        anchor.x: poly.symbol("x"),
+        anchor.root: poly.symbol("s" if anchor.root_is_sqrt else "r"),
+    }
+    if anchor.mean is not None:
+        known[anchor.mean] = poly.symbol("m")
+    queue = list(known)
+    evaluated = 0
+    while queue and evaluated < MAX_REGION_OPS:
+        tensor = queue.pop(0)
+        for op in graph.consumers(tensor):
+            out = int(op.outputs[0])
+            if out in known or graph.builtin(op) not in _ELEMENTWISE:
+                continue
+            if graph.tensor(out).type != FLOAT32 or graph.signature(out) not in (
+                x_shape,
+                row_shape,
+            ):
+                continue
+            args = [_operand(graph, int(t), known, depth, rank) for t in op.inputs]
+            if any(a is None for a in args):
+                continue
+            value = _evaluate(graph, op, args)
+            evaluated += 1
+            if value is None or poly.too_big(value):
+                continue
+            known[out] = value
+            queue.append(out)
+    return known
+
+
+def _constant_symbol(mono: tuple[str, ...]) -> int | None:
+    """The tensor of a monomial made of one constant symbol, else None."""
+    if len(mono) == 1 and mono[0].startswith("c"):
+        return int(mono[0][1:])
+    return None
+
+
+def _formula(value: poly.Poly, kind: str) -> tuple[int | None, int | None] | None:
+    """(gamma, beta) tensors when ``value`` is the fused op's formula with
+    coefficient one (layer norm: x r G - m r G + B; RMS norm: x r G), each
+    of G and B one constant symbol or absent; None otherwise."""
+    x_terms = [m for m in value if "x" in m]
+    if len(x_terms) != 1 or not poly.close(value[x_terms[0]], 1.0):
+        return None
+    rest = [s for s in x_terms[0] if s not in ("x", "r")]
+    if sorted(set(x_terms[0]) & {"x", "r"}) != ["r", "x"] or len(x_terms[0]) != 2 + len(rest):
+        return None
+    if len(rest) > 1 or (rest and _constant_symbol(tuple(rest)) is None):
+        return None
+    gamma = _constant_symbol(tuple(rest)) if rest else None
+    remaining = {m: c for m, c in value.items() if m != x_terms[0]}
+    if kind == "rms_norm":
+        return (gamma, None) if not remaining else None
+    centered = tuple(sorted(("m", "r", *rest)))
+    if not poly.close(remaining.pop(centered, 0.0), -1.0):
+        return None
+    if not remaining:
+        return gamma, None
+    if len(remaining) == 1:
+        ((mono, coef),) = remaining.items()
+        beta = _constant_symbol(mono)
+        if beta is not None and poly.close(coef, 1.0):
+            return gamma, beta
+    return None
+
+
+def _region(graph: Graph, anchor: _Anchor, output: int) -> list[schema.OperatorT] | None:
+    """The operators computing ``output`` from x and constants (DEQUANTIZE
+    of constants stays outside), or None when something else feeds it."""
+    ops: dict[int, schema.OperatorT] = {}
+    stack = [output]
+    seen = set()
+    while stack:
+        tensor = stack.pop()
+        if tensor in seen or tensor == anchor.x or tensor < 0:
+            continue
+        seen.add(tensor)
+        if constant_value(graph, tensor) is not None or graph.is_constant(tensor):
+            continue
+        op = graph.producer(tensor)
+        if op is None or len(ops) >= MAX_REGION_OPS:
+            return None
+        ops[id(op)] = op
+        stack.extend(int(t) for t in op.inputs)
+    return list(ops.values())
+
+
+def _outside_readers(graph: Graph, ops: list[schema.OperatorT], output: int) -> str | None:
+    """The name of an intermediate read outside ``ops`` (or a graph output)."""
+    inside = {id(op) for op in ops}
+    for op in ops:
+        for t in (int(t) for t in op.outputs):
+            if t == output:
+                continue
+            if graph.is_output(t) or any(id(r) not in inside for r in graph.consumers(t)):
+                return graph.name(t)
+    return None
+
+
+def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatch]:
+    """Every proven ``kind`` ("layer_norm" / "rms_norm") in ``graph``;
+    anything doubtful is appended to ``near_misses`` with the reason."""
+    label = kind.replace("_", " ")
+    matches: list[NormMatch] = []
+    taken: set[int] = set()
+    position = {id(op): i for i, op in enumerate(graph.ops)}
+    for anchor in _anchors(graph, kind, near_misses):
+        where = graph.name(anchor.root)
+        known = _explore(graph, anchor)
+        candidates = []
+        for tensor, value in known.items():
+            producer = graph.producer(tensor)
+            if producer is None or tensor in (anchor.root, anchor.mean):
+                continue
+            operands = _formula(value, kind)
+            if operands is not None:
+                candidates.append((position[id(producer)], tensor, operands))
+        if not candidates:
+            near_misses.append(
+                f"{label} at {where!r}: the ops after the statistics do not compute "
+                + (
+                    "(x - mean) * rsqrt(var + eps) * gamma + beta"
+                    if kind == "layer_norm"
+                    else "x * rsqrt(mean(x^2) + eps) * gamma"
+                )
+                + " with gamma/beta vectors over the last axis"
+            )
+            continue
+        _, output, (gamma, beta) = max(candidates)
+        ops = _region(graph, anchor, output)
+        if ops is None:
+            near_misses.append(f"{label} at {where!r}: the result reads tensors outside the norm")
+            continue
+        leak = _outside_readers(graph, ops, output)
+        if leak is not None:
+            near_misses.append(
+                f"{label} at {graph.name(output)!r}: intermediate {leak!r} is also read "
+                "outside the norm"
+            )
+            continue
+        if any(id(op) in taken for op in ops):
+            continue
+        taken |= {id(op) for op in ops}
+        matches.append(NormMatch(kind, anchor.x, output, anchor.epsilon, gamma, beta, ops))
+    return matches

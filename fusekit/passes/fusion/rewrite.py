@@ -1,0 +1,84 @@
+"""Turning proven matches into library ops: operand tensors shaped as the
+kernels read them (views of the graph's own constant buffers), then the
+custom op in place of the matched operators."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusekit.passes.fusion.emit import replace_with_custom
+from fusekit.passes.fusion.norms import NormMatch, find_norms
+from fusekit.passes.graph import OP, Graph, ModelView
+from fusekit.passes.registry import PassOptions
+
+
+def vector_view(graph: Graph, tensor: int) -> int:
+    """``tensor`` as a rank-1 tensor: itself when it already is one; else a
+    tensor of shape [n] over the same constant buffer (for DEQUANTIZE of a
+    float16 constant, a view of the float16 constant and a new DEQUANTIZE)."""
+    shape = graph.shape(tensor)
+    if len(shape) <= 1:
+        return tensor
+    size = int(np.prod(shape))
+    if graph.is_constant(tensor):
+        t = graph.tensor(tensor)
+        return graph.add_tensor([size], t.type, graph.name(tensor) + "/vector", buffer=t.buffer)
+    dequantize = graph.producer(tensor)
+    assert dequantize is not None and graph.builtin(dequantize) == OP.DEQUANTIZE
+    source = int(dequantize.inputs[0])
+    t = graph.tensor(source)
+    half = graph.add_tensor([size], t.type, graph.name(source) + "/vector", buffer=t.buffer)
+    out = graph.add_tensor([size], graph.tensor(tensor).type, graph.name(tensor) + "/vector")
+    graph.add_op(OP.DEQUANTIZE, [half], [out])
+    return out
+
+
+def norm_attrs(match: NormMatch) -> dict[str, bool | float]:
+    """The attrs the composite carries: ``epsilon``; a layer norm missing
+    gamma or beta also ``scale`` and ``center`` (both then)."""
+    attrs: dict[str, bool | float] = {"epsilon": match.epsilon}
+    if match.kind == "layer_norm" and (match.gamma is None or match.beta is None):
+        attrs["scale"] = match.gamma is not None
+        attrs["center"] = match.beta is not None
+    return attrs
+
+
+def fuse_norm(graph: Graph, match: NormMatch) -> str:
+    """Replaces a proven norm by its library op; returns the report line."""
+    inputs = [match.x]
+    depth = graph.signature(match.x)[-1]
+    if match.gamma is not None:
+        inputs.append(vector_view(graph, match.gamma))
+    elif match.kind == "rms_norm":
+        # The RMS kernel always reads a gamma.
+        inputs.append(
+            graph.add_constant(np.ones(depth, np.float32), graph.name(match.output) + "/gamma")
+        )
+    if match.beta is not None:
+        inputs.append(vector_view(graph, match.beta))
+    attrs = norm_attrs(match)
+    name = f"fusekit_{match.kind}"
+    replace_with_custom(graph, name, inputs, match.output, attrs, match.ops)
+    shown = ", ".join(
+        f"{k}={v:g}" if isinstance(v, float) and not isinstance(v, bool) else f"{k}={v}"
+        for k, v in attrs.items()
+    )
+    return f"{name} at {graph.name(match.output)!r} ({len(match.ops)} ops; {shown})"
+
+
+def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str) -> list[str]:
+    """Fuses every proven ``kind`` norm of every graph; notes near-misses
+    under ``name``; returns one line per fused op."""
+    changes = []
+    for graph in model.graphs():
+        near_misses: list[str] = []
+        matches = find_norms(graph, kind, near_misses)
+        for message in near_misses:
+            options.note(name, message)
+        for match in matches:
+            changes.append(fuse_norm(graph, match))
+        if matches:
+            graph.finish()
+    if changes:
+        model.prune_buffers()
+    return changes

@@ -1,0 +1,72 @@
+"""Models and checks shared by the fusion pass tests: Keras layers and
+hand-written TF code through the plain TF converter (float32 or float16
+weights), and optimized models compared with the original on all three
+runtimes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pass_models import random_inputs
+from runtimes import RUNTIMES, Job, run_jobs
+
+import fusekit
+from fusekit.run.model_ops import list_ops
+
+
+def convert_keras(model, float16: bool = False) -> bytes:
+    """The plain TF converter on a Keras model (float16 weights: the
+    converter's float16 quantization, constants behind DEQUANTIZE)."""
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if float16:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    return converter.convert()
+
+
+def convert_function(function, *specs) -> bytes:
+    import tensorflow as tf
+
+    concrete = function.get_concrete_function(*specs)
+    return tf.lite.TFLiteConverter.from_concrete_functions([concrete]).convert()
+
+
+def randomize(model, seed: int = 0) -> None:
+    """Random weights (Keras initializes gammas to one and betas to zero,
+    which would hide a swapped gamma and beta)."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([(rng.random(w.shape) + 0.5).astype(w.dtype) for w in model.get_weights()])
+
+
+def custom_ops(model: bytes, name: str) -> list:
+    return [op for op in list_ops(model) if op.custom_code == name]
+
+
+def assert_same_outputs(
+    original: bytes,
+    optimized: bytes,
+    atol: float = 1e-4,
+    runs: Sequence[Sequence[np.ndarray]] | None = None,
+) -> None:
+    """The optimized model's outputs on ai-edge-litert, tf.lite and
+    tflite-runtime equal the original's (plain ai-edge-litert) within atol."""
+    if runs is None:
+        runs = [random_inputs(original, seed) for seed in range(2)]
+    runs = [list(run) for run in runs]
+    want = run_jobs("litert", [Job(original, runs)])[0].ok()
+    for runtime in RUNTIMES:
+        (outcome,) = run_jobs(runtime, [Job(optimized, runs)])
+        for want_run, got_run in zip(want, outcome.ok()):
+            for w, g in zip(want_run, got_run):
+                np.testing.assert_allclose(g, w, atol=atol, rtol=0, err_msg=runtime)
+
+
+def optimize_twice(model: bytes, passes: Sequence[str]) -> fusekit.passes.OptimizeResult:
+    """Optimizes; a second run on the result changes nothing (same bytes)."""
+    result = fusekit.optimize(model, passes=list(passes))
+    again = fusekit.optimize(result.model, passes=list(passes))
+    assert again.model == result.model
+    return result

@@ -1,0 +1,156 @@
+"""fuse_layer_norm / fuse_rms_norm on what the plain TF 2.21 converter emits
+for Keras LayerNormalization and RMSNormalization, hand-written TF norms and
+float16 weights: one fused op per norm, the composite's exact options,
+outputs equal on all three runtimes, near-misses left alone with a reason,
+a second run changes nothing."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from fuse_models import (
+    assert_same_outputs,
+    convert_function,
+    convert_keras,
+    custom_ops,
+    optimize_twice,
+    randomize,
+)
+
+import fusekit
+from fusekit.passes.fusion.emit import custom_options
+
+NORMS = ("fuse_layer_norm", "fuse_rms_norm")
+LN, RMS = "fusekit_layer_norm", "fusekit_rms_norm"
+
+
+def keras_model(*layers, shape=(16, 32)) -> keras.Model:
+    x = keras.Input(shape)
+    y = x
+    for layer in layers:
+        y = layer(y)
+    model = keras.Model(x, y)
+    randomize(model)
+    return model
+
+
+def test_options_are_the_composites_bytes(tmp_path):
+    """The emitted options equal, byte for byte, those fusekit.convert
+    writes for the same op from fusekit.ops."""
+    rng = np.random.default_rng(0)
+    gamma = tf.constant(rng.random(32).astype(np.float32))
+
+    class Module(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([2, 16, 32])])
+        def __call__(self, x):
+            y = fusekit.ops.layer_norm(x, gamma, gamma, epsilon=1e-3)
+            y = fusekit.ops.layer_norm(y, None, None, epsilon=1e-3)
+            y = fusekit.ops.layer_norm(y, gamma, None, epsilon=2e-3)
+            return fusekit.ops.rms_norm(y, gamma, epsilon=1e-5)
+
+    tf.saved_model.save(Module(), str(tmp_path))
+    converted = fusekit.convert(str(tmp_path)).model
+    written = [op.custom_options for op in custom_ops(converted, LN) + custom_ops(converted, RMS)]
+    assert written == [
+        custom_options({"epsilon": 1e-3}),
+        custom_options({"epsilon": 1e-3, "scale": False, "center": False}),
+        custom_options({"epsilon": 2e-3, "scale": True, "center": False}),
+        custom_options({"epsilon": 1e-5}),
+    ]
+
+    # The same ops found in Keras' decomposed forms carry the same bytes.
+    model = keras_model(
+        keras.layers.LayerNormalization(epsilon=1e-3),
+        keras.layers.LayerNormalization(epsilon=1e-3, center=False, scale=False),
+        keras.layers.LayerNormalization(epsilon=2e-3, center=False),
+        keras.layers.RMSNormalization(epsilon=1e-5),
+    )
+    fused = fusekit.optimize(convert_keras(model), passes=NORMS).model
+    assert [op.custom_options for op in custom_ops(fused, LN) + custom_ops(fused, RMS)] == written
+
+
+@pytest.mark.parametrize("float16", [False, True], ids=["float32", "float16_weights"])
+def test_keras_layers_fuse_and_match_on_all_runtimes(float16):
+    """A stack of Keras norms (every LayerNormalization variant and
+    RMSNormalization) between dense layers: one fused op per layer."""
+    model = keras_model(
+        keras.layers.LayerNormalization(epsilon=1e-3),
+        keras.layers.Dense(32),
+        keras.layers.LayerNormalization(center=False, scale=False),
+        keras.layers.LayerNormalization(center=False),
+        keras.layers.LayerNormalization(scale=False, epsilon=1e-2),
+        keras.layers.Dense(32),
+        keras.layers.RMSNormalization(epsilon=1e-5),
+        shape=(16, 32),
+    )
+    original = convert_keras(model, float16=float16)
+    result = optimize_twice(original, NORMS)
+    assert len(custom_ops(result.model, LN)) == 4
+    assert len(custom_ops(result.model, RMS)) == 1
+    counts = fusekit.passes.ModelView(result.model).op_counts()
+    for decomposed in ("MEAN", "RSQRT", "SQUARED_DIFFERENCE", "SQUARE", "NEG"):
+        assert decomposed not in counts, counts
+    line = result.report.line("fuse_layer_norm")
+    assert len(line.changes) == 4 and "epsilon=0.01" in " ".join(line.changes)
+    assert_same_outputs(original, result.model)
+
+
+def test_hand_written_norms():
+    """tf.nn.moments, (x - mean) / sqrt(var + eps), and RMS norms written
+    with SQRT/DIV and x * x: the converter's lowerings of each fuse."""
+    rng = np.random.default_rng(1)
+    gamma = tf.constant(rng.random(32).astype(np.float32) + 0.5)
+    beta = tf.constant(rng.standard_normal(32).astype(np.float32))
+
+    @tf.function
+    def norms(x):
+        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+        x = (x - mean) * tf.math.rsqrt(var + 1e-5) * gamma + beta
+        mean = tf.reduce_mean(x, -1, keepdims=True)
+        centered = x - mean
+        var = tf.reduce_mean(centered * centered, -1, keepdims=True)
+        x = gamma * centered / tf.sqrt(var + 1e-6) + beta
+        x = x / tf.sqrt(tf.reduce_mean(tf.square(x), -1, keepdims=True) + 1e-6) * gamma
+        return (
+            x * tf.math.rsqrt(tf.reduce_mean(x * x, axis=2, keepdims=True) + 1e-5) * (1.0 + gamma)
+        )
+
+    original = convert_function(norms, tf.TensorSpec([2, 16, 32]))
+    result = optimize_twice(original, NORMS)
+    assert len(custom_ops(result.model, LN)) == 2
+    assert len(custom_ops(result.model, RMS)) == 2
+    assert_same_outputs(original, result.model)
+
+
+def test_near_misses_are_left_alone_with_the_reason():
+    """A layer norm over axis 1 and an RMS norm whose mean of squares is also
+    a model output are not fused; a norm scaled by a [16, 32] table fuses
+    without gamma (the table's MUL stays)."""
+    rng = np.random.default_rng(2)
+    table = tf.constant(rng.random((16, 32)).astype(np.float32))
+    gamma = tf.constant(rng.random(32).astype(np.float32))
+
+    @tf.function
+    def near(x):
+        mean, var = tf.nn.moments(x, axes=[1], keepdims=True)
+        a = (x - mean) * tf.math.rsqrt(var + 1e-5)
+        ms = tf.reduce_mean(tf.square(x), -1, keepdims=True)
+        b = x * tf.math.rsqrt(ms + 1e-6) * gamma
+        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+        c = (x - mean) * tf.math.rsqrt(var + 1e-5) * table
+        return a, b, ms, c
+
+    original = convert_function(near, tf.TensorSpec([2, 16, 32]))
+    result = optimize_twice(original, NORMS)
+    (fused,) = custom_ops(result.model, LN)
+    assert fused.custom_options == custom_options(
+        {"epsilon": 1e-5, "scale": False, "center": False}
+    )
+    assert not custom_ops(result.model, RMS)
+    notes = result.report.line("fuse_layer_norm").notes + result.report.line("fuse_rms_norm").notes
+    text = "\n".join(notes)
+    assert "MEAN over axis 1 of a rank-3 tensor" in text
+    assert "intermediate 'Identity_2' is also read outside the norm" in text
+    assert_same_outputs(original, result.model)
