@@ -29,6 +29,7 @@
 // count gives the same bits.
 #include <cmath>
 #include <cstdint>
+#include <climits>
 #include <cstring>
 #include <limits>
 
@@ -618,26 +619,42 @@ HWY_INLINE VF SoftmaxExpZero(DF d, VF x) {
 
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
 // most 2 vectors.  Scratch: see Buffers (q holds Q^T, s holds S^T, o O^T).
-void AttentionQueries(const att::Problem& p, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                      float* scratch, const att::Layout& l) {
+void AttentionQueries(const att::Problem& p, const att::HeadRows& kv, int64_t b, int64_t h,
+                      int64_t i0, int64_t nq, float* scratch, const att::Layout& l) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t width = 2 * lanes;
   const Buffers buf = Carve(p, l, scratch);
   const int64_t depth = p.depth, dv = p.value_depth;
-  const int64_t kv_head = h / p.group;
-  const int64_t k_row = p.kv_heads * depth, v_row = p.kv_heads * dv;
-  const float* k_head = p.k + (b * p.kv_len * p.kv_heads + kv_head) * depth;
-  const float* v_head = p.v + (b * p.kv_len * p.kv_heads + kv_head) * dv;
+  const int64_t head = b * p.kv_heads + h / p.group;
+  const int64_t k_row = kv.k_row, v_row = kv.v_row;
+  const float* k_head = kv.k + head * kv.k_head;
+  const float* v_head = kv.v + head * kv.v_head;
   const int64_t offset = p.kv_len - p.q_len;  // causal: key j <= i + offset
 
   // Q^T, scaled; lanes past nq are zero (their columns are never written).
+  // A full panel is gathered a vector of queries at a time.
   float* qt = buf.q;
-  std::memset(qt, 0, sizeof(float) * depth * width);
-  for (int64_t i = 0; i < nq; ++i) {
-    const float* src = p.q + ((b * p.q_len + i0 + i) * p.heads + h) * depth;
-    for (int64_t c = 0; c < depth; ++c) qt[c * width + i] = src[c] * p.scale;
+  const float* q_rows = p.q + ((b * p.q_len + i0) * p.heads + h) * depth;
+  const int64_t q_stride = p.heads * depth;
+  const hn::RebindToSigned<DF> di;
+  if (nq == width && width * q_stride <= INT32_MAX) {
+    const auto index = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(q_stride)));
+    const VF scale = hn::Set(d, p.scale);
+    for (int64_t half = 0; half < 2; ++half) {
+      const float* src = q_rows + half * lanes * q_stride;
+      for (int64_t c = 0; c < depth; ++c) {
+        hn::Store(hn::Mul(hn::GatherIndex(d, src + c, index), scale), d,
+                  qt + c * width + half * lanes);
+      }
+    }
+  } else {
+    std::memset(qt, 0, sizeof(float) * depth * width);
+    for (int64_t i = 0; i < nq; ++i) {
+      const float* src = q_rows + i * q_stride;
+      for (int64_t c = 0; c < depth; ++c) qt[c * width + i] = src[c] * p.scale;
+    }
   }
   float* ot = buf.o;
   std::memset(ot, 0, sizeof(float) * dv * width);
@@ -711,9 +728,16 @@ void AttentionQueries(const att::Problem& p, int64_t b, int64_t h, int64_t i0, i
   hn::Store(hn::IfThenElseZero(hn::Gt(sum0, zero), hn::Div(hn::Set(d, 1.0f), sum0)), d, inv);
   hn::Store(hn::IfThenElseZero(hn::Gt(sum1, zero), hn::Div(hn::Set(d, 1.0f), sum1)), d,
             inv + lanes);
+  // Column i of O^T gathered a vector of value columns at a time.
+  const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(width)));
   for (int64_t i = 0; i < nq; ++i) {
     float* dst = p.out + ((b * p.q_len + i0 + i) * p.heads + h) * dv;
-    for (int64_t c = 0; c < dv; ++c) dst[c] = ot[c * width + i] * inv[i];
+    const VF factor = hn::Set(d, inv[i]);
+    int64_t c = 0;
+    for (; c + lanes <= dv; c += lanes) {
+      hn::StoreU(hn::Mul(hn::GatherIndex(d, ot + c * width + i, column), factor), d, dst + c);
+    }
+    for (; c < dv; ++c) dst[c] = ot[c * width + i] * inv[i];
   }
 }
 
@@ -738,8 +762,8 @@ namespace att = ::fusekit::attention;
 using PanelFn = int64_t (*)();
 using ItemFn = void (*)(const att::Problem&, const att::Layout&, const att::Item&, float*,
                         const att::Partial*);
-using QueriesFn = void (*)(const att::Problem&, int64_t, int64_t, int64_t, int64_t, float*,
-                           const att::Layout&);
+using QueriesFn = void (*)(const att::Problem&, const att::HeadRows&, int64_t, int64_t,
+                           int64_t, int64_t, float*, const att::Layout&);
 
 // Decode steps: at most this many query positions, and at most kRows rows
 // (query heads of one kv head times positions) per item.
@@ -752,9 +776,10 @@ struct Plan {
   int64_t splits = 1;       // key splits per (b, kv head), decode only
   int64_t thread_floats = 0;
   int64_t partial_floats = 0;  // decode with splits: partial results
+  int64_t copy_floats = 0;     // prefill with Hkv > 1: K and V per head
   size_t Bytes(int threads) const {
     return sizeof(float) *
-           static_cast<size_t>(partial_floats + thread_floats * threads);
+           static_cast<size_t>(copy_floats + partial_floats + thread_floats * threads);
   }
 };
 
@@ -885,12 +910,47 @@ class Attention {
         plan.partial_floats = att::RoundUp(
             p.batch * p.kv_heads * plan.splits * rows * (l.value_pad + 2), 16);
       }
+    } else if (p.kv_heads > 1) {
+      plan.copy_floats =
+          att::RoundUp(p.batch * p.kv_heads * p.kv_len * (p.depth + p.value_depth), 16);
     }
     return plan;
   }
 
   TfLiteStatus Prefill(OpContext& ctx, const att::Problem& p, float* scratch) {
     const att::Layout& l = plan_.layout;
+    // With one kv head, head b's rows are the tensor's own: Skv * D floats
+    // per head, D per row.
+    att::HeadRows kv{p.k, p.v, p.kv_len * p.depth, p.kv_len * p.value_depth, p.depth,
+                     p.value_depth};
+    float* threads_base = scratch + plan_.copy_floats;
+    if (plan_.copy_floats > 0) {
+      // Rows of one kv head sit Hkv * D floats apart, often a multiple of
+      // 1-2 KiB that maps a block's rows onto a few L1 sets; a contiguous
+      // copy per head ([B * Hkv][Skv][D], then V) costs one pass over K
+      // and V and keeps every block's rows in distinct sets.
+      float* k_copy = scratch;
+      float* v_copy = scratch + p.batch * p.kv_heads * p.kv_len * p.depth;
+      const int64_t chunk = 256;
+      const int64_t chunks = (p.kv_len + chunk - 1) / chunk;
+      const int64_t heads = p.batch * p.kv_heads;
+      ctx.ParallelFor(heads * chunks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          const int64_t head = t / chunks, j0 = (t % chunks) * chunk;
+          const int64_t b = head / p.kv_heads, g = head % p.kv_heads;
+          const int64_t n = std::min(chunk, p.kv_len - j0);
+          for (int64_t j = j0; j < j0 + n; ++j) {
+            const int64_t row = (b * p.kv_len + j) * p.kv_heads + g;
+            std::memcpy(k_copy + (head * p.kv_len + j) * p.depth, p.k + row * p.depth,
+                        sizeof(float) * p.depth);
+            std::memcpy(v_copy + (head * p.kv_len + j) * p.value_depth,
+                        p.v + row * p.value_depth, sizeof(float) * p.value_depth);
+          }
+        }
+      });
+      kv = att::HeadRows{k_copy, v_copy, p.kv_len * p.depth, p.kv_len * p.value_depth,
+                         p.depth, p.value_depth};
+    }
     // Items of one panel of queries (2 vectors) of one head; consecutive
     // items share the head's K and V in cache.
     const int64_t width = l.panel;
@@ -898,11 +958,12 @@ class Attention {
     const int64_t items = p.batch * p.heads * blocks;
     // Causal items differ in cost; the pool hands out items dynamically.
     ctx.ParallelFor(items, 1, [&](int64_t begin, int64_t end, int worker) {
-      float* mine = scratch + worker * plan_.thread_floats;
+      float* mine = threads_base + worker * plan_.thread_floats;
       for (int64_t t = begin; t < end; ++t) {
         const int64_t blk = t % blocks, bh = t / blocks;
         const int64_t i0 = blk * width;
-        queries_(p, bh / p.heads, bh % p.heads, i0, std::min(width, p.q_len - i0), mine, l);
+        queries_(p, kv, bh / p.heads, bh % p.heads, i0, std::min(width, p.q_len - i0), mine,
+                 l);
       }
     });
     return kTfLiteOk;
