@@ -2,7 +2,8 @@
 
 ``fusekit.optimize(model, passes=[...])`` runs them on any .tflite;
 ``fusekit.convert(..., passes=[...])`` runs them after conversion.  Built-in
-passes: ``cleanup``, ``layout``, ``fold_affine``, ``space_to_depth``.  Your own::
+passes: ``cleanup``, ``fuse`` (``fuse_layer_norm``, ``fuse_rms_norm``,
+``fuse_attention``), ``layout``, ``fold_affine``, ``space_to_depth``.  Your own::
 
     @fusekit.passes.register("my_pass")
     def my_pass(model: fusekit.passes.ModelView, options) -> tuple[ModelView, list[str]]:
@@ -17,6 +18,8 @@ from __future__ import annotations
 from fusekit.passes import (  # noqa: F401 - register the built-ins
     cleanup,
     fold_affine,
+    fuse,
+    fuse_attention,
     fuse_layer_norm,
     fuse_rms_norm,
     layout,

@@ -35,10 +35,13 @@ def convert_function(function, *specs) -> bytes:
 
 
 def randomize(model, seed: int = 0) -> None:
-    """Random weights (Keras initializes gammas to one and betas to zero,
-    which would hide a swapped gamma and beta)."""
+    """Random weights of magnitude below 0.5 (Keras initializes gammas to
+    one and betas to zero, which would hide a swapped gamma and beta; small
+    weights keep activations near one, where 1e-4 is a fair tolerance)."""
     rng = np.random.default_rng(seed)
-    model.set_weights([(rng.random(w.shape) + 0.5).astype(w.dtype) for w in model.get_weights()])
+    model.set_weights(
+        [rng.uniform(-0.5, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
 
 
 def custom_ops(model: bytes, name: str) -> list:

@@ -5,10 +5,13 @@ custom op in place of the matched operators."""
 from __future__ import annotations
 
 import numpy as np
+from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.passes.fusion.attention import AttentionMatch, find_attention
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
-from fusekit.passes.graph import OP, Graph, ModelView
+from fusekit.passes.fusion.values import FLOAT32
+from fusekit.passes.graph import OP, OPTIONS, Graph, ModelView
 from fusekit.passes.registry import PassOptions
 
 
@@ -77,6 +80,66 @@ def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str)
             options.note(name, message)
         for match in matches:
             changes.append(fuse_norm(graph, match))
+        if matches:
+            graph.finish()
+    if changes:
+        model.prune_buffers()
+    return changes
+
+
+def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
+    """Replaces a proven attention core by ``fusekit_attention``; returns
+    the report line."""
+    inputs = [match.q, match.k, match.v]
+    where = graph.name(match.output)
+    if match.mask is not None:
+        inputs.append(match.mask)
+    elif match.constant_mask is not None:
+        inputs.append(graph.add_constant(match.constant_mask, where + "/mask"))
+    elif match.keep is not None:
+        # The additive mask SELECT_V2(keep, 0, fill): the same scores as
+        # SELECT_V2(keep, s, fill) once added (see fusion/attention.py).
+        zero = graph.add_constant(np.zeros((), np.float32), where + "/mask_keep")
+        fill = graph.add_constant(np.full((), match.fill, np.float32), where + "/mask_fill")
+        mask = graph.add_tensor(
+            graph.shape(match.keep), FLOAT32, where + "/mask", signature=graph.signature(match.keep)
+        )
+        graph.add_op(
+            OP.SELECT_V2,
+            [match.keep, zero, fill],
+            [mask],
+            OPTIONS.SelectV2Options,
+            schema.SelectV2OptionsT(),
+        )
+        inputs.append(mask)
+    attrs = {"causal": match.causal, "scale": match.scale}
+    replace_with_custom(graph, "fusekit_attention", inputs, match.output, attrs, match.ops)
+    peeled = match.peeled
+    if peeled is not None and not graph.consumers(int(peeled.outputs[0])):
+        if not graph.is_output(int(peeled.outputs[0])):
+            graph.remove_op(peeled)
+    mask_kind = (
+        "float mask"
+        if match.mask is not None or match.keep is not None
+        else "constant mask"
+        if match.constant_mask is not None
+        else "no mask"
+    )
+    return (
+        f"fusekit_attention at {where!r} ({len(match.ops)} ops; causal={match.causal}, "
+        f"scale={np.float32(match.scale):g}, {mask_kind})"
+    )
+
+
+def fuse_attention_pass(model: ModelView, options: PassOptions, name: str) -> list[str]:
+    changes = []
+    for graph in model.graphs():
+        near_misses: list[str] = []
+        matches = find_attention(graph, near_misses)
+        for message in near_misses:
+            options.note(name, message)
+        for match in matches:
+            changes.append(fuse_attention(graph, match))
         if matches:
             graph.finish()
     if changes:

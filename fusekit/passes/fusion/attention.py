@@ -1,0 +1,269 @@
+"""Finding scaled dot-product attention as the TF converter emits it (Keras
+MultiHeadAttention's einsums, ``tf.matmul`` code)::
+
+    qh = TRANSPOSE(q [B,Sq,H,D], [0,2,1,3])        (a scalar MUL on q allowed)
+    kt = TRANSPOSE(k [B,Skv,H,D], [0,2,3,1])       (or [0,2,1,3] with adj_y)
+    s  = BATCH_MATMUL(qh, kt) -> MUL/DIV by scalars -> mask -> SOFTMAX
+    o  = BATCH_MATMUL(p, TRANSPOSE(v, [0,2,1,3])) -> TRANSPOSE(o, [0,2,1,3])
+
+mask: ``SELECT_V2(keep, s, c)`` (Keras: c is the dtype's lowest value) or
+``ADD(s, mask)``.  A constant ``keep`` becomes ``causal`` (the bottom-right
+band), nothing (all true) or a constant additive mask; a runtime ``keep``
+becomes the additive mask ``SELECT_V2(keep, 0, c)``, which gives the same
+scores bit for bit when |c| >= 1e30 (s + c rounds to c), rows with every
+key masked included.  Everything the kernel cannot reproduce exactly is a
+near-miss with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
+from fusekit.passes.graph import OP, Graph
+
+HEADS_FIRST = [0, 2, 1, 3]
+KEYS_LAST = [0, 2, 3, 1]
+# |c| at least this: s + c == c in float32 for any score below 1e22.
+HUGE = 1e30
+
+
+@dataclass
+class AttentionMatch:
+    q: int
+    k: int
+    v: int
+    output: int
+    scale: float
+    causal: bool = False
+    mask: int | None = None  # an additive float mask tensor in the graph
+    keep: int | None = None  # a runtime bool tensor: mask = SELECT_V2(keep, 0, fill)
+    fill: float = 0.0
+    constant_mask: np.ndarray | None = None  # an additive mask to add as a constant
+    # A LOGICAL_AND with an all-true constant the mask was read through
+    # (not a pure op for graph.finish: removed here once nothing reads it).
+    peeled: schema.OperatorT | None = None
+    ops: list[schema.OperatorT] = field(default_factory=list)
+
+
+def _only_reader(graph: Graph, tensor: int) -> schema.OperatorT | None:
+    readers = graph.consumers(tensor)
+    if len(readers) != 1 or graph.is_output(tensor):
+        return None
+    return readers[0]
+
+
+def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float] | None:
+    """(source, scale) when ``tensor`` is TRANSPOSE(source, perm), possibly
+    with scalar MULs before or after the transpose (their product)."""
+    scale = 1.0
+    for _ in range(4):
+        op = graph.producer(tensor)
+        if op is None:
+            return None
+        code = graph.builtin(op)
+        if code == OP.MUL and no_activation(op):
+            a, b = (int(t) for t in op.inputs)
+            c = scalar(graph, b)
+            if c is None:
+                return None
+            scale *= c
+            tensor = a
+            continue
+        if code == OP.TRANSPOSE and graph.perm_of(op) == perm:
+            source = int(op.inputs[0])
+            # A scalar MUL of the source (q * scale before the transpose).
+            inner = graph.producer(source)
+            if inner is not None and graph.builtin(inner) == OP.MUL and no_activation(inner):
+                c = scalar(graph, int(inner.inputs[1]))
+                if c is not None:
+                    return int(inner.inputs[0]), scale * c
+            return source, scale
+        return None
+    return None
+
+
+def _broadcasts(shape: list[int], target: list[int]) -> bool:
+    if len(shape) > len(target):
+        return False
+    for dim, want in zip(shape[::-1], target[::-1]):
+        if dim not in (1, want) and not (dim == -1 and want == -1):
+            return False
+    return True
+
+
+def _band(q_len: int, kv_len: int) -> np.ndarray:
+    """The kernel's causal band: key j visible to query i when j <= i + Skv - Sq."""
+    return np.tril(np.ones((q_len, kv_len), bool), k=kv_len - q_len)
+
+
+def _constant_keep(
+    keep: np.ndarray, fill: float, q_len: int, kv_len: int, match: AttentionMatch
+) -> str | None:
+    """Sets causal / constant_mask of ``match`` from a constant keep-mask;
+    returns a reason when the kernel cannot reproduce it."""
+    if q_len <= 0 or kv_len <= 0:
+        return "a constant mask with dynamic sequence lengths"
+    lead = keep.reshape((-1,) + keep.shape[-2:]) if keep.ndim >= 2 else None
+    if lead is None or not all((s == lead[0]).all() for s in lead):
+        return f"a constant mask of shape {list(keep.shape)} that differs across batch or heads"
+    plane = np.broadcast_to(lead[0], (q_len, kv_len))
+    if plane.all():
+        return None
+    if kv_len >= q_len and (plane == _band(q_len, kv_len)).all():
+        match.causal = True
+        return None
+    if not np.isfinite(fill) and not plane.any(axis=-1).all():
+        return "a constant mask emptying a row with -inf (the kernel gives zeros, softmax NaN)"
+    match.constant_mask = np.where(plane, 0.0, fill).astype(np.float32)[None, None]
+    return None
+
+
+def _peel_true(graph: Graph, tensor: int) -> tuple[int, schema.OperatorT | None]:
+    """(a, the AND) for LOGICAL_AND(a, c) with c a constant all true (Keras
+    combines masks so); else (``tensor``, None)."""
+    op = graph.producer(tensor)
+    if op is None or graph.builtin(op) != OP.LOGICAL_AND:
+        return tensor, None
+    a, b = (int(t) for t in op.inputs)
+    for keep, other in ((a, b), (b, a)):
+        if graph.is_constant(other) and graph.constant(other).all():
+            return keep, op
+    return tensor, None
+
+
+def _is_scores(graph: Graph, tensor: int, shape: list[int]) -> bool:
+    producer = graph.producer(tensor)
+    return (
+        producer is not None
+        and graph.builtin(producer) in (OP.BATCH_MATMUL, OP.MUL, OP.DIV)
+        and graph.signature(tensor) == shape
+    )
+
+
+def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | None:
+    """An AttentionMatch, a near-miss reason, or None (not attention)."""
+    probs = int(softmax.outputs[0])
+    beta = float(getattr(softmax.builtinOptions, "beta", 1.0) or 1.0)
+    chain = [softmax]
+    tensor = int(softmax.inputs[0])
+    match = AttentionMatch(-1, -1, -1, -1, beta)
+    scores_shape = graph.signature(tensor)
+    if len(scores_shape) != 4 or graph.tensor(tensor).type != FLOAT32:
+        return None
+    # Walking back from the softmax: the mask (once), then scalar scales,
+    # then the Q.K^T matmul.
+    masked = scaled = False
+    while True:
+        op = graph.producer(tensor)
+        if op is None:
+            return None
+        reader_ok = _only_reader(graph, tensor) is chain[-1]
+        code = graph.builtin(op)
+        if code == OP.BATCH_MATMUL:
+            break
+        if code == OP.TRANSPOSE and len(chain) == 1:
+            return "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
+        if not reader_ok:
+            return "an intermediate score tensor is also read outside the attention"
+        inputs = [int(t) for t in op.inputs]
+        if code in (OP.MUL, OP.DIV) and no_activation(op):
+            c = scalar(graph, inputs[1])
+            if c is None or c == 0.0:
+                return None
+            scaled = True
+            match.scale *= c if code == OP.MUL else 1.0 / c
+            tensor = inputs[0]
+        elif code in (OP.SELECT_V2, OP.ADD) and scaled:
+            return "the scores are scaled after the mask is applied"
+        elif code == OP.SELECT_V2 and not masked:
+            keep, fill = inputs[0], scalar(graph, inputs[2])
+            if fill is None:
+                return "SELECT_V2 on the scores with a non-constant masked value"
+            if graph.is_constant(keep):
+                reason = _constant_keep(
+                    graph.constant(keep), fill, scores_shape[2], scores_shape[3], match
+                )
+                if reason:
+                    return reason
+            else:
+                if not np.isfinite(fill) or fill > -HUGE:
+                    return (
+                        f"masked scores set to {fill:g}: only a finite value <= -1e30 "
+                        "keeps rows with every key masked equal"
+                    )
+                (match.keep, match.peeled), match.fill = _peel_true(graph, keep), fill
+                if not _broadcasts(graph.signature(match.keep), scores_shape):
+                    return f"a mask of shape {graph.signature(match.keep)} the kernel does not take"
+            masked = True
+            tensor = inputs[1]
+        elif code == OP.ADD and no_activation(op) and not masked:
+            a, b = inputs
+            tensor, mask = (b, a) if _is_scores(graph, b, scores_shape) else (a, b)
+            shape = graph.signature(mask)
+            if graph.tensor(mask).type != FLOAT32 or not _broadcasts(shape, scores_shape):
+                return f"an additive mask of shape {shape} the kernel does not take"
+            match.mask = mask
+            masked = True
+        else:
+            return None
+        chain.append(op)
+    qk = op
+    if not reader_ok:
+        return "the attention scores are also read outside the attention"
+    chain.append(qk)
+    options = qk.builtinOptions
+    if getattr(options, "adjX", False):
+        return None
+    q_side = _transposed(graph, int(qk.inputs[0]), HEADS_FIRST)
+    k_perm = HEADS_FIRST if getattr(options, "adjY", False) else KEYS_LAST
+    k_side = _transposed(graph, int(qk.inputs[1]), k_perm)
+    if q_side is None or k_side is None:
+        return None
+    (match.q, q_scale), (match.k, k_scale) = q_side, k_side
+    match.scale *= q_scale * k_scale
+    # Forward: probs @ V, then back to [B, Sq, H, Dv].
+    pv = _only_reader(graph, probs)
+    if pv is None:
+        return "the attention probabilities are also read outside the attention"
+    if graph.builtin(pv) != OP.BATCH_MATMUL or int(pv.inputs[0]) != probs:
+        return None
+    if getattr(pv.builtinOptions, "adjX", False) or getattr(pv.builtinOptions, "adjY", False):
+        return None
+    v_side = _transposed(graph, int(pv.inputs[1]), HEADS_FIRST)
+    if v_side is None or v_side[1] != 1.0:
+        return None
+    match.v = v_side[0]
+    out = _only_reader(graph, int(pv.outputs[0]))
+    if out is None or graph.perm_of(out) != HEADS_FIRST:
+        return "the attention result is not transposed back to [B, Sq, H, D]"
+    chain += [pv, out]
+    match.output = int(out.outputs[0])
+    q, k, v = (graph.signature(t) for t in (match.q, match.k, match.v))
+    if any(len(s) != 4 for s in (q, k, v)) or any(
+        graph.tensor(t).type != FLOAT32 for t in (match.q, match.k, match.v)
+    ):
+        return "q, k, v are not float32 of rank 4"
+    if q[2] <= 0 or q[3] <= 0 or k[2] != q[2] or v[2] != q[2] or k[3] != q[3] or v[3] <= 0:
+        return f"head shapes q {q}, k {k}, v {v} the kernel does not take"
+    if not np.isfinite(match.scale):
+        return "a scale that is not finite"
+    match.ops = chain
+    return match
+
+
+def find_attention(graph: Graph, near_misses: list[str]) -> list[AttentionMatch]:
+    """Every proven attention core in ``graph``; near-misses get a reason."""
+    matches = []
+    for op in list(graph.ops):
+        if graph.builtin(op) != OP.SOFTMAX:
+            continue
+        found = _match(graph, op)
+        if isinstance(found, str):
+            near_misses.append(f"attention at {graph.name(int(op.outputs[0]))!r}: {found}")
+        elif found is not None:
+            matches.append(found)
+    return matches

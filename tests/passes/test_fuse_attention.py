@@ -1,0 +1,139 @@
+"""fuse_attention on what the plain TF 2.21 converter emits for Keras
+MultiHeadAttention (no mask, bool attention mask with fully masked rows,
+causal self- and cross-attention) and hand-written tf.matmul attention:
+one fusekit_attention per layer, outputs equal on all three runtimes,
+near-misses left alone with a reason, a second run changes nothing."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+from fuse_models import (
+    assert_same_outputs,
+    convert_function,
+    convert_keras,
+    custom_ops,
+    optimize_twice,
+    randomize,
+)
+
+import fusekit
+from fusekit.passes.fusion.emit import custom_options
+
+ATTENTION = "fusekit_attention"
+
+
+def mha_model(
+    q_len: int, kv_len: int, mask: bool = False, causal: bool = False, layers: int = 1
+) -> keras.Model:
+    q = keras.Input((q_len, 32), batch_size=2)
+    kv = keras.Input((kv_len, 32), batch_size=2)
+    inputs = [q, kv]
+    keep = None
+    if mask:
+        keep = keras.Input((q_len, kv_len), batch_size=2, dtype="bool")
+        inputs.append(keep)
+    y = q
+    for _ in range(layers):
+        layer = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)
+        y = layer(y, kv, attention_mask=keep, use_causal_mask=causal)
+    model = keras.Model(inputs, y)
+    randomize(model)
+    return model
+
+
+def runs_with_masks(model: bytes, q_len: int, kv_len: int, seed: int = 0) -> list[list]:
+    """Random q/kv and a bool mask whose first query row is fully masked
+    (Keras then averages every value; the fused op must too)."""
+    rng = np.random.default_rng(seed)
+    interp = fusekit.Interpreter(model_content=model)
+    out = []
+    for detail in interp.get_input_details():
+        if detail["dtype"] == np.bool_:
+            keep = rng.random(detail["shape"]) > 0.3
+            keep[:, 0, :] = False
+            out.append(keep)
+        else:
+            out.append(rng.standard_normal(detail["shape"]).astype(np.float32))
+    return [out]
+
+
+def test_keras_mha_without_mask_two_layers():
+    original = convert_keras(mha_model(16, 24, layers=2))
+    result = optimize_twice(original, ["fuse_attention"])
+    fused = custom_ops(result.model, ATTENTION)
+    assert len(fused) == 2
+    assert fused[0].custom_options == custom_options({"causal": False, "scale": 8**-0.5})
+    assert "TRANSPOSE" not in fusekit.passes.ModelView(result.model).op_counts()
+    assert_same_outputs(original, result.model)
+
+
+def test_keras_mha_bool_mask_with_fully_masked_rows():
+    original = convert_keras(mha_model(16, 24, mask=True))
+    result = optimize_twice(original, ["fuse_attention"])
+    assert len(custom_ops(result.model, ATTENTION)) == 1
+    assert "float mask" in result.report.line("fuse_attention").changes[0]
+    assert_same_outputs(original, result.model, runs=runs_with_masks(original, 16, 24))
+
+
+def test_keras_mha_causal_self_and_cross_attention():
+    original = convert_keras(mha_model(16, 16, causal=True))
+    result = optimize_twice(original, ["fuse_attention"])
+    (fused,) = custom_ops(result.model, ATTENTION)
+    assert fused.custom_options == custom_options({"causal": True, "scale": 8**-0.5})
+    counts = fusekit.passes.ModelView(result.model).op_counts()
+    assert "SELECT_V2" not in counts
+    assert_same_outputs(original, result.model)
+    # Keras aligns its causal mask top-left; with Sq != Skv that is not the
+    # kernel's bottom-right band, so it travels as a constant mask.
+    original = convert_keras(mha_model(16, 24, causal=True))
+    result = optimize_twice(original, ["fuse_attention"])
+    assert "constant mask" in result.report.line("fuse_attention").changes[0]
+    assert_same_outputs(original, result.model)
+
+
+def test_keras_mha_long_sequence():
+    original = convert_keras(mha_model(512, 512, causal=True))
+    result = optimize_twice(original, ["fuse_attention"])
+    assert len(custom_ops(result.model, ATTENTION)) == 1
+    assert_same_outputs(original, result.model, atol=1e-3)
+
+
+def test_hand_written_matmul_attention_with_additive_mask():
+    @tf.function
+    def attention(q, k, v, mask):
+        qh = tf.transpose(q, [0, 2, 1, 3]) * 0.25
+        kh = tf.transpose(k, [0, 2, 1, 3])
+        scores = tf.matmul(qh, kh, transpose_b=True) / 2.0 + mask
+        probs = tf.nn.softmax(scores, axis=-1)
+        return tf.transpose(tf.matmul(probs, tf.transpose(v, [0, 2, 1, 3])), [0, 2, 1, 3])
+
+    specs = [tf.TensorSpec([2, 16, 4, 8])] * 3 + [tf.TensorSpec([2, 1, 16, 16])]
+    original = convert_function(attention, *specs)
+    result = optimize_twice(original, ["fuse_attention"])
+    (fused,) = custom_ops(result.model, ATTENTION)
+    assert fused.custom_options == custom_options({"causal": False, "scale": 0.125})
+    assert_same_outputs(original, result.model)
+
+
+def test_near_misses_are_left_alone_with_the_reason():
+    """Softmax over the queries, a mask added before the scale, and a bool
+    mask filling -1e9 (rows with every key masked would differ) stay."""
+
+    @tf.function
+    def near(q, k, v, keep):
+        qh, kh, vh = (tf.transpose(t, [0, 2, 1, 3]) for t in (q, k, v))
+        scores = tf.matmul(qh, kh, transpose_b=True)
+        a = tf.matmul(tf.nn.softmax(scores * 0.3, axis=-2), vh)
+        b = tf.matmul(tf.nn.softmax((scores + 1.0) * 0.3, axis=-1), vh)
+        c = tf.matmul(tf.nn.softmax(tf.where(keep, scores * 0.3, -1e9), axis=-1), vh)
+        return [tf.transpose(t, [0, 2, 1, 3]) for t in (a, b, c)]
+
+    specs = [tf.TensorSpec([2, 16, 4, 8])] * 3 + [tf.TensorSpec([2, 1, 16, 16], tf.bool)]
+    original = convert_function(near, *specs)
+    result = fusekit.optimize(original, passes=["fuse_attention"])
+    assert not custom_ops(result.model, ATTENTION)
+    text = "\n".join(result.report.line("fuse_attention").notes)
+    assert "SOFTMAX over an axis other than the keys" in text
+    assert "masked scores set to -1e+09" in text
