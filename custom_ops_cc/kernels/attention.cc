@@ -284,78 +284,89 @@ HWY_INLINE void MaskRow(const att::Problem& p, int64_t b, int64_t h, int64_t i, 
   }
 }
 
-// Rows of one kv head sit Hkv * D floats apart: with Hkv * D * 4 >= 4096
-// every row starts a new page, where the hardware prefetchers stop, so a
-// decode step asks for the rows it reads a few rows ahead itself.  (A
-// prefetch past the end of a tensor is harmless: it never faults.)
-constexpr int64_t kPrefetchRows = 24;
+// A decode item reads the rows of its kv heads, Hkv * D floats apart; when
+// the item has fewer heads than the tensor, each row starts a new stretch
+// (a new page once Hkv * D * 4 >= 4096), where the hardware prefetchers
+// stop, so the item asks for the rows it reads a few rows ahead itself.
+// (A prefetch past the end of a tensor is harmless: it never faults.)
+constexpr int64_t kPrefetchRows = 8;
 HWY_INLINE void PrefetchRow(const float* row, int64_t count) {
   for (int64_t c = 0; c < count; c += 16) __builtin_prefetch(row + c, 0, 3);
 }
 
-// Few query rows against keys read in place (a decode step): each K row
-// is loaded once and dotted with every query row, so K streams from memory
-// once with no transposed copy.  s[r][j] for r < rows, j < n.
-void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t depth,
+// Few query rows per kv head against keys read in place (a decode step):
+// key row j of every kv head of the item (consecutive heads, one
+// contiguous stretch of memory) is loaded once and dotted with that head's
+// query rows, so K streams from memory once, in address order, with no
+// transposed copy.  Row r belongs to the item's head r / per_head.
+// s[r][j] for r < rows, j < n.
+void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t per_head, int64_t depth,
                const float* HWY_RESTRICT k, int64_t k_stride, int64_t n,
                float* HWY_RESTRICT s, int64_t s_stride) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t heads = rows / per_head;
   for (int64_t j = 0; j < n; ++j) {
-    const float* HWY_RESTRICT kr = k + j * k_stride;
-    PrefetchRow(kr + kPrefetchRows * k_stride, depth);
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-      const float* q0 = q + r * depth;
-      VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-      int64_t c = 0;
-      for (; c + lanes <= depth; c += lanes) {
-        const VF kv = hn::LoadU(d, kr + c);
-        a0 = hn::MulAdd(hn::LoadU(d, q0 + c), kv, a0);
-        a1 = hn::MulAdd(hn::LoadU(d, q0 + depth + c), kv, a1);
-        a2 = hn::MulAdd(hn::LoadU(d, q0 + 2 * depth + c), kv, a2);
-        a3 = hn::MulAdd(hn::LoadU(d, q0 + 3 * depth + c), kv, a3);
+    const float* HWY_RESTRICT k_row = k + j * k_stride;
+    PrefetchRow(k_row + kPrefetchRows * k_stride, heads * depth);
+    for (int64_t g = 0; g < heads; ++g) {
+      const float* HWY_RESTRICT kr = k_row + g * depth;
+      int64_t r = g * per_head;
+      const int64_t r_end = r + per_head;
+      for (; r + 4 <= r_end; r += 4) {
+        const float* q0 = q + r * depth;
+        VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+        int64_t c = 0;
+        for (; c + lanes <= depth; c += lanes) {
+          const VF kv = hn::LoadU(d, kr + c);
+          a0 = hn::MulAdd(hn::LoadU(d, q0 + c), kv, a0);
+          a1 = hn::MulAdd(hn::LoadU(d, q0 + depth + c), kv, a1);
+          a2 = hn::MulAdd(hn::LoadU(d, q0 + 2 * depth + c), kv, a2);
+          a3 = hn::MulAdd(hn::LoadU(d, q0 + 3 * depth + c), kv, a3);
+        }
+        if (c < depth) {
+          const size_t rest = static_cast<size_t>(depth - c);
+          const VF kv = LoadTail(d, kr + c, rest);
+          a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), kv, a0);
+          a1 = hn::MulAdd(LoadTail(d, q0 + depth + c, rest), kv, a1);
+          a2 = hn::MulAdd(LoadTail(d, q0 + 2 * depth + c, rest), kv, a2);
+          a3 = hn::MulAdd(LoadTail(d, q0 + 3 * depth + c, rest), kv, a3);
+        }
+        s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a0));
+        s[(r + 1) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a1));
+        s[(r + 2) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a2));
+        s[(r + 3) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a3));
       }
-      if (c < depth) {
-        const size_t rest = static_cast<size_t>(depth - c);
-        const VF kv = LoadTail(d, kr + c, rest);
-        a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), kv, a0);
-        a1 = hn::MulAdd(LoadTail(d, q0 + depth + c, rest), kv, a1);
-        a2 = hn::MulAdd(LoadTail(d, q0 + 2 * depth + c, rest), kv, a2);
-        a3 = hn::MulAdd(LoadTail(d, q0 + 3 * depth + c, rest), kv, a3);
+      for (; r < r_end; ++r) {
+        const float* q0 = q + r * depth;
+        VF a0 = hn::Zero(d);
+        int64_t c = 0;
+        for (; c + lanes <= depth; c += lanes) {
+          a0 = hn::MulAdd(hn::LoadU(d, q0 + c), hn::LoadU(d, kr + c), a0);
+        }
+        if (c < depth) {
+          const size_t rest = static_cast<size_t>(depth - c);
+          a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), LoadTail(d, kr + c, rest), a0);
+        }
+        s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a0));
       }
-      s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a0));
-      s[(r + 1) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a1));
-      s[(r + 2) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a2));
-      s[(r + 3) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a3));
-    }
-    for (; r < rows; ++r) {
-      const float* q0 = q + r * depth;
-      VF a0 = hn::Zero(d);
-      int64_t c = 0;
-      for (; c + lanes <= depth; c += lanes) {
-        a0 = hn::MulAdd(hn::LoadU(d, q0 + c), hn::LoadU(d, kr + c), a0);
-      }
-      if (c < depth) {
-        const size_t rest = static_cast<size_t>(depth - c);
-        a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), LoadTail(d, kr + c, rest), a0);
-      }
-      s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a0));
     }
   }
 }
 
 // o[r][0, dv) += sum_j p[r][j] * v[j][0, dv) with V rows read in place,
-// each once: the decode step's P.V (o rows are value_pad floats apart).
-void StreamPv(const float* HWY_RESTRICT p, int64_t p_stride, int64_t rows, int64_t n,
-              const float* HWY_RESTRICT v, int64_t v_stride, int64_t dv,
+// each once, in address order: the decode step's P.V (row r reads the V of
+// the item's head r / per_head; o rows are value_pad floats apart).
+void StreamPv(const float* HWY_RESTRICT p, int64_t p_stride, int64_t rows, int64_t per_head,
+              int64_t n, const float* HWY_RESTRICT v, int64_t v_stride, int64_t dv,
               float* HWY_RESTRICT o, int64_t o_stride) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t j = 0; j < n; ++j) {
-    const float* HWY_RESTRICT vr = v + j * v_stride;
-    PrefetchRow(vr + kPrefetchRows * v_stride, dv);
+    const float* HWY_RESTRICT v_row = v + j * v_stride;
+    PrefetchRow(v_row + kPrefetchRows * v_stride, rows / per_head * dv);
     for (int64_t r = 0; r < rows; ++r) {
+      const float* HWY_RESTRICT vr = v_row + (r / per_head) * dv;
       const float w = p[r * p_stride + j];
       if (w == 0.0f) continue;  // dropped keys
       const VF vw = hn::Set(d, w);
@@ -414,12 +425,14 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const Buffers buf = Carve(p, l, scratch);
   const int64_t depth = p.depth, dv = p.value_depth, vpad = l.value_pad;
-  const int64_t rows = it.group_count * it.query_count;
+  const int64_t per_head = it.group_count * it.query_count;
+  const int64_t rows = it.kv_head_count * per_head;
   const int64_t offset = p.kv_len - p.q_len;  // causal: key j <= i + offset
   auto head_of = [&](int64_t r) {
-    return it.kv_head * p.group + it.group_begin + r / it.query_count;
+    return (it.kv_head + r / per_head) * p.group + it.group_begin +
+           (r % per_head) / it.query_count;
   };
-  auto query_of = [&](int64_t r) { return it.query_begin + r % it.query_count; };
+  auto query_of = [&](int64_t r) { return it.query_begin + (r % per_head) % it.query_count; };
 
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = p.q + ((it.b * p.q_len + query_of(r)) * p.heads + head_of(r)) * depth;
@@ -438,13 +451,14 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
   const float* v_head = p.v + (it.b * p.kv_len * p.kv_heads + it.kv_head) * dv;
   const int64_t k_row = p.kv_heads * depth;
   const float* k_head = p.k + (it.b * p.kv_len * p.kv_heads + it.kv_head) * depth;
-  // Few rows: read K and V in place, once (see DotScores).
-  const bool stream = rows <= att::kStreamRows;
+  // Few rows per kv head: read K and V in place, once (see DotScores).
+  // Otherwise the item has one kv head and packs its K blocks.
+  const bool stream = per_head <= att::kStreamRows;
 
   for (int64_t j0 = it.key_begin; j0 < key_end; j0 += att::kKeys) {
     const int64_t n = key_end - j0 < att::kKeys ? key_end - j0 : att::kKeys;
     if (stream) {
-      DotScores(buf.q, rows, depth, k_head + j0 * k_row, k_row, n, buf.s, att::kKeys);
+      DotScores(buf.q, rows, per_head, depth, k_head + j0 * k_row, k_row, n, buf.s, att::kKeys);
     } else {
       AttentionPackK(p, it.b, it.kv_head, j0, n, buf.kblock);
       const float* kp = buf.kblock;
@@ -481,7 +495,8 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
       buf.sum[r] += block_sum;
     }
     if (stream) {
-      StreamPv(buf.s, att::kKeys, rows, n, v_head + j0 * v_row, v_row, dv, buf.o, vpad);
+      StreamPv(buf.s, att::kKeys, rows, per_head, n, v_head + j0 * v_row, v_row, dv, buf.o,
+               vpad);
       continue;
     }
     // O += P . V, two vectors of output columns at a time.
@@ -773,7 +788,8 @@ constexpr int64_t kDecodeQueries = 4;
 struct Plan {
   att::Layout layout;
   bool decode = false;
-  int64_t splits = 1;       // key splits per (b, kv head), decode only
+  int64_t splits = 1;       // key splits per (b, kv heads), decode only
+  int64_t decode_heads = 1;  // kv heads per decode item
   int64_t thread_floats = 0;
   int64_t partial_floats = 0;  // decode with splits: partial results
   int64_t copy_floats = 0;     // prefill with Hkv > 1: K and V per head
@@ -905,10 +921,17 @@ class Attention {
     plan.thread_floats = att::RoundUp(att::ThreadFloats(p, l), 16);
     if (plan.decode) {
       plan.splits = std::max<int64_t>(1, (p.kv_len + att::kSplitKeys - 1) / att::kSplitKeys);
+      // Streamed items take as many kv heads as their rows allow: a key's
+      // rows of consecutive kv heads are one stretch of memory.
+      const int64_t per_head = p.group * p.q_len;
+      if (per_head <= att::kStreamRows) {
+        plan.decode_heads = std::max<int64_t>(1, std::min(p.kv_heads, att::kRows / per_head));
+      }
       if (plan.splits > 1) {
-        const int64_t rows = p.group * p.q_len;
-        plan.partial_floats = att::RoundUp(
-            p.batch * p.kv_heads * plan.splits * rows * (l.value_pad + 2), 16);
+        const int64_t groups = (p.kv_heads + plan.decode_heads - 1) / plan.decode_heads;
+        plan.partial_floats = att::RoundUp(p.batch * groups * plan.splits * plan.decode_heads *
+                                               per_head * (l.value_pad + 2),
+                                           16);
       }
     } else if (p.kv_heads > 1) {
       plan.copy_floats =
@@ -972,18 +995,22 @@ class Attention {
   TfLiteStatus Decode(OpContext& ctx, const att::Problem& p, float* scratch) {
     const att::Layout& l = plan_.layout;
     const int64_t splits = plan_.splits;
-    const int64_t rows = p.group * p.q_len;
+    const int64_t per_head = p.group * p.q_len;  // rows of one kv head
+    const int64_t group_heads = plan_.decode_heads;  // kv heads per item
+    const int64_t groups = (p.kv_heads + group_heads - 1) / group_heads;
+    const int64_t item_rows = group_heads * per_head;
     float* partials = scratch;
     float* threads_base = scratch + plan_.partial_floats;
     const int64_t row_floats = l.value_pad + 2;
-    const int64_t items = p.batch * p.kv_heads * splits;
+    const int64_t items = p.batch * groups * splits;
     ctx.ParallelFor(items, 1, [&](int64_t begin, int64_t end, int worker) {
       float* mine = threads_base + worker * plan_.thread_floats;
       for (int64_t t = begin; t < end; ++t) {
-        const int64_t split = t % splits, head = t / splits;
+        const int64_t split = t % splits, bg = t / splits;
         att::Item it{};
-        it.b = head / p.kv_heads;
-        it.kv_head = head % p.kv_heads;
+        it.b = bg / groups;
+        it.kv_head = (bg % groups) * group_heads;
+        it.kv_head_count = std::min(group_heads, p.kv_heads - it.kv_head);
         it.group_begin = 0;
         it.group_count = p.group;
         it.query_begin = 0;
@@ -994,32 +1021,36 @@ class Attention {
           item_(p, l, it, mine, nullptr);
           continue;
         }
-        float* base = partials + t * rows * row_floats;
-        const att::Partial part{base, base + rows, base + 2 * rows};
+        float* base = partials + t * item_rows * row_floats;
+        const att::Partial part{base, base + item_rows, base + 2 * item_rows};
         item_(p, l, it, mine, &part);
       }
     });
     if (splits == 1) return kTfLiteOk;
     // Merge the splits of each row in split order.
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     const int64_t heads = p.batch * p.kv_heads;
-    ctx.ParallelFor(heads * rows, 16, [&](int64_t begin, int64_t end) {
+    ctx.ParallelFor(heads * per_head, 16, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        const int64_t head = t / rows, r = t % rows;
+        const int64_t head = t / per_head, r = t % per_head;
         const int64_t b = head / p.kv_heads, kvh = head % p.kv_heads;
-        auto part = [&](int64_t s) { return partials + (head * splits + s) * rows * row_floats; };
-        float max = -std::numeric_limits<float>::infinity();
-        for (int64_t s = 0; s < splits; ++s) max = std::max(max, part(s)[r]);
+        // The row's place in its item and the item's partials per split.
+        const int64_t at = (kvh % group_heads) * per_head + r;
+        const int64_t first = (b * groups + kvh / group_heads) * splits;
+        auto part = [&](int64_t s) { return partials + (first + s) * item_rows * row_floats; };
+        float max = kNegInf;
+        for (int64_t s = 0; s < splits; ++s) max = std::max(max, part(s)[at]);
         const int64_t h = kvh * p.group + r / p.q_len, i = r % p.q_len;
         float* dst = p.out + ((b * p.q_len + i) * p.heads + h) * p.value_depth;
         std::fill(dst, dst + p.value_depth, 0.0f);
-        if (max == -std::numeric_limits<float>::infinity()) continue;
+        if (max == kNegInf) continue;
         float sum = 0.0f;
         for (int64_t s = 0; s < splits; ++s) {
           const float* base = part(s);
-          if (base[r] == -std::numeric_limits<float>::infinity()) continue;
-          const float w = std::exp(base[r] - max);
-          sum += base[rows + r] * w;
-          const float* o = base + 2 * rows + r * l.value_pad;
+          if (base[at] == kNegInf) continue;
+          const float w = std::exp(base[at] - max);
+          sum += base[item_rows + at] * w;
+          const float* o = base + 2 * item_rows + at * l.value_pad;
           for (int64_t c = 0; c < p.value_depth; ++c) dst[c] += o[c] * w;
         }
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;

@@ -57,13 +57,15 @@ struct Layout {
   bool value_direct;    // V is read in place (Dv is already whole chunks)
 };
 
-// Rows of one work item: kv head `kv_head` of batch `b`, query heads
-// group_begin.. (count group_count, relative to the kv head) times queries
-// query_begin.. (count query_count): row r is query head
-// kv_head * group + group_begin + r / query_count, query query_begin +
-// r % query_count.  Keys [key_begin, key_end).
+// Rows of one decode item: for each kv head of kv_head.. (kv_head_count of
+// batch b), query heads group_begin.. (group_count, relative to the kv
+// head) times queries query_begin.. (query_count).  With per_head =
+// group_count * query_count, row r is kv head kv_head + r / per_head, query
+// head (that kv head) * group + group_begin + (r % per_head) / query_count,
+// query query_begin + r % per_head % query_count.  Keys [key_begin, key_end).
 struct Item {
   int64_t b, kv_head;
+  int64_t kv_head_count;  // kv heads kv_head.. (decode items may take several)
   int64_t group_begin, group_count;
   int64_t query_begin, query_count;
   int64_t key_begin, key_end;

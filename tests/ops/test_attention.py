@@ -271,6 +271,19 @@ PLAN = [
         1.0,
         [(1, 2, 700), (2, 3, 40)],
     ),
+    # 16 rows per kv head: items of 4 kv heads, the last one of 1.
+    (
+        "decode gqa4 Hkv5 float causal",
+        20,
+        5,
+        16,
+        None,
+        "float",
+        ["B", 1, "S", "K"],
+        True,
+        1.0,
+        [(1, 4, 1030), (2, 1, 9)],
+    ),
     ("decode gqa8 D32", 8, 1, 32, None, None, None, True, 1.0, [(1, 3, 1100), (1, 4, 4)]),
 ]
 
