@@ -37,6 +37,9 @@ WHEEL="$(ls build/wheelhouse/fusekit-*.whl)"
 
 say "installing fusekit[convert,dev,bench] into .venv"
 .venv/bin/python -m pip install -q "${WHEEL}[convert,dev,bench]"
+# keras-hub without its dependencies (tensorflow-text would bring the full
+# tensorflow wheel over tensorflow-cpu); the bench extra has what it imports.
+.venv/bin/python -m pip install -q --no-deps "keras-hub==0.32.*"
 .venv/bin/python -m pip install -q --force-reinstall --no-deps "$WHEEL"
 
 say "tflite-runtime environment (.venv-tflite-runtime)"

@@ -4,15 +4,27 @@ MultiHeadAttention's einsums, ``tf.matmul`` code)::
     qh = TRANSPOSE(q [B,Sq,H,D], [0,2,1,3])        (a scalar MUL on q allowed)
     kt = TRANSPOSE(k [B,Skv,H,D], [0,2,3,1])       (or [0,2,1,3] with adj_y)
     s  = BATCH_MATMUL(qh, kt) -> MUL/DIV by scalars -> mask -> SOFTMAX
+         (or TRANSPOSE(BATCH_MATMUL(kh, qt), [0,1,3,2]): Keras 3's einsum)
+    p  = SOFTMAX(s)         (or SELECT_V2(keep, p, 0): masked rows zeroed)
     o  = BATCH_MATMUL(p, TRANSPOSE(v, [0,2,1,3])) -> TRANSPOSE(o, [0,2,1,3])
 
-mask: ``SELECT_V2(keep, s, c)`` (Keras: c is the dtype's lowest value) or
-``ADD(s, mask)``.  A constant ``keep`` becomes ``causal`` (the bottom-right
-band), nothing (all true) or a constant additive mask; a runtime ``keep``
-becomes the additive mask ``SELECT_V2(keep, 0, c)``, which gives the same
-scores bit for bit when |c| >= 1e30 (s + c rounds to c), rows with every
-key masked included.  Everything the kernel cannot reproduce exactly is a
-near-miss with its reason.
+mask: ``SELECT_V2(keep, s, c)`` (Keras: c is -1e9 or the dtype's lowest
+value) or ``ADD(s, mask)``.  A constant ``keep`` becomes ``causal`` (the
+bottom-right band), nothing (all true) or a constant mask; a runtime
+``keep`` becomes the additive mask ``SELECT_V2(keep, 0, M)`` with M = -1e38
+-- or ``keep`` itself as the op's bool mask when the probabilities of masked
+keys are zeroed after the softmax with the same ``keep`` (a fully masked row
+then gives zeros, as in the kernel).
+
+Why that is exact: a kept score s is unchanged; a masked one becomes s + M,
+which rounds to M for |s| < 1e30, so a row with every key masked is uniform
+as Keras' row of c's is, and in other rows masked keys get exp(M - max) = 0
+as Keras' exp(c - max) = 0 whenever the row's largest kept score exceeds
+c + 104 -- which is why c must be at most -1e4 (Keras writes -1e9, the
+dtype's lowest value, or float16's -65504 in float16 models; the one
+assumption: no kept attention logit below c + 104).  -inf fills (a fully masked row is NaN
+in TFLite, zeros in the kernel) and anything else the kernel cannot
+reproduce are near-misses with the reason.
 """
 
 from __future__ import annotations
@@ -27,8 +39,11 @@ from fusekit.passes.graph import OP, Graph
 
 HEADS_FIRST = [0, 2, 1, 3]
 KEYS_LAST = [0, 2, 3, 1]
-# |c| at least this: s + c == c in float32 for any score below 1e22.
-HUGE = 1e30
+SWAP_LAST = [0, 1, 3, 2]
+# The largest masked value accepted (see the module docstring), and the
+# additive mask value the fused op gets.
+MAX_FILL = -1e4
+MASK_VALUE = -1e38
 
 
 @dataclass
@@ -40,9 +55,11 @@ class AttentionMatch:
     scale: float
     causal: bool = False
     mask: int | None = None  # an additive float mask tensor in the graph
-    keep: int | None = None  # a runtime bool tensor: mask = SELECT_V2(keep, 0, fill)
-    fill: float = 0.0
-    constant_mask: np.ndarray | None = None  # an additive mask to add as a constant
+    keep: int | None = None  # a runtime bool tensor: mask = SELECT_V2(keep, 0, MASK_VALUE)
+    constant_keep: np.ndarray | None = None  # a constant keep-mask [Sq, Skv]
+    # Masked rows' probabilities zeroed after the softmax (Keras 3 does so):
+    # the kernel's bool-mask semantics, rows without any key give zeros.
+    zero_masked_rows: bool = False
     # A LOGICAL_AND with an all-true constant the mask was read through
     # (not a pure op for graph.finish: removed here once nothing reads it).
     peeled: schema.OperatorT | None = None
@@ -100,10 +117,8 @@ def _band(q_len: int, kv_len: int) -> np.ndarray:
     return np.tril(np.ones((q_len, kv_len), bool), k=kv_len - q_len)
 
 
-def _constant_keep(
-    keep: np.ndarray, fill: float, q_len: int, kv_len: int, match: AttentionMatch
-) -> str | None:
-    """Sets causal / constant_mask of ``match`` from a constant keep-mask;
+def _constant_keep(keep: np.ndarray, q_len: int, kv_len: int, match: AttentionMatch) -> str | None:
+    """Sets causal / constant_keep of ``match`` from a constant keep-mask;
     returns a reason when the kernel cannot reproduce it."""
     if q_len <= 0 or kv_len <= 0:
         return "a constant mask with dynamic sequence lengths"
@@ -116,10 +131,26 @@ def _constant_keep(
     if kv_len >= q_len and (plane == _band(q_len, kv_len)).all():
         match.causal = True
         return None
-    if not np.isfinite(fill) and not plane.any(axis=-1).all():
-        return "a constant mask emptying a row with -inf (the kernel gives zeros, softmax NaN)"
-    match.constant_mask = np.where(plane, 0.0, fill).astype(np.float32)[None, None]
+    match.constant_keep = np.array(plane)
     return None
+
+
+def _fill_reason(fill: float, match: AttentionMatch) -> str | None:
+    """Why the masked-score value ``fill`` keeps the fused op from being
+    exact, or None (see the module docstring)."""
+    if np.isfinite(fill) and fill <= MAX_FILL:
+        return None
+    if fill == -np.inf:
+        # -inf is exact where no row is emptied (NaN rows otherwise) or
+        # where emptied rows are zeroed after the softmax.
+        rows_kept = match.constant_keep is None or match.constant_keep.any(axis=-1).all()
+        if match.zero_masked_rows or (match.keep is None and rows_kept):
+            return None
+        return "masked scores set to -inf: a fully masked row is NaN in TFLite, zeros in the kernel"
+    return (
+        f"masked scores set to {fill:g}: only a value <= -1e4 keeps every row "
+        "(fully masked ones included) equal"
+    )
 
 
 def _peel_true(graph: Graph, tensor: int) -> tuple[int, schema.OperatorT | None]:
@@ -156,7 +187,8 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
         return None
     # Walking back from the softmax: the mask (once), then scalar scales,
     # then the Q.K^T matmul.
-    masked = scaled = False
+    masked = scaled = swapped = False
+    select_keep, select_fill = -1, 0.0
     while True:
         op = graph.producer(tensor)
         if op is None:
@@ -165,6 +197,14 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
         code = graph.builtin(op)
         if code == OP.BATCH_MATMUL:
             break
+        if code == OP.TRANSPOSE and graph.perm_of(op) == SWAP_LAST:
+            inner = graph.producer(int(op.inputs[0]))
+            if inner is not None and graph.builtin(inner) == OP.BATCH_MATMUL and reader_ok:
+                # scores = (K.Q^T)^T: the converter's lowering of Keras' einsum.
+                swapped = True
+                chain.append(op)
+                tensor = int(op.inputs[0])
+                continue
         if code == OP.TRANSPOSE and len(chain) == 1:
             return "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
         if not reader_ok:
@@ -181,21 +221,18 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
             return "the scores are scaled after the mask is applied"
         elif code == OP.SELECT_V2 and not masked:
             keep, fill = inputs[0], scalar(graph, inputs[2])
+            select_keep = keep
             if fill is None:
                 return "SELECT_V2 on the scores with a non-constant masked value"
+            select_fill = fill
             if graph.is_constant(keep):
                 reason = _constant_keep(
-                    graph.constant(keep), fill, scores_shape[2], scores_shape[3], match
+                    graph.constant(keep), scores_shape[2], scores_shape[3], match
                 )
                 if reason:
                     return reason
             else:
-                if not np.isfinite(fill) or fill > -HUGE:
-                    return (
-                        f"masked scores set to {fill:g}: only a finite value <= -1e30 "
-                        "keeps rows with every key masked equal"
-                    )
-                (match.keep, match.peeled), match.fill = _peel_true(graph, keep), fill
+                match.keep, match.peeled = _peel_true(graph, keep)
                 if not _broadcasts(graph.signature(match.keep), scores_shape):
                     return f"a mask of shape {graph.signature(match.keep)} the kernel does not take"
             masked = True
@@ -218,17 +255,27 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
     options = qk.builtinOptions
     if getattr(options, "adjX", False):
         return None
-    q_side = _transposed(graph, int(qk.inputs[0]), HEADS_FIRST)
-    k_perm = HEADS_FIRST if getattr(options, "adjY", False) else KEYS_LAST
-    k_side = _transposed(graph, int(qk.inputs[1]), k_perm)
+    first = _transposed(graph, int(qk.inputs[0]), HEADS_FIRST)
+    second_perm = HEADS_FIRST if getattr(options, "adjY", False) else KEYS_LAST
+    second = _transposed(graph, int(qk.inputs[1]), second_perm)
+    q_side, k_side = (second, first) if swapped else (first, second)
     if q_side is None or k_side is None:
         return None
     (match.q, q_scale), (match.k, k_scale) = q_side, k_side
     match.scale *= q_scale * k_scale
-    # Forward: probs @ V, then back to [B, Sq, H, Dv].
+    # Forward: (masked probabilities zeroed,) probs @ V, back to [B, Sq, H, Dv].
     pv = _only_reader(graph, probs)
     if pv is None:
         return "the attention probabilities are also read outside the attention"
+    if graph.builtin(pv) == OP.SELECT_V2 and int(pv.inputs[1]) == probs:
+        if int(pv.inputs[0]) != select_keep or scalar(graph, int(pv.inputs[2])) != 0.0:
+            return "probabilities zeroed after the softmax by another mask than the scores'"
+        match.zero_masked_rows = True
+        chain.append(pv)
+        probs = int(pv.outputs[0])
+        pv = _only_reader(graph, probs)
+        if pv is None:
+            return "the attention probabilities are also read outside the attention"
     if graph.builtin(pv) != OP.BATCH_MATMUL or int(pv.inputs[0]) != probs:
         return None
     if getattr(pv.builtinOptions, "adjX", False) or getattr(pv.builtinOptions, "adjY", False):
@@ -251,6 +298,10 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
         return f"head shapes q {q}, k {k}, v {v} the kernel does not take"
     if not np.isfinite(match.scale):
         return "a scale that is not finite"
+    if select_keep >= 0:
+        reason = _fill_reason(select_fill, match)
+        if reason:
+            return reason
     match.ops = chain
     return match
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.fusion.attention import AttentionMatch, find_attention
+from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, find_attention
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.values import FLOAT32
@@ -94,13 +94,24 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
     where = graph.name(match.output)
     if match.mask is not None:
         inputs.append(match.mask)
-    elif match.constant_mask is not None:
-        inputs.append(graph.add_constant(match.constant_mask, where + "/mask"))
+        mask_kind = "float mask"
+    elif match.constant_keep is not None:
+        keep = match.constant_keep[None, None]
+        if match.zero_masked_rows:
+            inputs.append(graph.add_constant(keep, where + "/mask"))
+            mask_kind = "constant bool mask"
+        else:
+            additive = np.where(keep, 0.0, MASK_VALUE).astype(np.float32)
+            inputs.append(graph.add_constant(additive, where + "/mask"))
+            mask_kind = "constant float mask"
+    elif match.keep is not None and match.zero_masked_rows:
+        inputs.append(match.keep)
+        mask_kind = "bool mask"
     elif match.keep is not None:
-        # The additive mask SELECT_V2(keep, 0, fill): the same scores as
-        # SELECT_V2(keep, s, fill) once added (see fusion/attention.py).
+        # The additive mask SELECT_V2(keep, 0, MASK_VALUE): the same
+        # probabilities as SELECT_V2(keep, s, fill) (see fusion/attention.py).
         zero = graph.add_constant(np.zeros((), np.float32), where + "/mask_keep")
-        fill = graph.add_constant(np.full((), match.fill, np.float32), where + "/mask_fill")
+        fill = graph.add_constant(np.full((), MASK_VALUE, np.float32), where + "/mask_fill")
         mask = graph.add_tensor(
             graph.shape(match.keep), FLOAT32, where + "/mask", signature=graph.signature(match.keep)
         )
@@ -112,19 +123,15 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
             schema.SelectV2OptionsT(),
         )
         inputs.append(mask)
+        mask_kind = "float mask"
+    else:
+        mask_kind = "no mask"
     attrs = {"causal": match.causal, "scale": match.scale}
     replace_with_custom(graph, "fusekit_attention", inputs, match.output, attrs, match.ops)
     peeled = match.peeled
     if peeled is not None and not graph.consumers(int(peeled.outputs[0])):
         if not graph.is_output(int(peeled.outputs[0])):
             graph.remove_op(peeled)
-    mask_kind = (
-        "float mask"
-        if match.mask is not None or match.keep is not None
-        else "constant mask"
-        if match.constant_mask is not None
-        else "no mask"
-    )
     return (
         f"fusekit_attention at {where!r} ({len(match.ops)} ops; causal={match.causal}, "
         f"scale={np.float32(match.scale):g}, {mask_kind})"
