@@ -71,3 +71,36 @@ def test_bert_backbone_every_layer_fused(float16):
     for decomposed in ("SOFTMAX", "BATCH_MATMUL", "RSQRT", "MEAN"):
         assert decomposed not in counts, counts
     assert_same_outputs(original, result.model, runs=bert_inputs(original, seq_len))
+
+
+def llama(seq_len: int) -> keras.Model:
+    """A Llama decoder: RMS norms, rotary embeddings, grouped-query
+    attention (4 query heads over 2 kv heads), causal and padding masks."""
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.LlamaBackbone(
+        vocabulary_size=100,
+        num_layers=LAYERS,
+        num_query_heads=4,
+        num_key_value_heads=2,
+        hidden_dim=32,
+        intermediate_dim=64,
+    )
+    tokens = keras.Input((seq_len,), batch_size=2, dtype="int32", name="token_ids")
+    padding = keras.Input((seq_len,), batch_size=2, dtype="bool", name="padding_mask")
+    model = keras.Model([tokens, padding], backbone({"token_ids": tokens, "padding_mask": padding}))
+    randomize(model)
+    return model
+
+
+def test_llama_backbone_every_layer_fused():
+    seq_len = 32
+    original = convert_keras(llama(seq_len))
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    assert len(custom_ops(result.model, "fusekit_rms_norm")) == 2 * LAYERS + 1
+    assert len(custom_ops(result.model, "fusekit_rotary_embedding")) == 2 * LAYERS
+    assert len(custom_ops(result.model, "fusekit_attention")) == LAYERS
+    assert not result.report.line("fuse").notes
+    counts = fusekit.passes.ModelView(result.model).op_counts()
+    for decomposed in ("SOFTMAX", "TILE", "PACK", "RSQRT", "MEAN", "TRANSPOSE"):
+        assert decomposed not in counts, counts
+    assert_same_outputs(original, result.model, runs=bert_inputs(original, seq_len))

@@ -8,6 +8,10 @@ MultiHeadAttention's einsums, ``tf.matmul`` code)::
     p  = SOFTMAX(s)         (or SELECT_V2(keep, p, 0): masked rows zeroed)
     o  = BATCH_MATMUL(p, TRANSPOSE(v, [0,2,1,3])) -> TRANSPOSE(o, [0,2,1,3])
 
+k and v repeated for grouped-query attention (RESHAPE/TILE/RESHAPE, as
+keras-hub's decoders write ``repeat``) are read before the repeat: the
+kernel maps query head h to kv head h // G itself.
+
 mask: ``SELECT_V2(keep, s, c)`` (Keras: c is -1e9 or the dtype's lowest
 value) or ``ADD(s, mask)``.  A constant ``keep`` becomes ``causal`` (the
 bottom-right band), nothing (all true) or a constant mask; a runtime
@@ -63,6 +67,9 @@ class AttentionMatch:
     # A LOGICAL_AND with an all-true constant the mask was read through
     # (not a pure op for graph.finish: removed here once nothing reads it).
     peeled: schema.OperatorT | None = None
+    # Shapes k / v are reshaped to first (read before a GQA repeat).
+    k_reshape: list[int] | None = None
+    v_reshape: list[int] | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
 
 
@@ -101,6 +108,49 @@ def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float]
             return source, scale
         return None
     return None
+
+
+def _unrepeat(graph: Graph, tensor: int) -> tuple[int, list[int] | None]:
+    """The kv heads before a grouped-query repeat: (src, None) for src
+    [B,S,Hkv,D] when ``tensor`` [B,S,Hkv*G,D] is RESHAPE of TILE(src as
+    [B,S,Hkv,1,D], [1,1,1,G,1]) or of BROADCAST_TO([B,S,Hkv,G,D]) -- head h
+    is then kv head h // G, the kernel's mapping; (src, [B,S,Hkv,D]) when
+    src has another shape of those elements (a projection's [B,S,Hkv*D])
+    and needs a reshape; (``tensor``, None) otherwise."""
+    unchanged = tensor, None
+    merge = graph.producer(tensor)
+    if merge is None or graph.builtin(merge) != OP.RESHAPE:
+        return unchanged
+    repeat = graph.producer(int(merge.inputs[0]))
+    if repeat is None or graph.builtin(repeat) not in (OP.TILE, OP.BROADCAST_TO):
+        return unchanged
+    split = graph.producer(int(repeat.inputs[0]))
+    if split is None or graph.builtin(split) not in (OP.RESHAPE, OP.EXPAND_DIMS):
+        return unchanged
+    source = int(split.inputs[0])
+    mid, rep_shape, out = (
+        graph.signature(t) for t in (int(split.outputs[0]), int(repeat.outputs[0]), tensor)
+    )
+    if len(mid) != 5 or mid[3] != 1 or any(d <= 0 for d in mid):
+        return unchanged
+    src = mid[:3] + mid[4:]
+    reshape = None
+    if graph.signature(source) != src:
+        if graph.builtin(split) != OP.RESHAPE or not graph.is_static(source):
+            return unchanged
+        reshape = src
+    if len(rep_shape) != 5 or rep_shape[:3] != src[:3] or rep_shape[4] != src[3]:
+        return unchanged
+    group = rep_shape[3]
+    if group <= 0 or out != src[:2] + [src[2] * group, src[3]]:
+        return unchanged
+    if graph.builtin(repeat) == OP.TILE:
+        if not graph.is_constant(int(repeat.inputs[1])):
+            return unchanged
+        multiples = [int(m) for m in graph.constant(int(repeat.inputs[1])).reshape(-1)]
+        if multiples != [1, 1, 1, group, 1]:
+            return unchanged
+    return source, reshape
 
 
 def _broadcasts(shape: list[int], target: list[int]) -> bool:
@@ -262,6 +312,7 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
     if q_side is None or k_side is None:
         return None
     (match.q, q_scale), (match.k, k_scale) = q_side, k_side
+    match.k, match.k_reshape = _unrepeat(graph, match.k)
     match.scale *= q_scale * k_scale
     # Forward: (masked probabilities zeroed,) probs @ V, back to [B, Sq, H, Dv].
     pv = _only_reader(graph, probs)
@@ -283,18 +334,20 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
     v_side = _transposed(graph, int(pv.inputs[1]), HEADS_FIRST)
     if v_side is None or v_side[1] != 1.0:
         return None
-    match.v = v_side[0]
+    match.v, match.v_reshape = _unrepeat(graph, v_side[0])
     out = _only_reader(graph, int(pv.outputs[0]))
     if out is None or graph.perm_of(out) != HEADS_FIRST:
         return "the attention result is not transposed back to [B, Sq, H, D]"
     chain += [pv, out]
     match.output = int(out.outputs[0])
-    q, k, v = (graph.signature(t) for t in (match.q, match.k, match.v))
+    q = graph.signature(match.q)
+    k = match.k_reshape or graph.signature(match.k)
+    v = match.v_reshape or graph.signature(match.v)
     if any(len(s) != 4 for s in (q, k, v)) or any(
         graph.tensor(t).type != FLOAT32 for t in (match.q, match.k, match.v)
     ):
         return "q, k, v are not float32 of rank 4"
-    if q[2] <= 0 or q[3] <= 0 or k[2] != q[2] or v[2] != q[2] or k[3] != q[3] or v[3] <= 0:
+    if q[2] <= 0 or q[3] <= 0 or k[2] <= 0 or q[2] % k[2] or v[2] != k[2] or k[3] != q[3]:
         return f"head shapes q {q}, k {k}, v {v} the kernel does not take"
     if not np.isfinite(match.scale):
         return "a scale that is not finite"

@@ -10,9 +10,32 @@ from ai_edge_litert import schema_py_generated as schema
 from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, find_attention
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
+from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
 from fusekit.passes.fusion.values import FLOAT32
-from fusekit.passes.graph import OP, OPTIONS, Graph, ModelView
+from fusekit.passes.graph import OP, OPTIONS, PURE_OPS, Graph, ModelView
 from fusekit.passes.registry import PassOptions
+
+# Side-effect free operators a fused pattern leaves dead that graph.finish
+# does not know as pure (GQA's head repeat, RoPE's PACK, Keras' mask AND).
+_ALSO_PURE = frozenset((OP.TILE, OP.PACK, OP.LOGICAL_AND, OP.SELECT_V2, OP.BROADCAST_TO))
+
+
+def finish(graph: Graph) -> None:
+    """``graph.finish()``, also dropping dead operators of _ALSO_PURE."""
+    while True:
+        graph.finish()
+        outputs = set(graph.outputs())
+        dead = [
+            op
+            for op in graph.ops
+            if graph.builtin(op) in _ALSO_PURE
+            and graph.builtin(op) not in PURE_OPS
+            and not any(int(t) in outputs or graph.consumers(int(t)) for t in op.outputs)
+        ]
+        if not dead:
+            return
+        for op in dead:
+            graph.remove_op(op)
 
 
 def vector_view(graph: Graph, tensor: int) -> int:
@@ -81,17 +104,33 @@ def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str)
         for match in matches:
             changes.append(fuse_norm(graph, match))
         if matches:
-            graph.finish()
+            finish(graph)
     if changes:
         model.prune_buffers()
     return changes
 
 
+def _reshaped(graph: Graph, tensor: int, shape: list[int] | None) -> int:
+    """``tensor``, or a new RESHAPE of it to the static ``shape``."""
+    if shape is None:
+        return tensor
+    out = graph.like(tensor, shape, "/heads")
+    new_shape = graph.add_constant(np.array(shape, np.int32), graph.name(out) + "/shape")
+    options = schema.ReshapeOptionsT()
+    options.newShape = list(shape)
+    graph.add_op(OP.RESHAPE, [tensor, new_shape], [out], OPTIONS.ReshapeOptions, options)
+    return out
+
+
 def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
     """Replaces a proven attention core by ``fusekit_attention``; returns
     the report line."""
-    inputs = [match.q, match.k, match.v]
     where = graph.name(match.output)
+    inputs = [
+        match.q,
+        _reshaped(graph, match.k, match.k_reshape),
+        _reshaped(graph, match.v, match.v_reshape),
+    ]
     if match.mask is not None:
         inputs.append(match.mask)
         mask_kind = "float mask"
@@ -148,7 +187,34 @@ def fuse_attention_pass(model: ModelView, options: PassOptions, name: str) -> li
         for match in matches:
             changes.append(fuse_attention(graph, match))
         if matches:
-            graph.finish()
+            finish(graph)
+    if changes:
+        model.prune_buffers()
+    return changes
+
+
+def fuse_rotary(graph: Graph, match: RotaryMatch) -> str:
+    """Replaces a proven rotary embedding by ``fusekit_rotary_embedding``."""
+    attrs = {"interleaved": False, "rotary_dim": 0}
+    inputs = [match.x, match.cos, match.sin]
+    replace_with_custom(graph, "fusekit_rotary_embedding", inputs, match.output, attrs, match.ops)
+    return (
+        f"fusekit_rotary_embedding at {graph.name(match.output)!r} ({len(match.ops)} ops; "
+        f"interleaved=False, rotary_dim=0, cos/sin {graph.signature(match.cos)})"
+    )
+
+
+def fuse_rotary_pass(model: ModelView, options: PassOptions, name: str) -> list[str]:
+    changes = []
+    for graph in model.graphs():
+        near_misses: list[str] = []
+        matches = find_rotary(graph, near_misses)
+        for message in near_misses:
+            options.note(name, message)
+        for match in matches:
+            changes.append(fuse_rotary(graph, match))
+        if matches:
+            finish(graph)
     if changes:
         model.prune_buffers()
     return changes

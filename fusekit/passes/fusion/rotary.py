@@ -1,0 +1,179 @@
+"""Finding rotary position embeddings (RoPE, "rotate half") as the TF
+converter emits them (keras-hub's RotaryEmbedding, hand-written code)::
+
+    x1, x2 = SPLIT(x, 2, axis=-1)
+    rot    = RESHAPE(PACK([NEG(x2), x1], axis=-2), x.shape)     (or
+             CONCATENATION([NEG(x2), x1], axis=-1); NEG or MUL by -1)
+    y      = ADD(MUL(x, cos), MUL(rot, sin))                     (any operand order)
+
+x is [B, S, H, D] float32 and cos/sin one shape [B|1, S|1, H|1, D]: the
+rank-4 layouts where TFLite's broadcasting and the kernel's reading of
+cos/sin agree (a rank-2 [S, D] table broadcasts over heads, not positions,
+in the decomposed graph).  The fused op computes the same products and sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ai_edge_litert import schema_py_generated as schema
+
+from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
+from fusekit.passes.graph import OP, Graph
+
+
+@dataclass
+class RotaryMatch:
+    x: int
+    cos: int
+    sin: int
+    output: int
+    ops: list[schema.OperatorT] = field(default_factory=list)
+
+
+def _last_axis(graph: Graph, tensor: int, rank: int) -> bool:
+    if not graph.is_constant(tensor):
+        return False
+    value = graph.constant(tensor).reshape(-1)
+    return value.size == 1 and int(value[0]) in (-1, rank - 1)
+
+
+def _negated(graph: Graph, tensor: int) -> tuple[int, schema.OperatorT] | None:
+    """(t, op) when ``tensor`` is NEG(t) or t * -1."""
+    op = graph.producer(tensor)
+    if op is None:
+        return None
+    if graph.builtin(op) == OP.NEG:
+        return int(op.inputs[0]), op
+    if graph.builtin(op) == OP.MUL and no_activation(op):
+        a, b = (int(t) for t in op.inputs)
+        for t, c in ((a, b), (b, a)):
+            if scalar(graph, c) == -1.0:
+                return t, op
+    return None
+
+
+def _halves(graph: Graph, first: int, second: int) -> tuple[int, schema.OperatorT] | None:
+    """(x, split) when ``first``/``second`` are the two outputs of
+    SPLIT(axis=-1, num_splits=2) of x, in that order."""
+    split = graph.producer(first)
+    if split is None or graph.builtin(split) != OP.SPLIT or len(split.outputs) != 2:
+        return None
+    if [int(t) for t in split.outputs] != [first, second]:
+        return None
+    x = int(split.inputs[1])
+    if not _last_axis(graph, int(split.inputs[0]), len(graph.signature(x))):
+        return None
+    return x, split
+
+
+def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT]] | None:
+    """(x, ops) when ``tensor`` is concat(-x2, x1) of x's halves."""
+    op = graph.producer(tensor)
+    if op is None:
+        return None
+    ops = [op]
+    rank = len(graph.signature(tensor))
+    if graph.builtin(op) == OP.RESHAPE:
+        pack = graph.producer(int(op.inputs[0]))
+        options = pack.builtinOptions if pack is not None else None
+        if pack is None or graph.builtin(pack) != OP.PACK or options is None:
+            return None
+        # PACK on the new second-to-last axis, then the reshape merges it
+        # with the last: the concatenation of the two along the last axis.
+        if options.valuesCount != 2 or options.axis not in (rank - 1, -2):
+            return None
+        ops.append(pack)
+        parts = [int(t) for t in pack.inputs]
+    elif graph.builtin(op) == OP.CONCATENATION and no_activation(op):
+        if op.builtinOptions.axis not in (rank - 1, -1) or len(op.inputs) != 2:
+            return None
+        parts = [int(t) for t in op.inputs]
+    else:
+        return None
+    negated = _negated(graph, parts[0])
+    if negated is None:
+        return None
+    second, neg = negated
+    halves = _halves(graph, parts[1], second)
+    if halves is None:
+        return None
+    x, split = halves
+    if graph.signature(tensor) != graph.signature(x):
+        return None
+    return x, ops + [neg, split]
+
+
+def _table_ok(graph: Graph, x: int, cos: int, sin: int) -> bool:
+    """cos/sin one float32 shape [B|1, S|1, H|1, D] against x [B, S, H, D]."""
+    shape, cos_shape = graph.signature(x), graph.signature(cos)
+    if cos_shape != graph.signature(sin) or len(cos_shape) != 4:
+        return False
+    if any(graph.tensor(t).type != FLOAT32 for t in (cos, sin)):
+        return False
+    if cos_shape[3] != shape[3]:
+        return False
+    return all(c == 1 or (c == d and d > 0) for c, d in zip(cos_shape[:3], shape[:3]))
+
+
+def _outside_reader(graph: Graph, ops: list[schema.OperatorT], output: int) -> bool:
+    inside = {id(op) for op in ops}
+    for op in ops:
+        for t in (int(t) for t in op.outputs):
+            if t != output and (
+                graph.is_output(t) or any(id(r) not in inside for r in graph.consumers(t))
+            ):
+                return True
+    return False
+
+
+def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
+    if not no_activation(add):
+        return None
+    products = [graph.producer(int(t)) for t in add.inputs]
+    if any(p is None or graph.builtin(p) != OP.MUL or not no_activation(p) for p in products):
+        return None
+    for direct, rotated in (products, products[::-1]):
+        for rot, sin in (
+            (int(rotated.inputs[0]), int(rotated.inputs[1])),
+            (int(rotated.inputs[1]), int(rotated.inputs[0])),
+        ):
+            found = _rotate_half(graph, rot)
+            if found is None:
+                continue
+            x, rot_ops = found
+            inputs = [int(t) for t in direct.inputs]
+            if x not in inputs:
+                continue
+            cos = inputs[1] if inputs[0] == x else inputs[0]
+            output = int(add.outputs[0])
+            where = graph.name(output)
+            shape = graph.signature(x)
+            if len(shape) != 4 or graph.tensor(x).type != FLOAT32 or shape[3] <= 0:
+                return f"rotary embedding at {where!r}: x is not float32 [B, S, H, D]"
+            if graph.signature(output) != shape:
+                return f"rotary embedding at {where!r}: the result is broadcast beyond x's shape"
+            if not _table_ok(graph, x, cos, sin):
+                return (
+                    f"rotary embedding at {where!r}: cos {graph.signature(cos)} / sin "
+                    f"{graph.signature(sin)} are not one [B|1, S|1, H|1, D] shape"
+                )
+            ops = [add, direct, rotated] + rot_ops
+            if _outside_reader(graph, ops, output):
+                return f"rotary embedding at {where!r}: an intermediate is read outside it"
+            return RotaryMatch(x, cos, sin, output, ops)
+    return None
+
+
+def find_rotary(graph: Graph, near_misses: list[str]) -> list[RotaryMatch]:
+    """Every proven rotate-half rotary embedding in ``graph``."""
+    matches = []
+    for op in list(graph.ops):
+        if graph.builtin(op) != OP.ADD:
+            continue
+        found = _match(graph, op)
+        if isinstance(found, str):
+            near_misses.append(found)
+        elif found is not None:
+            matches.append(found)
+    return matches
