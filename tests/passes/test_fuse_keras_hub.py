@@ -104,3 +104,26 @@ def test_llama_backbone_every_layer_fused():
     for decomposed in ("SOFTMAX", "TILE", "PACK", "RSQRT", "MEAN", "TRANSPOSE"):
         assert decomposed not in counts, counts
     assert_same_outputs(original, result.model, runs=bert_inputs(original, seq_len))
+
+
+def test_vit_backbone_every_layer_fused():
+    """A vision transformer (patch convolution, class token, pre-norm
+    blocks): 2L+1 layer norms and L attentions without masks."""
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(32, 32, 3),
+        patch_size=8,
+        num_layers=LAYERS,
+        num_heads=2,
+        hidden_dim=32,
+        mlp_dim=64,
+    )
+    image = keras.Input((32, 32, 3), batch_size=2)
+    model = keras.Model(image, backbone(image))
+    randomize(model)
+    original = convert_keras(model)
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    assert len(custom_ops(result.model, "fusekit_layer_norm")) == 2 * LAYERS + 1
+    assert len(custom_ops(result.model, "fusekit_attention")) == LAYERS
+    assert not result.report.line("fuse").notes
+    assert_same_outputs(original, result.model)
