@@ -127,3 +127,33 @@ def test_vit_backbone_every_layer_fused():
     assert len(custom_ops(result.model, "fusekit_attention")) == LAYERS
     assert not result.report.line("fuse").notes
     assert_same_outputs(original, result.model)
+
+
+def test_gemma_backbone_every_layer_fused():
+    """Gemma: RMS norms scaled by 1 + w, rotary embeddings, multi-query
+    attention in the grouped 5-D form (4 query heads, 1 kv head)."""
+    seq_len = 32
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.GemmaBackbone(
+        vocabulary_size=100,
+        num_layers=LAYERS,
+        num_query_heads=4,
+        num_key_value_heads=1,
+        hidden_dim=32,
+        intermediate_dim=64,
+        head_dim=8,
+    )
+    tokens = keras.Input((seq_len,), batch_size=2, dtype="int32", name="token_ids")
+    padding = keras.Input((seq_len,), batch_size=2, dtype="bool", name="padding_mask")
+    model = keras.Model([tokens, padding], backbone({"token_ids": tokens, "padding_mask": padding}))
+    randomize(model)
+    original = convert_keras(model)
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    assert len(custom_ops(result.model, "fusekit_rms_norm")) == 2 * LAYERS + 1
+    assert len(custom_ops(result.model, "fusekit_rotary_embedding")) == 2 * LAYERS
+    assert len(custom_ops(result.model, "fusekit_attention")) == LAYERS
+    assert not result.report.line("fuse").notes
+    counts = fusekit.passes.ModelView(result.model).op_counts()
+    for decomposed in ("SOFTMAX", "BATCH_MATMUL", "SQRT", "MEAN", "TRANSPOSE"):
+        assert decomposed not in counts, counts
+    assert_same_outputs(original, result.model, runs=bert_inputs(original, seq_len))

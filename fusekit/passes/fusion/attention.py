@@ -10,7 +10,12 @@ MultiHeadAttention's einsums, ``tf.matmul`` code)::
 
 k and v repeated for grouped-query attention (RESHAPE/TILE/RESHAPE, as
 keras-hub's decoders write ``repeat``) are read before the repeat: the
-kernel maps query head h to kv head h // G itself.
+kernel maps query head h to kv head h // G itself.  The grouped form
+(keras-hub's Gemma) keeps the G query heads of a kv head as rows of one
+matmul: q RESHAPE [B,Sq,Hkv,G,D] -> TRANSPOSE [0,2,3,1,4] -> RESHAPE
+[B,Hkv,G*Sq,D], scores and softmax in 5-D [B,Hkv,G,Sq,Skv], and back through
+RESHAPE / TRANSPOSE [0,3,1,2,4] / RESHAPE; one kv head's heads-first
+transposes are reshapes.
 
 mask: ``SELECT_V2(keep, s, c)`` (Keras: c is -1e9 or the dtype's lowest
 value) or ``ADD(s, mask)``.  A constant ``keep`` becomes ``causal`` (the
@@ -67,9 +72,11 @@ class AttentionMatch:
     # A LOGICAL_AND with an all-true constant the mask was read through
     # (not a pure op for graph.finish: removed here once nothing reads it).
     peeled: schema.OperatorT | None = None
-    # Shapes k / v are reshaped to first (read before a GQA repeat).
+    # Shapes k / v / the mask are reshaped to first (k, v read before a GQA
+    # repeat or a [B,S,D] projection; a grouped form's 5-D mask).
     k_reshape: list[int] | None = None
     v_reshape: list[int] | None = None
+    mask_reshape: list[int] | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
 
 
@@ -225,6 +232,107 @@ def _is_scores(graph: Graph, tensor: int, shape: list[int]) -> bool:
     )
 
 
+def _mask_shape(shape: list[int], scores: list[int]) -> list[int] | None:
+    """The 4-D [B|1, H|1, Sq|1, Skv|1] a mask of a grouped form's 5-D scores
+    [B, Hkv, G, Sq, Skv] is reshaped to (its Hkv and G dims both 1, or both
+    full), None when it cannot be; None for 4-D scores (no reshape)."""
+    if len(scores) != 5:
+        return None
+    shape = [1] * (5 - len(shape)) + list(shape)
+    if shape[1:3] == [1, 1]:
+        heads = 1
+    elif shape[1:3] == scores[1:3]:
+        heads = scores[1] * scores[2]
+    else:
+        return None
+    return [shape[0], heads, shape[3], shape[4]]
+
+
+def _grouped_q(graph: Graph, tensor: int, _perm: list[int]) -> tuple[int, float] | None:
+    """(q [B,Sq,H,D], scale) when ``tensor`` [B,Hkv,G*Sq,D] is
+    RESHAPE(TRANSPOSE(RESHAPE(q * scale, [B,Sq,Hkv,G,D]), [0,2,3,1,4])):
+    query head h = hkv * G + g, the kernel's grouping."""
+    flat = graph.producer(tensor)
+    if flat is None or graph.builtin(flat) != OP.RESHAPE:
+        return None
+    moved = graph.producer(int(flat.inputs[0]))
+    if moved is None or graph.perm_of(moved) != [0, 2, 3, 1, 4]:
+        return None
+    split = graph.producer(int(moved.inputs[0]))
+    if split is None or graph.builtin(split) != OP.RESHAPE:
+        return None
+    q, scale = _unscaled(graph, int(split.inputs[0]))
+    q_shape, five = graph.signature(q), graph.signature(int(split.outputs[0]))
+    if len(q_shape) != 4 or len(five) != 5 or any(d <= 0 for d in five[1:]):
+        return None
+    if five[:2] != q_shape[:2] or five[2] * five[3] != q_shape[2] or five[4] != q_shape[3]:
+        return None
+    if graph.signature(tensor) != [five[0], five[2], five[3] * five[1], five[4]]:
+        return None
+    return q, scale
+
+
+def _unscaled(graph: Graph, tensor: int) -> tuple[int, float]:
+    """(t, c) for ``tensor`` = t times scalar constants c (c = 1: none)."""
+    scale = 1.0
+    while (op := graph.producer(tensor)) is not None and graph.builtin(op) == OP.MUL:
+        c = scalar(graph, int(op.inputs[1])) if no_activation(op) else None
+        if c is None:
+            break
+        scale *= c
+        tensor = int(op.inputs[0])
+    return tensor, scale
+
+
+def _single_head(graph: Graph, tensor: int) -> tuple[int, list[int] | None] | None:
+    """(v, reshape) when ``tensor`` [B,1,S,D] is a RESHAPE of v [B,S,D] or
+    [B,S,1,D] (one kv head: the transpose to heads-first is a reshape)."""
+    op = graph.producer(tensor)
+    if op is None or graph.builtin(op) != OP.RESHAPE:
+        return None
+    source, shape = int(op.inputs[0]), graph.signature(tensor)
+    if len(shape) != 4 or shape[1] != 1:
+        return None
+    want = [shape[0], shape[2], 1, shape[3]]
+    have = graph.signature(source)
+    if have == want:
+        return source, None
+    if have == [shape[0], shape[2], shape[3]] and graph.is_static(source):
+        return source, want
+    return None
+
+
+def _heads_back(graph: Graph, pv: schema.OperatorT) -> list[schema.OperatorT] | None:
+    """[TRANSPOSE] when P.V's result goes back to [B, Sq, H, Dv] by one."""
+    out = _only_reader(graph, int(pv.outputs[0]))
+    if out is None or graph.perm_of(out) != HEADS_FIRST:
+        return None
+    return [out]
+
+
+def _grouped_out(
+    graph: Graph, pv: schema.OperatorT, scores: list[int]
+) -> list[schema.OperatorT] | None:
+    """The grouped form's way back from [B, Hkv, G*Sq, Dv] to [B, Sq, H, Dv]:
+    RESHAPE to [B,Hkv,G,Sq,Dv], TRANSPOSE [0,3,1,2,4], RESHAPE."""
+    b, hkv, group, q_len, _ = scores
+    split = _only_reader(graph, int(pv.outputs[0]))
+    if split is None or graph.builtin(split) != OP.RESHAPE:
+        return None
+    five = graph.signature(int(split.outputs[0]))
+    if len(five) != 5 or five[:4] != [b, hkv, group, q_len]:
+        return None
+    moved = _only_reader(graph, int(split.outputs[0]))
+    if moved is None or graph.perm_of(moved) != [0, 3, 1, 2, 4]:
+        return None
+    merge = _only_reader(graph, int(moved.outputs[0]))
+    if merge is None or graph.builtin(merge) != OP.RESHAPE:
+        return None
+    if graph.signature(int(merge.outputs[0])) != [b, q_len, hkv * group, five[4]]:
+        return None
+    return [split, moved, merge]
+
+
 def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | None:
     """An AttentionMatch, a near-miss reason, or None (not attention)."""
     probs = int(softmax.outputs[0])
@@ -233,8 +341,10 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
     tensor = int(softmax.inputs[0])
     match = AttentionMatch(-1, -1, -1, -1, beta)
     scores_shape = graph.signature(tensor)
-    if len(scores_shape) != 4 or graph.tensor(tensor).type != FLOAT32:
+    if len(scores_shape) not in (4, 5) or graph.tensor(tensor).type != FLOAT32:
         return None
+    # Rank 5: the grouped form [B, Hkv, G, Sq, Skv] (see the module docstring).
+    grouped = len(scores_shape) == 5
     # Walking back from the softmax: the mask (once), then scalar scales,
     # then the Q.K^T matmul.
     masked = scaled = swapped = False
@@ -245,7 +355,20 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
             return None
         reader_ok = _only_reader(graph, tensor) is chain[-1]
         code = graph.builtin(op)
-        if code == OP.BATCH_MATMUL:
+        if code == OP.BATCH_MATMUL and not grouped:
+            break
+        if grouped and code == OP.RESHAPE and reader_ok:
+            flat = graph.signature(int(op.inputs[0]))
+            b, hkv, group, q_len, kv_len = scores_shape
+            inner = graph.producer(int(op.inputs[0]))
+            if flat != [b, hkv, group * q_len, kv_len] or q_len <= 0 or group <= 0:
+                return None
+            if inner is None or graph.builtin(inner) != OP.BATCH_MATMUL:
+                return None
+            chain.append(op)
+            tensor = int(op.inputs[0])
+            op = inner
+            reader_ok = _only_reader(graph, tensor) is chain[-1]
             break
         if code == OP.TRANSPOSE and graph.perm_of(op) == SWAP_LAST:
             inner = graph.producer(int(op.inputs[0]))
@@ -277,21 +400,28 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
             select_fill = fill
             if graph.is_constant(keep):
                 reason = _constant_keep(
-                    graph.constant(keep), scores_shape[2], scores_shape[3], match
+                    graph.constant(keep), scores_shape[-2], scores_shape[-1], match
                 )
                 if reason:
                     return reason
             else:
                 match.keep, match.peeled = _peel_true(graph, keep)
-                if not _broadcasts(graph.signature(match.keep), scores_shape):
-                    return f"a mask of shape {graph.signature(match.keep)} the kernel does not take"
+                shape = graph.signature(match.keep)
+                match.mask_reshape = _mask_shape(shape, scores_shape)
+                if not _broadcasts(shape, scores_shape) or (grouped and not match.mask_reshape):
+                    return f"a mask of shape {shape} the kernel does not take"
             masked = True
             tensor = inputs[1]
         elif code == OP.ADD and no_activation(op) and not masked:
             a, b = inputs
             tensor, mask = (b, a) if _is_scores(graph, b, scores_shape) else (a, b)
             shape = graph.signature(mask)
-            if graph.tensor(mask).type != FLOAT32 or not _broadcasts(shape, scores_shape):
+            match.mask_reshape = _mask_shape(shape, scores_shape)
+            if (
+                graph.tensor(mask).type != FLOAT32
+                or not _broadcasts(shape, scores_shape)
+                or (grouped and not match.mask_reshape)
+            ):
                 return f"an additive mask of shape {shape} the kernel does not take"
             match.mask = mask
             masked = True
@@ -305,7 +435,7 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
     options = qk.builtinOptions
     if getattr(options, "adjX", False):
         return None
-    first = _transposed(graph, int(qk.inputs[0]), HEADS_FIRST)
+    first = (_grouped_q if grouped else _transposed)(graph, int(qk.inputs[0]), HEADS_FIRST)
     second_perm = HEADS_FIRST if getattr(options, "adjY", False) else KEYS_LAST
     second = _transposed(graph, int(qk.inputs[1]), second_perm)
     q_side, k_side = (second, first) if swapped else (first, second)
@@ -327,19 +457,41 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
         pv = _only_reader(graph, probs)
         if pv is None:
             return "the attention probabilities are also read outside the attention"
+    if grouped:
+        # Back to [B, Hkv, G*Sq, Skv] for the P.V matmul.
+        b, hkv, group, q_len, kv_len = scores_shape
+        merge = pv
+        if graph.builtin(merge) != OP.RESHAPE or graph.signature(int(merge.outputs[0])) != [
+            b,
+            hkv,
+            group * q_len,
+            kv_len,
+        ]:
+            return None
+        chain.append(merge)
+        probs = int(merge.outputs[0])
+        pv = _only_reader(graph, probs)
+        if pv is None:
+            return "the attention probabilities are also read outside the attention"
     if graph.builtin(pv) != OP.BATCH_MATMUL or int(pv.inputs[0]) != probs:
         return None
     if getattr(pv.builtinOptions, "adjX", False) or getattr(pv.builtinOptions, "adjY", False):
         return None
     v_side = _transposed(graph, int(pv.inputs[1]), HEADS_FIRST)
-    if v_side is None or v_side[1] != 1.0:
-        return None
-    match.v, match.v_reshape = _unrepeat(graph, v_side[0])
-    out = _only_reader(graph, int(pv.outputs[0]))
-    if out is None or graph.perm_of(out) != HEADS_FIRST:
+    if v_side is not None:
+        if v_side[1] != 1.0:
+            return None
+        match.v, match.v_reshape = _unrepeat(graph, v_side[0])
+    else:
+        single = _single_head(graph, int(pv.inputs[1]))
+        if single is None:
+            return None
+        match.v, match.v_reshape = single
+    ending = _grouped_out(graph, pv, scores_shape) if grouped else _heads_back(graph, pv)
+    if ending is None:
         return "the attention result is not transposed back to [B, Sq, H, D]"
-    chain += [pv, out]
-    match.output = int(out.outputs[0])
+    chain += [pv, *ending]
+    match.output = int(ending[-1].outputs[0])
     q = graph.signature(match.q)
     k = match.k_reshape or graph.signature(match.k)
     v = match.v_reshape or graph.signature(match.v)

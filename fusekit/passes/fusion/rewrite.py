@@ -132,7 +132,7 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
         _reshaped(graph, match.v, match.v_reshape),
     ]
     if match.mask is not None:
-        inputs.append(match.mask)
+        inputs.append(_reshaped(graph, match.mask, match.mask_reshape))
         mask_kind = "float mask"
     elif match.constant_keep is not None:
         keep = match.constant_keep[None, None]
@@ -144,19 +144,20 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
             inputs.append(graph.add_constant(additive, where + "/mask"))
             mask_kind = "constant float mask"
     elif match.keep is not None and match.zero_masked_rows:
-        inputs.append(match.keep)
+        inputs.append(_reshaped(graph, match.keep, match.mask_reshape))
         mask_kind = "bool mask"
     elif match.keep is not None:
         # The additive mask SELECT_V2(keep, 0, MASK_VALUE): the same
         # probabilities as SELECT_V2(keep, s, fill) (see fusion/attention.py).
         zero = graph.add_constant(np.zeros((), np.float32), where + "/mask_keep")
         fill = graph.add_constant(np.full((), MASK_VALUE, np.float32), where + "/mask_fill")
+        keep = _reshaped(graph, match.keep, match.mask_reshape)
         mask = graph.add_tensor(
-            graph.shape(match.keep), FLOAT32, where + "/mask", signature=graph.signature(match.keep)
+            graph.shape(keep), FLOAT32, where + "/mask", signature=graph.signature(keep)
         )
         graph.add_op(
             OP.SELECT_V2,
-            [match.keep, zero, fill],
+            [keep, zero, fill],
             [mask],
             OPTIONS.SelectV2Options,
             schema.SelectV2OptionsT(),
