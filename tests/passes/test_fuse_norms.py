@@ -154,3 +154,40 @@ def test_near_misses_are_left_alone_with_the_reason():
     assert "MEAN over axis 1 of a rank-3 tensor" in text
     assert "intermediate 'Identity_2' is also read outside the norm" in text
     assert_same_outputs(original, result.model)
+
+
+def test_fusekit_optimize_command_fuses_by_default(tmp_path):
+    """`fusekit optimize IN -o OUT` (no --passes) runs fuse; --passes
+    without it leaves the norms alone."""
+    import subprocess
+    import sys
+
+    source = tmp_path / "ln.tflite"
+    source.write_bytes(convert_keras(keras_model(keras.layers.LayerNormalization())))
+
+    def optimize(*extra: str) -> tuple[str, bytes]:
+        out = tmp_path / "out.tflite"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "fusekit",
+                "optimize",
+                str(source),
+                "-o",
+                str(out),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout, out.read_bytes() if out.exists() else source.read_bytes()
+
+    text, model = optimize()
+    assert "fuse: fusekit_layer_norm at " in text
+    assert len(custom_ops(model, LN)) == 1
+    text, model = optimize("--passes", "cleanup,layout")
+    assert not custom_ops(model, LN)
