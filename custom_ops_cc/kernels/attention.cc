@@ -57,6 +57,8 @@ constexpr int kMaxTile = 6;
 #endif
 
 constexpr int64_t kPvKeys = 64;
+// Keys per step of a streamed decode item's P.V.
+constexpr int64_t kDecodePvKeys = 32;
 // Keys per block of a prefill item (its S^T block: kKeysT x 2 vectors).
 constexpr int64_t kKeysT = 128;
 
@@ -493,6 +495,28 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
         buf.max[r] = new_max;
       }
       buf.sum[r] += block_sum;
+    }
+    if (stream && l.value_direct) {
+      // Register tiles of each kv head's rows against its V columns in
+      // place, in steps of kDecodePvKeys keys: the step's V rows of every
+      // head (kDecodePvKeys x Hkv * Dv floats) stay in L2 while the heads
+      // and column chunks pass over them.
+      for (int64_t js = 0; js < n; js += kDecodePvKeys) {
+        const int64_t m = n - js < kDecodePvKeys ? n - js : kDecodePvKeys;
+        // The next step's rows, while this one computes.
+        const float* next = v_head + (j0 + js + kDecodePvKeys) * v_row;
+        for (int64_t j = 0; j < kDecodePvKeys; ++j) {
+          PrefetchRow(next + j * v_row, it.kv_head_count * dv);
+        }
+        for (int64_t g = 0; g < it.kv_head_count; ++g) {
+          const float* vg = v_head + (j0 + js) * v_row + g * dv;
+          for (int64_t c = 0; c < dv; c += panel) {
+            PvRows<kMaxTile>(buf.s + g * per_head * att::kKeys + js, att::kKeys, m, vg + c,
+                             v_row, buf.o + g * per_head * vpad + c, vpad, per_head);
+          }
+        }
+      }
+      continue;
     }
     if (stream) {
       StreamPv(buf.s, att::kKeys, rows, per_head, n, v_head + j0 * v_row, v_row, dv, buf.o,
