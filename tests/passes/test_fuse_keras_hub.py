@@ -73,6 +73,13 @@ def test_bert_backbone_every_layer_fused(float16):
     assert_same_outputs(original, result.model, runs=bert_inputs(original, seq_len))
 
 
+def assert_causal_with_padding(result) -> None:
+    """keras-hub decoders merge the padding mask with a causal band: the
+    fused op gets causal=True and the padding alone as its bool mask."""
+    lines = [c for c in result.report.line("fuse").changes if c.startswith("fusekit_attention")]
+    assert lines and all("causal=True" in c and "bool mask" in c for c in lines), lines
+
+
 def llama(seq_len: int) -> keras.Model:
     """A Llama decoder: RMS norms, rotary embeddings, grouped-query
     attention (4 query heads over 2 kv heads), causal and padding masks."""
@@ -100,8 +107,9 @@ def test_llama_backbone_every_layer_fused():
     assert len(custom_ops(result.model, "fusekit_rotary_embedding")) == 2 * LAYERS
     assert len(custom_ops(result.model, "fusekit_attention")) == LAYERS
     assert not result.report.line("fuse").notes
+    assert_causal_with_padding(result)
     counts = fusekit.passes.ModelView(result.model).op_counts()
-    for decomposed in ("SOFTMAX", "TILE", "PACK", "RSQRT", "MEAN", "TRANSPOSE"):
+    for decomposed in ("SOFTMAX", "TILE", "PACK", "RSQRT", "MEAN", "TRANSPOSE", "MINIMUM"):
         assert decomposed not in counts, counts
     assert_same_outputs(original, result.model, runs=bert_inputs(original, seq_len))
 
@@ -153,7 +161,10 @@ def test_gemma_backbone_every_layer_fused():
     assert len(custom_ops(result.model, "fusekit_rotary_embedding")) == 2 * LAYERS
     assert len(custom_ops(result.model, "fusekit_attention")) == LAYERS
     assert not result.report.line("fuse").notes
+    assert_causal_with_padding(result)
     counts = fusekit.passes.ModelView(result.model).op_counts()
+    # (Gemma's merged mask also zeroes padded rows after the attention: its
+    # MINIMUM stays for that.)
     for decomposed in ("SOFTMAX", "BATCH_MATMUL", "SQRT", "MEAN", "TRANSPOSE"):
         assert decomposed not in counts, counts
     assert_same_outputs(original, result.model, runs=bert_inputs(original, seq_len))

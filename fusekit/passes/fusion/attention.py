@@ -333,6 +333,91 @@ def _grouped_out(
     return [split, moved, merge]
 
 
+def _through_views(graph: Graph, tensor: int) -> int:
+    """The tensor behind RESHAPEs and full-range STRIDED_SLICEs (stride 1,
+    begin/end masks on every axis): views that keep every element in order."""
+    while (op := graph.producer(tensor)) is not None:
+        code = graph.builtin(op)
+        if code == OP.STRIDED_SLICE:
+            options, rank = op.builtinOptions, len(graph.signature(int(op.inputs[0])))
+            full = (1 << rank) - 1
+            strides = int(op.inputs[3]) if len(op.inputs) > 3 else -1
+            if (
+                options is None
+                or options.beginMask != full
+                or options.endMask != full
+                or options.ellipsisMask
+                or options.newAxisMask
+                or options.shrinkAxisMask
+                or strides < 0
+                or not graph.is_constant(strides)
+                or not (graph.constant(strides) == 1).all()
+            ):
+                return tensor
+        elif code != OP.RESHAPE:
+            return tensor
+        tensor = int(op.inputs[0])
+    return tensor
+
+
+def _padding_and_band(graph: Graph, keep: int, q_len: int, kv_len: int) -> int | None:
+    """The padding mask p [B|1, Skv] (bool) when the runtime ``keep``
+    [B, 1.., Sq, Skv] is ``MINIMUM(CAST(p) as [B, 1, Skv], C) > 0`` with C a
+    0/1 constant [1|B, Sq, Skv] whose nonzeros are the kernel's causal band
+    (keras-hub's decoders merge padding and causal masks so): keep is then
+    p AND causal, which the op computes from p and causal=True (C may be
+    repeated over the batch)."""
+    greater = graph.producer(keep)
+    if greater is None or graph.builtin(greater) != OP.GREATER:
+        return None
+    if not _all_zero(graph, int(greater.inputs[1])):
+        return None
+    minimum = graph.producer(_through_views(graph, int(greater.inputs[0])))
+    if minimum is None or graph.builtin(minimum) != OP.MINIMUM:
+        return None
+    keep_shape, merged = graph.signature(keep), graph.signature(int(minimum.outputs[0]))
+    if len(merged) != 3 or merged[1:] != [q_len, kv_len] or keep_shape[-2:] != merged[1:]:
+        return None
+    if keep_shape[0] != merged[0] or any(d != 1 for d in keep_shape[1:-2]):
+        return None
+    for runtime, constant in (tuple(minimum.inputs), tuple(minimum.inputs)[::-1]):
+        runtime, constant = int(runtime), int(constant)
+        if not graph.is_constant(constant):
+            continue
+        table = graph.constant(constant)
+        if table.ndim != 3 or table.shape[1:] != (q_len, kv_len):
+            return None
+        if not np.isin(table, (0, 1)).all():
+            return None
+        # One band for every batch entry.
+        if not all(((plane > 0) == _band(q_len, kv_len)).all() for plane in table):
+            return None
+        if graph.signature(runtime)[1:] != [1, kv_len]:
+            return None
+        cast = graph.producer(_through_views(graph, runtime))
+        if cast is None or graph.builtin(cast) != OP.CAST:
+            return None
+        padding = int(cast.inputs[0])
+        if graph.tensor(padding).type != schema.TensorType.BOOL:
+            return None
+        if graph.signature(padding) != [graph.signature(runtime)[0], kv_len]:
+            return None
+        return padding
+    return None
+
+
+def kv_len_ok(scores: list[int]) -> bool:
+    """Static sequence lengths with Skv >= Sq (every row keeps a key of the band)."""
+    return scores[-2] > 0 and scores[-1] >= scores[-2]
+
+
+def _all_zero(graph: Graph, tensor: int) -> bool:
+    """An integer constant of zeros (a scalar, or broadcast to a shape)."""
+    if not graph.is_constant(tensor) or graph.tensor(tensor).type != schema.TensorType.INT32:
+        return False
+    return bool((graph.constant(tensor) == 0).all())
+
+
 def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | None:
     """An AttentionMatch, a near-miss reason, or None (not attention)."""
     probs = int(softmax.outputs[0])
@@ -507,6 +592,15 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
         reason = _fill_reason(select_fill, match)
         if reason:
             return reason
+    if match.keep is not None and match.zero_masked_rows and kv_len_ok(scores_shape):
+        # Causal in the op (it skips the masked half) and the padding as the
+        # mask, instead of the merged [Sq, Skv] mask: the same keys kept,
+        # and rows left without keys are zeros either way.
+        padding = _padding_and_band(graph, match.keep, scores_shape[-2], scores_shape[-1])
+        if padding is not None:
+            match.causal = True
+            match.keep = padding
+            match.mask_reshape = [graph.signature(padding)[0], 1, 1, scores_shape[-1]]
     match.ops = chain
     return match
 
