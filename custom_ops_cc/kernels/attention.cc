@@ -658,18 +658,21 @@ HWY_INLINE VF SoftmaxExpZero(DF d, VF x) {
 
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
 // most 2 vectors.  Scratch: see Buffers (q holds Q^T, s holds S^T, o O^T).
-void AttentionQueries(const att::Problem& p, const att::HeadRows& kv, int64_t b, int64_t h,
-                      int64_t i0, int64_t nq, float* scratch, const att::Layout& l) {
+void AttentionQueries(const att::Problem& p, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                      float* scratch, const att::Layout& l) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t width = 2 * lanes;
   const Buffers buf = Carve(p, l, scratch);
   const int64_t depth = p.depth, dv = p.value_depth;
-  const int64_t head = b * p.kv_heads + h / p.group;
-  const int64_t k_row = kv.k_row, v_row = kv.v_row;
-  const float* k_head = kv.k + head * kv.k_head;
-  const float* v_head = kv.v + head * kv.v_head;
+  // K and V rows are read in place.  (A contiguous copy per head, which
+  // keeps rows Hkv * D floats apart off a few L1 sets, measured slower:
+  // the copy costs more than the conflicts.)
+  const int64_t kv_head = h / p.group;
+  const int64_t k_row = p.kv_heads * depth, v_row = p.kv_heads * dv;
+  const float* k_head = p.k + (b * p.kv_len * p.kv_heads + kv_head) * depth;
+  const float* v_head = p.v + (b * p.kv_len * p.kv_heads + kv_head) * dv;
   const int64_t offset = p.kv_len - p.q_len;  // causal: key j <= i + offset
 
   // Q^T, scaled; lanes past nq are zero (their columns are never written).
@@ -801,8 +804,8 @@ namespace att = ::fusekit::attention;
 using PanelFn = int64_t (*)();
 using ItemFn = void (*)(const att::Problem&, const att::Layout&, const att::Item&, float*,
                         const att::Partial*);
-using QueriesFn = void (*)(const att::Problem&, const att::HeadRows&, int64_t, int64_t,
-                           int64_t, int64_t, float*, const att::Layout&);
+using QueriesFn = void (*)(const att::Problem&, int64_t, int64_t, int64_t, int64_t, float*,
+                           const att::Layout&);
 
 // Decode steps: at most this many query positions, and at most kRows rows
 // (query heads of one kv head times positions) per item.
@@ -816,10 +819,9 @@ struct Plan {
   int64_t decode_heads = 1;  // kv heads per decode item
   int64_t thread_floats = 0;
   int64_t partial_floats = 0;  // decode with splits: partial results
-  int64_t copy_floats = 0;     // prefill with Hkv > 1: K and V per head
   size_t Bytes(int threads) const {
     return sizeof(float) *
-           static_cast<size_t>(copy_floats + partial_floats + thread_floats * threads);
+           static_cast<size_t>(partial_floats + thread_floats * threads);
   }
 };
 
@@ -957,47 +959,12 @@ class Attention {
                                                per_head * (l.value_pad + 2),
                                            16);
       }
-    } else if (p.kv_heads > 1) {
-      plan.copy_floats =
-          att::RoundUp(p.batch * p.kv_heads * p.kv_len * (p.depth + p.value_depth), 16);
     }
     return plan;
   }
 
   TfLiteStatus Prefill(OpContext& ctx, const att::Problem& p, float* scratch) {
     const att::Layout& l = plan_.layout;
-    // With one kv head, head b's rows are the tensor's own: Skv * D floats
-    // per head, D per row.
-    att::HeadRows kv{p.k, p.v, p.kv_len * p.depth, p.kv_len * p.value_depth, p.depth,
-                     p.value_depth};
-    float* threads_base = scratch + plan_.copy_floats;
-    if (plan_.copy_floats > 0) {
-      // Rows of one kv head sit Hkv * D floats apart, often a multiple of
-      // 1-2 KiB that maps a block's rows onto a few L1 sets; a contiguous
-      // copy per head ([B * Hkv][Skv][D], then V) costs one pass over K
-      // and V and keeps every block's rows in distinct sets.
-      float* k_copy = scratch;
-      float* v_copy = scratch + p.batch * p.kv_heads * p.kv_len * p.depth;
-      const int64_t chunk = 256;
-      const int64_t chunks = (p.kv_len + chunk - 1) / chunk;
-      const int64_t heads = p.batch * p.kv_heads;
-      ctx.ParallelFor(heads * chunks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-          const int64_t head = t / chunks, j0 = (t % chunks) * chunk;
-          const int64_t b = head / p.kv_heads, g = head % p.kv_heads;
-          const int64_t n = std::min(chunk, p.kv_len - j0);
-          for (int64_t j = j0; j < j0 + n; ++j) {
-            const int64_t row = (b * p.kv_len + j) * p.kv_heads + g;
-            std::memcpy(k_copy + (head * p.kv_len + j) * p.depth, p.k + row * p.depth,
-                        sizeof(float) * p.depth);
-            std::memcpy(v_copy + (head * p.kv_len + j) * p.value_depth,
-                        p.v + row * p.value_depth, sizeof(float) * p.value_depth);
-          }
-        }
-      });
-      kv = att::HeadRows{k_copy, v_copy, p.kv_len * p.depth, p.kv_len * p.value_depth,
-                         p.depth, p.value_depth};
-    }
     // Items of one panel of queries (2 vectors) of one head; consecutive
     // items share the head's K and V in cache.
     const int64_t width = l.panel;
@@ -1005,12 +972,11 @@ class Attention {
     const int64_t items = p.batch * p.heads * blocks;
     // Causal items differ in cost; the pool hands out items dynamically.
     ctx.ParallelFor(items, 1, [&](int64_t begin, int64_t end, int worker) {
-      float* mine = threads_base + worker * plan_.thread_floats;
+      float* mine = scratch + worker * plan_.thread_floats;
       for (int64_t t = begin; t < end; ++t) {
         const int64_t blk = t % blocks, bh = t / blocks;
         const int64_t i0 = blk * width;
-        queries_(p, kv, bh / p.heads, bh % p.heads, i0, std::min(width, p.q_len - i0), mine,
-                 l);
+        queries_(p, bh / p.heads, bh % p.heads, i0, std::min(width, p.q_len - i0), mine, l);
       }
     });
     return kTfLiteOk;

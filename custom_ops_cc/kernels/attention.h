@@ -41,15 +41,6 @@ struct Problem {
   int64_t mask_stride[4];
 };
 
-// K and V as prefill items read them: kv head `head` (b * Hkv + g) starts
-// at k + head * k_head, and its rows are k_row floats apart (same for v).
-struct HeadRows {
-  const float* k;
-  const float* v;
-  int64_t k_head, v_head;  // from one head to the next (b * Hkv + g order)
-  int64_t k_row, v_row;    // from one row (key) to the next
-};
-
 // Packed layouts (per target: panel = 2 SIMD vectors of keys).
 struct Layout {
   int64_t panel;        // keys per K panel
