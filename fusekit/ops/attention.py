@@ -25,6 +25,8 @@ def _admissible(mask: tf.Tensor | None, causal: bool, q_len: Any, kv_len: Any) -
     causality.  None when every key is admissible by construction."""
     allowed = None
     if mask is not None:
+        if mask.shape.rank == 0:  # a row axis to reduce over below
+            mask = tf.reshape(mask, [1])
         if mask.dtype == tf.bool:
             allowed = mask
         else:

@@ -57,6 +57,8 @@ EAGER = [
     (3, 1, 33, 8, 4, 32, "float", (33,), False),  # decode, rank-1 mask
     (1, 6, 6, 4, 2, 5, "float", (4, 6, 6), False),  # rank-3 mask [H, Sq, Skv]
     (1, 1, 1, 1, 1, 1, None, None, True),  # every dim 1
+    (2, 3, 4, 2, 1, 8, "float", (), False),  # scalar masks
+    (1, 3, 4, 2, 2, 8, "bool", (), False),
 ]
 
 
@@ -254,6 +256,7 @@ PLAN = [
     ("mha float [1,H,S,K]", 4, 4, 12, None, "float", [1, 4, "S", "K"], True, 1.0, [(2, 5, 12)]),
     ("mha float [K]", 2, 2, 24, None, "float", ["K"], False, 1.0, [(2, 3, 50)]),
     ("size one", 1, 1, 1, None, None, None, False, 1.0, [(1, 1, 1), (2, 1, 3)]),
+    ("mha float scalar mask", 2, 2, 8, None, "float", [], False, 1.0, [(1, 3, 5)]),
     ("large values", 4, 2, 8, None, "float", ["B", 1, "S", "K"], True, 10.0, [(2, 20, 33)]),
     ("value dim 24", 4, 2, 16, 24, None, None, False, 1.0, [(1, 9, 77), (1, 2, 600)]),
     ("long", 2, 1, 64, None, None, None, True, 1.0, [(1, 600, 600)]),
