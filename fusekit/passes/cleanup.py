@@ -18,8 +18,10 @@ def fold_constant_transposes(graph: Graph) -> int:
     folded = 0
     for op in list(graph.ops):
         perm = graph.perm_of(op)
+        if perm is None:  # not a transpose (some ops, e.g. VAR_HANDLE, have no inputs)
+            continue
         source, out = int(op.inputs[0]), int(op.outputs[0])
-        if perm is None or not graph.is_constant(source) or graph.is_output(out):
+        if not graph.is_constant(source) or graph.is_output(out):
             continue
         t = graph.tensor(source)
         axis_map = {a: inverse(perm)[a] for a in range(len(perm))}

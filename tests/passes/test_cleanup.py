@@ -96,3 +96,32 @@ def test_a_clean_model_is_returned_as_is():
     x = b.input([1, 4, 4, 3])
     model = b.build([b.transpose(x, (0, 3, 1, 2))])
     assert cleanup(model).model is model
+
+
+def test_models_with_resource_variables_are_read(tmp_path):
+    # VAR_HANDLE has no inputs: cleanup looks at each op's inputs only once
+    # it knows the op is a transpose.
+    import tensorflow as tf
+
+    class Counter(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.total = tf.Variable(np.zeros((2, 3), np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec([2, 3], tf.float32)])
+        def __call__(self, x):
+            self.total.assign_add(x)
+            return {"y": tf.transpose(self.total.read_value()) * 2.0}
+
+    module = Counter()
+    tf.saved_model.save(module, str(tmp_path / "counter"))
+    model = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "counter")).convert()
+    assert "VAR_HANDLE" in fusekit.run.model_ops.op_counts(model)
+    result = cleanup(model)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for m in (model, result.model):
+        interp = fusekit.Interpreter(model_content=m)
+        runner = interp.get_signature_runner()
+        first, second = runner(x=x)["y"], runner(x=x)["y"]
+        np.testing.assert_allclose(first, 2 * x.T)
+        np.testing.assert_allclose(second, 4 * x.T)
