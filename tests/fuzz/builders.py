@@ -173,6 +173,36 @@ def rotary_embedding_models(work: Path) -> dict[str, bytes]:
     }
 
 
+def attention_models(work: Path) -> dict[str, bytes]:
+    import tensorflow as tf
+
+    import fusekit
+
+    def module(mask_dtype, **kw):
+        spec = [
+            tf.TensorSpec([None, 3, 4, 8], tf.float32),
+            tf.TensorSpec([None, 5, 2, 8], tf.float32),
+            tf.TensorSpec([None, 5, 2, 8], tf.float32),
+        ]
+        if mask_dtype is not None:
+            spec.append(tf.TensorSpec([None, 1, 3, 5], mask_dtype))
+
+        class Attention(tf.Module):
+            @tf.function(input_signature=spec)
+            def __call__(self, *tensors):
+                return fusekit.ops.attention(*tensors, **kw)
+
+        return Attention()
+
+    return {
+        "attention_plain": _convert(module(None), work / "attention_plain"),
+        "attention_bool_causal": _convert(
+            module(tf.bool, causal=True), work / "attention_bool_causal"
+        ),
+        "attention_float": _convert(module(tf.float32, scale=0.5), work / "attention_float"),
+    }
+
+
 def my_custom_fused_op_models(work: Path) -> dict[str, bytes]:
     import tensorflow as tf
 
@@ -231,6 +261,7 @@ LIBRARY: dict[str, Builder] = {
     "fusekit_rotary_embedding": rotary_embedding_models,
     "fusekit_rms_norm": rms_norm_models,
     "fusekit_group_norm": group_norm_models,
+    "fusekit_attention": attention_models,
 }
 
 # Ops of the user plugin built from USER_PLUGIN_SOURCES -> base models.
