@@ -481,15 +481,7 @@ def render_chart(path: Path, info: dict[str, Any], results: Sequence[Result], th
 
 
 def machine_info() -> dict[str, Any]:
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = suite.git_commit()
     return {
         "cpu": suite.cpu_model(),
         "logical_cpus": os.cpu_count(),

@@ -40,13 +40,21 @@ TFLITE_RUNTIME_PYTHON = REPO / ".venv-tflite-runtime" / "bin" / "python"
 MIB = 1024 * 1024
 
 
-def cpu_model() -> str:
+def _suite():
     # The shared harness imports fusekit and numpy; the measuring side of
     # this script stays free of both, so it is loaded only here.
     sys.path.insert(0, str(HERE))
     import suite
 
-    return suite.cpu_model()
+    return suite
+
+
+def cpu_model() -> str:
+    return _suite().cpu_model()
+
+
+def git_commit() -> str:
+    return _suite().git_commit()
 
 
 # -------------------------------------------------------------- measuring
@@ -198,14 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         model_path = make_model(Path(tmp), width, layers)
         size = model_path.stat().st_size
         rows = bench(model_path, rounds)
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
     info = {
         "model": f"{layers} x Dense({width}) float32",
         "model_mib": size / MIB,
         "machine": f"{cpu_model()}, {os.cpu_count()} logical CPUs",
-        "fusekit_commit": commit or "unknown",
+        "fusekit_commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     command = ".venv/bin/python benchmarks/bench_model_reading.py" + (

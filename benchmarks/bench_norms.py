@@ -17,7 +17,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,15 +57,7 @@ def cache_sizes() -> str:
 def machine_info(ort: Any | None) -> dict[str, Any]:
     import ai_edge_litert
 
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = suite.git_commit()
     return {
         "cpu": suite.cpu_model(),
         "logical_cpus": os.cpu_count(),

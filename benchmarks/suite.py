@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import subprocess
 import tempfile
 import threading
 import time
@@ -44,6 +45,19 @@ LN_EPSILON = 1e-5
 RMS_EPSILON = 1e-6
 GN_EPSILON = 1e-5
 MIB = 1 << 20
+
+
+def git_commit() -> str:
+    """The checkout's short commit, for the machine line of every result."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def cpu_model() -> str:

@@ -65,6 +65,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
         buffer_offsets=args.buffer_offsets,
         **_converter_options(args),
     )
+    return _save_and_report(result, args)
+
+
+def _save_and_report(result: Any, args: argparse.Namespace) -> int:
+    """Writes a convert/optimize result to --output and prints its report."""
     out = result.save(args.output)
     if args.json:
         print(json.dumps({"output": str(out), **result.report.to_dict()}, indent=2))
@@ -293,13 +298,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         space_to_depth=args.space_to_depth,
         max_iterations=args.max_iterations,
     )
-    out = result.save(args.output)
-    if args.json:
-        print(json.dumps({"output": str(out), **result.report.to_dict()}, indent=2))
-    else:
-        print(result.report.to_text())
-        print(f"wrote {out}")
-    return 0
+    return _save_and_report(result, args)
 
 
 def build_parser() -> argparse.ArgumentParser:

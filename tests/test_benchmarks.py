@@ -1,4 +1,4 @@
-"""The norm benchmark runs end to end (--quick: tiny shapes, two rounds).
+"""Every benchmark runs end to end (--quick: tiny shapes, few rounds).
 
 Timings are not asserted (speed targets live in the benchmark's own
 report); what is checked is that every op is measured against each of its
@@ -19,16 +19,25 @@ ROOT = Path(__file__).resolve().parents[1]
 OPS = {"layer_norm", "rms_norm", "group_norm", "rotary_embedding"}
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench")
+def run_quick(script: str, out: Path, *written: str) -> dict:
+    """Runs ``benchmarks/<script> --quick --out out``; checks that the named
+    files were written and returns the JSON one (the first)."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_norms.py"), "--quick", "--out", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in written:
+        assert (out / name).stat().st_size > 0, name
+    return json.loads((out / written[0]).read_text())
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    run_quick("bench_norms.py", out, "norms.json")
     return out
 
 
@@ -57,20 +66,7 @@ def test_every_op_is_timed_against_its_peers_and_agrees_with_them(quick_run):
 
 
 def test_conversion_benchmark_quick_run(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_conversion.py"),
-            "--quick",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    payload = json.loads((tmp_path / "conversion.json").read_text())
+    payload = run_quick("bench_conversion.py", tmp_path, "conversion.json")
     (row,) = payload["results"]
     assert row["plain_s"] > 0 and row["fusekit_s"] > 0
     assert row["ratio"] == pytest.approx(row["fusekit_s"] / row["plain_s"])
@@ -82,22 +78,7 @@ def test_passes_benchmark_quick_run(tmp_path):
     """bench_passes.py --quick: every variant of both models timed, outputs
     equal to the original's, the layout variant down to one transpose, the
     table, JSON and chart written."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_passes.py"),
-            "--quick",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for name in ("passes.md", "passes.json", "passes.png"):
-        assert (tmp_path / name).stat().st_size > 0, name
-    payload = json.loads((tmp_path / "passes.json").read_text())
+    payload = run_quick("bench_passes.py", tmp_path, "passes.json", "passes.md", "passes.png")
     results = {r["model"]: {row["variant"]: row for row in r["rows"]} for r in payload["results"]}
     assert set(results) == {"resnet18_cf", "stem"}
     for model, rows in results.items():
@@ -120,22 +101,7 @@ def test_passes_benchmark_quick_run(tmp_path):
 
 
 def test_encoder_benchmark_quick_run(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_encoder.py"),
-            "--quick",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for name in ("encoder.md", "encoder.json", "encoder.png"):
-        assert (tmp_path / name).stat().st_size > 0, name
-    payload = json.loads((tmp_path / "encoder.json").read_text())
+    payload = run_quick("bench_encoder.py", tmp_path, "encoder.json", "encoder.md", "encoder.png")
     fused = {m["name"]: m["fusekit_fused"] for m in payload["models"]}
     assert fused == {
         "encoder": {"fusekit_attention": 1, "fusekit_layer_norm": 2},
@@ -149,22 +115,9 @@ def test_encoder_benchmark_quick_run(tmp_path):
 
 
 def test_attention_benchmark_quick_run(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_attention.py"),
-            "--quick",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    payload = run_quick(
+        "bench_attention.py", tmp_path, "attention.json", "attention.md", "attention.png"
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for name in ("attention.md", "attention.json", "attention.png"):
-        assert (tmp_path / name).stat().st_size > 0, name
-    payload = json.loads((tmp_path / "attention.json").read_text())
     threads = payload["settings"]["threads"]
     roles = set()
     for r in payload["results"]:
