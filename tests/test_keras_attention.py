@@ -51,6 +51,7 @@ CASES = [
     ({"num_heads": 2, "key_dim": 8}, (2, 7, 12), None, {"use_causal_mask": True}),
     ({"num_heads": 2, "key_dim": 8}, (1, 4, 12), (1, 6, 12), {"use_causal_mask": True}),
     ({"num_heads": 1, "key_dim": 4, "dropout": 0.3}, (3, 1, 4), (3, 8, 4), {}),
+    ({"num_heads": 2, "key_dim": 4, "value_dim": 6}, (2, 5, 8), (2, 7, 8), {}),
 ]
 
 
@@ -106,7 +107,6 @@ def test_return_scores_and_training_dropout_fall_back_with_a_reason():
 @pytest.mark.parametrize(
     "config, reason",
     [
-        ({"num_heads": 2, "key_dim": 4, "value_dim": 6}, "value_dim"),
         ({"num_heads": 2, "key_dim": 4, "attention_axes": (1, 2)}, "attention_axes"),
     ],
 )

@@ -43,11 +43,6 @@ class FusedAttentionMixin(FusedMixin):
                 f"attention_axes={tuple(axes)}: the fused op attends over the sequence "
                 "axis of [batch, sequence, features] inputs only"
             )
-        if reason is None and self._key_dim != (self._value_dim or self._key_dim):
-            reason = (
-                f"value_dim={self._value_dim} differs from key_dim={self._key_dim}; the "
-                "fused op takes queries, keys and values of one head size"
-            )
         rank = rank_of(input_shape)
         if reason is None and rank is not None and rank != 3:
             reason = f"query rank {rank}; the fused op takes [batch, sequence, features]"
@@ -147,7 +142,7 @@ class MultiHeadAttention(FusedAttentionMixin, keras.layers.MultiHeadAttention):
     ``attention_axes``, ``dropout``); masks come from ``attention_mask``,
     ``use_causal_mask`` and the inputs' Keras masks as in Keras.  Fused for
     [batch, sequence, features] inputs attending over the sequence axis, in
-    float32, with ``value_dim`` equal to ``key_dim``; dropout applies only
+    float32 (``value_dim`` may differ from ``key_dim``); dropout applies only
     while training, where Keras' computation runs.  Otherwise (and for
     ``return_attention_scores=True``) the layer runs Keras' computation and
     warns once with the reason.
