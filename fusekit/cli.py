@@ -23,6 +23,7 @@ examples:
   fusekit bench ./saved_model --shape x=8,128,768
   fusekit build my_ops my_op.cc             compile your own kernels into a plugin
   fusekit optimize m.tflite -o out.tflite --passes layout,space_to_depth
+  fusekit bench m.tflite out.tflite         time a model against its optimized copy
 Composites are written with @fusekit.composite or come from fusekit.ops.
 """
 
@@ -173,11 +174,33 @@ def _output_labels(interp: Any) -> dict[int, str]:
     return {d["index"]: name for name, d in details.items()}
 
 
+def _two_files(args: argparse.Namespace) -> bool:
+    """verify/bench given BEFORE.tflite AFTER.tflite rather than a SavedModel."""
+    first = args.saved_model
+    if not os.path.isfile(first):
+        if args.after is not None:
+            raise UsageError(
+                f"{first}: a second model is compared with a .tflite file, not a SavedModel"
+            )
+        return False
+    if args.after is None:
+        raise UsageError(
+            f"{first} is a file: give a SavedModel directory, or two .tflite files "
+            "(BEFORE AFTER) to compare"
+        )
+    return True
+
+
 def _both_interpreters(args: argparse.Namespace, num_threads: int | None = None) -> tuple:
-    """Interpreters of the fused and the unfused model (same SavedModel)."""
+    """Interpreters of the fused and the unfused model (same SavedModel), or
+    of AFTER and BEFORE when two .tflite files are given."""
     import fusekit
 
-    fused, unfused = _both_models(args)
+    if _two_files(args):
+        with open(args.after, "rb") as after, open(args.saved_model, "rb") as before:
+            fused, unfused = after.read(), before.read()
+    else:
+        fused, unfused = _both_models(args)
     return tuple(
         fusekit.Interpreter(
             model_content=m, num_threads=num_threads, runtime=args.runtime, plugins=args.plugin
@@ -240,7 +263,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 f"{r['output']:<36} {str(r['shape']):<18} {r['max_abs']:>10.2e} "
                 f"{r['max_rel']:>10.2e}  {'yes' if r['ok'] else 'NO'}"
             )
-        print("fused and unfused agree" if ok else f"outputs differ by more than {args.atol}")
+        both = "before and after" if args.after else "fused and unfused"
+        print(f"{both} agree" if ok else f"outputs differ by more than {args.atol}")
     return 0 if ok else 1
 
 
@@ -255,20 +279,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
         {"unfused": prepared_invoke(interp_u, inputs), "fused": prepared_invoke(interp_f, inputs)},
         rounds=args.rounds,
     )
+    # Two files: BEFORE plays the unfused part, AFTER the fused one.
+    slow, fast = ("before", "after") if args.after else ("unfused", "fused")
     result = {
         "inputs": [list(x.shape) for x in inputs],
         "threads": args.threads,
         "simd": fusekit.simd_target(),
-        "unfused_median_us": t["unfused"].median_us,
-        "fused_median_us": t["fused"].median_us,
+        f"{slow}_median_us": t["unfused"].median_us,
+        f"{fast}_median_us": t["fused"].median_us,
         "speedup": t["unfused"].median_us / t["fused"].median_us,
     }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(
-            f"unfused {result['unfused_median_us']:.1f} us  fused "
-            f"{result['fused_median_us']:.1f} us  (medians, {args.threads} thread(s), "
+            f"{slow} {result[f'{slow}_median_us']:.1f} us  {fast} "
+            f"{result[f'{fast}_median_us']:.1f} us  (medians, {args.threads} thread(s), "
             f"simd {result['simd']})  speedup {result['speedup']:.2f}x"
         )
     return 0
@@ -312,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("saved_model", help="SavedModel directory")
+        p.add_argument("saved_model", help="SavedModel directory (verify, bench: or BEFORE.tflite)")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
         p.add_argument(
@@ -367,25 +393,31 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--quantize", choices=["dynamic", "float16"])
 
+    two_models = (
+        " Or give two .tflite files, BEFORE and AFTER (e.g. a model and its "
+        "fusekit optimize output), to compare them instead."
+    )
     p = sub.add_parser(
         "verify",
-        help="compare fused and unfused outputs",
+        help="compare fused and unfused outputs (or two .tflite files)",
         description="Convert the SavedModel fused and unfused, run both on the "
         "same inputs and report max abs/rel error per output; exit 1 when an "
-        "output differs by more than --atol.",
+        "output differs by more than --atol." + two_models,
     )
     common(p)
+    p.add_argument("after", nargs="?", help="with a .tflite first: the model to compare with it")
     run_options(p)
     p.add_argument("--atol", type=float, default=1e-4)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser(
         "bench",
-        help="time fused vs unfused",
+        help="time fused vs unfused (or two .tflite files)",
         description="Median latency of the fused and the unfused model, timed "
-        "in interleaved rounds in one run, and their ratio.",
+        "in interleaved rounds in one run, and their ratio." + two_models,
     )
     common(p)
+    p.add_argument("after", nargs="?", help="with a .tflite first: the model to time against it")
     run_options(p)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=20)

@@ -135,3 +135,23 @@ def test_build_command(tmp_path):
     bad.write_text("int x = ;\n")
     proc = fusekit_cli("build", "bad_ops", str(bad))
     assert proc.returncode == 1 and "bad.cc:1:" in proc.stderr
+
+
+def test_verify_and_bench_take_two_tflite_files(saved_model, tmp_path):
+    before, after = tmp_path / "before.tflite", tmp_path / "after.tflite"
+    assert fusekit_cli("convert", saved_model, "-o", str(before), "-q", "--unfused").returncode == 0
+    assert fusekit_cli("optimize", str(before), "-o", str(after), "-q").returncode == 0
+    assert fusekit.run.model_ops.op_counts(after.read_bytes())["CUSTOM:fusekit_layer_norm"] == 2
+    proc = fusekit_cli("verify", str(before), str(after), "--json", "-q", "--dim", "3")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"] and result["outputs"][0]["max_abs"] < 1e-4
+    proc = fusekit_cli("bench", str(before), str(after), "--json", "-q", "--rounds", "3")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    ratio = result["before_median_us"] / result["after_median_us"]
+    assert result["speedup"] == pytest.approx(ratio)
+    # A file alone, or a second model after a SavedModel, is a usage error.
+    for args in ((str(before),), (saved_model, str(after))):
+        proc = fusekit_cli("verify", *args)
+        assert proc.returncode == 1 and "fusekit verify: error:" in proc.stderr, proc.stderr
