@@ -231,20 +231,10 @@ def _peak_child(engine: str, model_path: str, seq: int, hidden: int) -> None:
 
     if engine == "ort":
         import onnxruntime  # noqa: F401
-    before = _peak_rss_kib()
+    before = suite.peak_rss_kib()
     prepared = prepare(engine, Path(model_path).read_bytes(), x, 1)
     prepared.invoke()
-    print(json.dumps({"peak_growth_mib": (_peak_rss_kib() - before) / 1024}))
-
-
-def _peak_rss_kib() -> int:
-    # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over exec,
-    # so a child of a large parent would start at the parent's peak.
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    print(json.dumps({"peak_growth_mib": (suite.peak_rss_kib() - before) / 1024}))
 
 
 # ---------------------------------------------------------------- report

@@ -271,6 +271,26 @@ def prepare_tflite(interp: Any, feeds: dict[str, np.ndarray]) -> Prepared:
     return Prepared(interp.invoke, lambda: interp.get_tensor(out), interp)
 
 
+def prepare_tflite_list(interp: Any, inputs: list[np.ndarray]) -> Prepared:
+    """prepare_tflite for inputs given in the order of the input details."""
+    from fusekit.run.timing import prepared_invoke
+
+    invoke = prepared_invoke(interp, inputs)
+    out = interp.get_output_details()[0]["index"]
+    return Prepared(invoke, lambda: interp.get_tensor(out), interp)
+
+
+def peak_rss_kib() -> int:
+    """This process's peak resident set (VmHWM), in KiB.  Not getrusage's
+    ru_maxrss: Linux carries that over exec, so a child of a large parent
+    would start at the parent's peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def plain_interpreter(model: bytes, threads: int, runtime: str) -> Any:
     """The runtime's own interpreter, as a user without fusekit builds it:
     XNNPACK is its default delegate."""

@@ -133,3 +133,22 @@ def test_attention_benchmark_quick_run(tmp_path):
     memory = payload["peak_memory"]
     assert memory["fused"]["peak_mib"] > 0 and memory["unfused"]["peak_mib"] > 0
     assert "## Peak memory" in (tmp_path / "attention.md").read_text()
+
+
+def test_fusion_benchmark_quick_run(tmp_path):
+    payload = run_quick("bench_fusion.py", tmp_path, "fusion.json", "fusion.md", "fusion.png")
+    rows = {r["family"]: r for r in payload["results"]}
+    assert set(rows) == {"bert", "llama"}
+    layers = 4
+    assert rows["bert"]["fused"] == {
+        "CUSTOM:fusekit_attention": layers,
+        "CUSTOM:fusekit_layer_norm": 2 * layers + 1,
+    }
+    assert rows["llama"]["fused"] == {
+        "CUSTOM:fusekit_attention": layers,
+        "CUSTOM:fusekit_rms_norm": 2 * layers + 1,
+        "CUSTOM:fusekit_rotary_embedding": 2 * layers,
+    }
+    for row in rows.values():
+        assert row["max_abs_diff"] < 1e-4, row
+        assert row["median_ms"]["plain"] > 0 and row["median_ms"]["optimized"] > 0

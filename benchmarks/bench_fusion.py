@@ -1,0 +1,210 @@
+"""Pattern fusion on models fusekit did not write: keras-hub backbones built
+from configs with random weights (no downloads), converted by the plain TF
+converter, against the same model after ``fusekit.optimize`` (which fuses
+their layer/RMS norms, rotary embeddings and attention).
+
+    .venv/bin/python benchmarks/bench_fusion.py            # S=512 and 2048, ~10 min
+    .venv/bin/python benchmarks/bench_fusion.py --quick    # tiny, a minute
+
+Families: BERT (encoder) and Llama (decoder: RMS norm, rotary embedding,
+grouped-query causal attention), 4 layers, hidden 256, 4 query heads.
+Latency: interleaved medians at 1 and 2 threads in one process; peak
+memory: growth of a fresh process's peak RSS (VmHWM) while it loads the
+model and runs it once; max abs difference between the two models' outputs.
+Writes fusion.md, fusion.json and fusion.png into --out (default
+benchmarks/results; --quick: a temp folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+import suite  # noqa: E402
+
+VARIANTS = ("plain", "optimized")
+
+
+def build(family: str, seq: int) -> tuple[bytes, list[np.ndarray]]:
+    """The plain converter's model of a backbone and inputs for it."""
+    import tensorflow as tf
+
+    sys.path.insert(0, str(HERE.parent / "examples"))
+    import optimize_keras_hub as example
+
+    model = tf.lite.TFLiteConverter.from_keras_model(example.backbone(family, seq)).convert()
+    return model, example.feeds(model, seq)
+
+
+def peak_memory(model_path: Path, inputs_path: Path) -> float:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--peak", str(model_path), str(inputs_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"peak-memory run failed:\n{proc.stderr[-3000:]}")
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["peak_growth_mib"])
+
+
+def _peak_child(model_path: str, inputs_path: str) -> None:
+    import fusekit
+
+    with np.load(inputs_path) as data:
+        inputs = [data[f"arr_{i}"] for i in range(len(data.files))]
+    before = suite.peak_rss_kib()
+    interp = fusekit.Interpreter(model_path=model_path, num_threads=1)
+    prepared = suite.prepare_tflite_list(interp, inputs)
+    prepared.invoke()
+    print(json.dumps({"peak_growth_mib": (suite.peak_rss_kib() - before) / 1024}))
+
+
+def write(out: Path, payload: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fusion.json").write_text(json.dumps(payload, indent=2))
+    lines = [
+        "# Pattern fusion: keras-hub backbones, plain TFLite vs fusekit optimize",
+        "",
+        f"{payload['model']}; {payload['machine']}; {payload['date']}; fusekit "
+        f"{payload['commit']}. Command: `.venv/bin/python benchmarks/bench_fusion.py`.",
+        "Median latency of interleaved rounds (one process); speedup = plain / optimized; "
+        "peak = growth of a fresh process's peak RSS while it loads the model and runs it "
+        "once; diff = max abs difference between the two models' outputs.",
+        "",
+        "| family | S | fused by fusekit optimize | threads | plain | optimized | speedup | "
+        "peak MiB (plain / optimized) | diff |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in payload["results"]:
+        m, p = r["median_ms"], r["peak_mib"]
+        fused = ", ".join(f"{k.removeprefix('CUSTOM:')} {v}" for k, v in r["fused"].items())
+        lines.append(
+            f"| {r['family']} | {r['seq']} | {fused} | {r['threads']} | {m['plain']:.2f} ms | "
+            f"{m['optimized']:.2f} ms | {m['plain'] / m['optimized']:.2f}x | "
+            f"{p['plain']:.0f} / {p['optimized']:.0f} | {r['max_abs_diff']:.1e} |"
+        )
+    (out / "fusion.md").write_text("\n".join(lines) + "\n")
+    _chart(out / "fusion.png", payload["results"])
+
+
+def _chart(path: Path, results: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['family']}\nS={r['seq']}, {r['threads']} thr" for r in results]
+    xs = np.arange(len(results))
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(results)), 4.5))
+    for i, variant in enumerate(VARIANTS):
+        values = [r["median_ms"][variant] for r in results]
+        label = "plain TFLite" if variant == "plain" else "fusekit optimize"
+        ax.bar(xs + (i - 0.5) * 0.38, values, 0.38, label=label)
+    ax.set_xticks(xs, labels, fontsize=8)
+    ax.set_ylabel("median latency (ms)")
+    ax.set_title("keras-hub backbones: plain TFLite vs fusekit optimize (lower is better)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="S=32, one thread, one round")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--families", default="bert,llama")
+    parser.add_argument("--seqs", default="512,2048")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--peak", nargs=2, metavar=("MODEL", "INPUTS"))
+    args = parser.parse_args(argv)
+    if args.peak:
+        _peak_child(*args.peak)
+        return 0
+
+    import fusekit
+
+    seqs = [32] if args.quick else [int(s) for s in args.seqs.split(",")]
+    threads = [1] if args.quick else [int(t) for t in args.threads.split(",")]
+    rounds, batch_seconds = (1, 0.01) if args.quick else (args.rounds, 0.5)
+    out = args.out or (Path(tempfile.mkdtemp()) if args.quick else HERE / "results")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for family in args.families.split(","):
+            for seq in seqs:
+                plain, inputs = build(family, seq)
+                optimized = fusekit.optimize(plain)
+                fused = {
+                    k: v for k, v in optimized.report.ops_after.items() if k.startswith("CUSTOM:")
+                }
+                models = {"plain": plain, "optimized": optimized.model}
+                inputs_path = folder / f"{family}_{seq}.npz"
+                np.savez(inputs_path, *inputs)
+                peaks = {}
+                for variant, blob in models.items():
+                    path = folder / f"{family}_{seq}_{variant}.tflite"
+                    path.write_bytes(blob)
+                    peaks[variant] = peak_memory(path, inputs_path)
+                for t in threads:
+                    prepared = {
+                        v: suite.prepare_tflite_list(
+                            fusekit.Interpreter(model_content=blob, num_threads=t), inputs
+                        )
+                        for v, blob in models.items()
+                    }
+                    for p in prepared.values():
+                        p.invoke()
+                    diff = float(
+                        np.abs(prepared["plain"].output() - prepared["optimized"].output()).max()
+                    )
+                    timings = suite.time_interleaved(
+                        {v: p.invoke for v, p in prepared.items()}, rounds, batch_seconds
+                    )
+                    row = {
+                        "family": family,
+                        "seq": seq,
+                        "threads": t,
+                        "fused": fused,
+                        "median_ms": {v: tm.median_us / 1e3 for v, tm in timings.items()},
+                        "samples": {v: len(tm.samples_us) for v, tm in timings.items()},
+                        "peak_mib": peaks,
+                        "max_abs_diff": diff,
+                    }
+                    m = row["median_ms"]
+                    print(
+                        f"{family} S={seq} threads={t}: plain {m['plain']:.2f} ms, optimized "
+                        f"{m['optimized']:.2f} ms; peak MiB {peaks}; diff {diff:.1e}; {fused}",
+                        flush=True,
+                    )
+                    results.append(row)
+                    del prepared
+    payload = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{suite.cpu_model()}, {os.cpu_count()} logical CPUs",
+        "commit": suite.git_commit(),
+        "model": "keras-hub backbones, 4 layers, hidden 256, 4 query heads (Llama: 2 kv heads), "
+        "random weights, padding mask with the last eighth padded",
+        "quick": args.quick,
+        "results": results,
+    }
+    write(out, payload)
+    print((out / "fusion.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
