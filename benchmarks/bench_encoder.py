@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -214,15 +213,7 @@ def prepare(engine: str, model: bytes, x: np.ndarray, threads: int) -> suite.Pre
 def peak_memory(engine: str, model_path: Path, seq: int, hidden: int) -> float:
     """MiB the peak RSS of a fresh process grows by while it loads the
     model and runs it once."""
-    proc = subprocess.run(
-        [sys.executable, __file__, "--peak", engine, str(model_path), str(seq), str(hidden)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"peak-memory run of {engine} failed:\n{proc.stderr[-3000:]}")
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["peak_growth_mib"])
+    return suite.peak_growth_mib(__file__, engine, str(model_path), str(seq), str(hidden))
 
 
 def _peak_child(engine: str, model_path: str, seq: int, hidden: int) -> None:
@@ -286,24 +277,12 @@ def write(out: Path, payload: dict[str, Any]) -> None:
 
 
 def _chart(path: Path, results: list[dict[str, Any]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [f"{r['model']}\nS={r['seq']}, {r['threads']} thr" for r in results]
-    xs = np.arange(len(results))
-    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(results)), 4.5))
-    for i, engine in enumerate(ENGINES):
-        values = [r["median_ms"].get(engine) or 0.0 for r in results]
-        ax.bar(xs + (i - 1) * 0.27, values, 0.27, label=_ENGINE_NAMES[engine])
-    ax.set_xticks(xs, labels, fontsize=8)
-    ax.set_ylabel("median latency (ms)")
-    ax.set_title("Transformer blocks: latency per engine (lower is better)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    suite.latency_chart(
+        path,
+        [f"{r['model']}\nS={r['seq']}, {r['threads']} thr" for r in results],
+        {_ENGINE_NAMES[e]: [r["median_ms"].get(e) or 0.0 for r in results] for e in ENGINES},
+        "Transformer blocks: latency per engine (lower is better)",
+    )
 
 
 # ---------------------------------------------------------------- main

@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,15 +47,7 @@ def build(family: str, seq: int) -> tuple[bytes, list[np.ndarray]]:
 
 
 def peak_memory(model_path: Path, inputs_path: Path) -> float:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--peak", str(model_path), str(inputs_path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"peak-memory run failed:\n{proc.stderr[-3000:]}")
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["peak_growth_mib"])
+    return suite.peak_growth_mib(__file__, str(model_path), str(inputs_path))
 
 
 def _peak_child(model_path: str, inputs_path: str) -> None:
@@ -100,25 +91,13 @@ def write(out: Path, payload: dict[str, Any]) -> None:
 
 
 def _chart(path: Path, results: list[dict[str, Any]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [f"{r['family']}\nS={r['seq']}, {r['threads']} thr" for r in results]
-    xs = np.arange(len(results))
-    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(results)), 4.5))
-    for i, variant in enumerate(VARIANTS):
-        values = [r["median_ms"][variant] for r in results]
-        label = "plain TFLite" if variant == "plain" else "fusekit optimize"
-        ax.bar(xs + (i - 0.5) * 0.38, values, 0.38, label=label)
-    ax.set_xticks(xs, labels, fontsize=8)
-    ax.set_ylabel("median latency (ms)")
-    ax.set_title("keras-hub backbones: plain TFLite vs fusekit optimize (lower is better)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    names = {"plain": "plain TFLite", "optimized": "fusekit optimize"}
+    suite.latency_chart(
+        path,
+        [f"{r['family']}\nS={r['seq']}, {r['threads']} thr" for r in results],
+        {names[v]: [r["median_ms"][v] for r in results] for v in VARIANTS},
+        "keras-hub backbones: plain TFLite vs fusekit optimize (lower is better)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ import math
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -289,6 +290,45 @@ def peak_rss_kib() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def peak_growth_mib(script: str, *args: str) -> float:
+    """Runs ``script --peak ARGS`` in a fresh process and returns the
+    ``peak_growth_mib`` it prints last (JSON): how much that process's peak
+    RSS grew while it loaded and ran a model."""
+    proc = subprocess.run(
+        [sys.executable, script, "--peak", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"peak-memory run {args} failed:\n{proc.stderr[-3000:]}")
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["peak_growth_mib"])
+
+
+def latency_chart(
+    path: Path, labels: list[str], series: dict[str, list[float]], title: str
+) -> None:
+    """Grouped bars of median latencies (ms): one group per label, one bar
+    per series."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = np.arange(len(labels))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(labels)), 4.5))
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar(xs + (i - (len(series) - 1) / 2) * width, values, width, label=name)
+    ax.set_xticks(xs, labels, fontsize=8)
+    ax.set_ylabel("median latency (ms)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plain_interpreter(model: bytes, threads: int, runtime: str) -> Any:
