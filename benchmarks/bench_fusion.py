@@ -3,11 +3,18 @@ from configs with random weights (no downloads), converted by the plain TF
 converter, against the same model after ``fusekit.optimize`` (which fuses
 their layer/RMS norms, rotary embeddings and attention).
 
-    .venv/bin/python benchmarks/bench_fusion.py            # S=512 and 2048, ~10 min
+    .venv/bin/python benchmarks/bench_fusion.py            # S=512 and 2048, ~20 min
     .venv/bin/python benchmarks/bench_fusion.py --quick    # tiny, a minute
+    .venv/bin/python benchmarks/bench_fusion.py --families vit,gemma
 
-Families: BERT (encoder) and Llama (decoder: RMS norm, rotary embedding,
-grouped-query causal attention), 4 layers, hidden 256, 4 query heads.
+Families (``--families``, default all four), 4 layers, hidden 256, 4 query
+heads each: BERT (encoder, padding mask), Llama (decoder: RMS norm, rotary
+embedding, grouped-query causal attention over 2 kv heads), ViT (image
+encoder: 16x16 patches plus a class token, no mask) and Gemma (decoder: RMS
+norm scaled by 1 + w, rotary, multi-query attention over 1 kv head, head_dim
+64).  A ViT's sequence is a square grid of patches plus the class token: for
+a requested S it gets the largest grid that does not exceed S (512 -> 485
+tokens, a 352x352 image; 2048 -> 2026), and the table shows that real count.
 Latency: interleaved medians at 1 and 2 threads in one process; peak
 memory: growth of a fresh process's peak RSS (VmHWM) while it loads the
 model and runs it once; max abs difference between the two models' outputs.
@@ -28,6 +35,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# The backbones and their inputs come from examples/optimize_keras_hub.py,
+# imported only where needed: it imports TensorFlow and keras-hub, which the
+# peak memory child must not load.
+sys.path.insert(0, str(HERE.parent / "examples"))
 
 import numpy as np  # noqa: E402
 import suite  # noqa: E402
@@ -37,13 +48,11 @@ VARIANTS = ("plain", "optimized")
 
 def build(family: str, seq: int) -> tuple[bytes, list[np.ndarray]]:
     """The plain converter's model of a backbone and inputs for it."""
+    import optimize_keras_hub as example
     import tensorflow as tf
 
-    sys.path.insert(0, str(HERE.parent / "examples"))
-    import optimize_keras_hub as example
-
     model = tf.lite.TFLiteConverter.from_keras_model(example.backbone(family, seq)).convert()
-    return model, example.feeds(model, seq)
+    return model, example.feeds(model)
 
 
 def peak_memory(model_path: Path, inputs_path: Path) -> float:
@@ -91,20 +100,39 @@ def write(out: Path, payload: dict[str, Any]) -> None:
 
 
 def _chart(path: Path, results: list[dict[str, Any]]) -> None:
+    """One grouped latency chart per requested sequence length, stacked
+    top to bottom: on one axis the long sequences' bars would flatten the
+    short ones', and sixteen groups in a row make a strip too wide to read."""
+    import matplotlib.image
+
     names = {"plain": "plain TFLite", "optimized": "fusekit optimize"}
-    suite.latency_chart(
-        path,
-        [f"{r['family']}\nS={r['seq']}, {r['threads']} thr" for r in results],
-        {names[v]: [r["median_ms"][v] for r in results] for v in VARIANTS},
-        "keras-hub backbones: plain TFLite vs fusekit optimize (lower is better)",
+    panels = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for requested in dict.fromkeys(r["requested_seq"] for r in results):
+            rows = [r for r in results if r["requested_seq"] == requested]
+            part = Path(tmp) / f"{requested}.png"
+            suite.latency_chart(
+                part,
+                [f"{r['family']}\nS={r['seq']}, {r['threads']} thr" for r in rows],
+                {names[v]: [r["median_ms"][v] for r in rows] for v in VARIANTS},
+                # Two lines: one would not fit the narrowest chart (four groups).
+                f"keras-hub backbones, S={requested} (ViT: the real S below)\n"
+                "plain TFLite vs fusekit optimize (lower is better)",
+            )
+            panels.append(matplotlib.image.imread(part))
+    # Panels of different group counts differ in width: pad them with white.
+    width = max(p.shape[1] for p in panels)
+    stacked = np.concatenate(
+        [np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)), constant_values=1.0) for p in panels]
     )
+    matplotlib.image.imsave(path, stacked)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="S=32, one thread, one round")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--families", default="bert,llama")
+    parser.add_argument("--families", default=None, help="comma-separated; default: all")
     parser.add_argument("--seqs", default="512,2048")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rounds", type=int, default=5)
@@ -114,8 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         _peak_child(*args.peak)
         return 0
 
+    import optimize_keras_hub as example
+
     import fusekit
 
+    families = args.families.split(",") if args.families else list(example.FAMILIES)
+    unknown = [f for f in families if f not in example.FAMILIES]
+    if unknown:
+        parser.error(f"unknown families {unknown}: choose from {','.join(example.FAMILIES)}")
     seqs = [32] if args.quick else [int(s) for s in args.seqs.split(",")]
     threads = [1] if args.quick else [int(t) for t in args.threads.split(",")]
     rounds, batch_seconds = (1, 0.01) if args.quick else (args.rounds, 0.5)
@@ -123,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for family in args.families.split(","):
-            for seq in seqs:
-                plain, inputs = build(family, seq)
+        for family in families:
+            for requested in seqs:
+                # ViT's token count follows from its image: report the real one.
+                seq = example.tokens(family, requested)
+                plain, inputs = build(family, requested)
                 optimized = fusekit.optimize(plain)
                 fused = {
                     k: v for k, v in optimized.report.ops_after.items() if k.startswith("CUSTOM:")
@@ -156,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                     row = {
                         "family": family,
                         "seq": seq,
+                        "requested_seq": requested,
+                        "input_shapes": [list(x.shape) for x in inputs],
                         "threads": t,
                         "fused": fused,
                         "median_ms": {v: tm.median_us / 1e3 for v, tm in timings.items()},
@@ -175,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{suite.cpu_model()}, {os.cpu_count()} logical CPUs",
         "commit": suite.git_commit(),
-        "model": "keras-hub backbones, 4 layers, hidden 256, 4 query heads (Llama: 2 kv heads), "
-        "random weights, padding mask with the last eighth padded",
+        "model": f"keras-hub backbones, {example.LAYERS} layers, hidden {example.HIDDEN}, "
+        f"{example.HEADS} query heads, random weights, batch 1, text models with the last "
+        "eighth padded; " + "; ".join(f"{f}: {example.DESCRIPTIONS[f]}" for f in families),
         "quick": args.quick,
         "results": results,
     }

@@ -1,18 +1,29 @@
 """fusekit.optimize on keras-hub backbones fusekit did not convert: a BERT
-encoder or a Llama decoder built from a config with random weights (no
-downloads), converted with the plain TFLite converter, then fused by the
-default passes (layer/RMS norms, rotary embeddings, attention).  Prints what
-was fused, checks the outputs and times both models (XNNPACK for the
-builtins, one thread by default, interleaved medians).
+or ViT encoder, a Llama or Gemma decoder, built from a config with random
+weights (no downloads), converted with the plain TFLite converter, then fused
+by the default passes (layer/RMS norms, rotary embeddings, attention).
+Prints what was fused, checks the outputs and times both models (XNNPACK
+for the builtins, one thread by default, interleaved medians).
 
     .venv/bin/python examples/optimize_keras_hub.py --family bert --seq 512
     .venv/bin/python examples/optimize_keras_hub.py --family llama --seq 512 --threads 2
+    .venv/bin/python examples/optimize_keras_hub.py --family vit --seq 512
+    .venv/bin/python examples/optimize_keras_hub.py --family gemma --seq 512
+
+Every family has 4 layers, hidden size 256 and 4 (query) heads.  Text
+models take batch 1 of ``--seq`` token ids with the last eighth padded.  ViT
+takes one image cut into 16x16 patches: its sequence is a square grid of
+patches plus a class token, so ``--seq`` picks the largest grid whose token
+count does not exceed it (512 -> 22x22 patches + 1 = 485 tokens, a 352x352
+image); ``tokens()`` gives the real count.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -25,53 +36,155 @@ import fusekit  # noqa: E402
 from fusekit.run.timing import compare, prepared_invoke  # noqa: E402
 
 HIDDEN, HEADS, LAYERS = 256, 4, 4
+VOCABULARY = 1000
+PATCH = 16
+
+# One line per family for reports: what differs from the shared sizes above.
+DESCRIPTIONS = {
+    "bert": "encoder, layer norms, padding mask",
+    "llama": "decoder, RMS norms, rotary, 2 kv heads (grouped-query), causal + padding mask",
+    "vit": f"image encoder, {PATCH}x{PATCH} patches + class token, layer norms, no mask",
+    "gemma": "decoder, RMS norms (1 + w), rotary, 1 kv head (multi-query), head_dim 64, "
+    "causal + padding mask",
+}
+FAMILIES = tuple(DESCRIPTIONS)
+
+
+def vit_grid(seq_len: int) -> int:
+    """Patches per image side: the largest square grid whose tokens
+    (patches plus the class token) do not exceed ``seq_len``."""
+    if seq_len < 2:
+        raise ValueError(f"vit: a sequence of {seq_len} tokens leaves no room for a patch")
+    return math.isqrt(seq_len - 1)
+
+
+def tokens(family: str, seq_len: int) -> int:
+    """The sequence length the family's model really runs for ``seq_len``."""
+    _check(family)
+    return vit_grid(seq_len) ** 2 + 1 if family == "vit" else seq_len
+
+
+def _text_inputs(seq_len: int, *names: str) -> dict[str, keras.KerasTensor]:
+    # Named inputs: feeds() finds the converted model's inputs by name.
+    return {
+        name: keras.Input(
+            (seq_len,),
+            batch_size=1,
+            dtype="bool" if name == "padding_mask" else "int32",
+            name=name,
+        )
+        for name in names
+    }
+
+
+def _bert(seq_len: int) -> tuple[dict, keras.KerasTensor]:
+    inputs = _text_inputs(seq_len, "token_ids", "segment_ids", "padding_mask")
+    model = keras_hub.models.BertBackbone(
+        vocabulary_size=VOCABULARY,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        hidden_dim=HIDDEN,
+        intermediate_dim=4 * HIDDEN,
+        max_sequence_length=seq_len,
+    )
+    return inputs, model(inputs)["sequence_output"]
+
+
+def _llama(seq_len: int) -> tuple[dict, keras.KerasTensor]:
+    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
+    model = keras_hub.models.LlamaBackbone(
+        vocabulary_size=VOCABULARY,
+        num_layers=LAYERS,
+        num_query_heads=HEADS,
+        num_key_value_heads=HEADS // 2,
+        hidden_dim=HIDDEN,
+        intermediate_dim=4 * HIDDEN,
+    )
+    return inputs, model(inputs)
+
+
+def _gemma(seq_len: int) -> tuple[dict, keras.KerasTensor]:
+    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
+    # keras-hub's Gemma splits intermediate_dim between its gate and up
+    # projections (512 wide each here; Llama's are 1024 each).
+    model = keras_hub.models.GemmaBackbone(
+        vocabulary_size=VOCABULARY,
+        num_layers=LAYERS,
+        num_query_heads=HEADS,
+        num_key_value_heads=1,
+        hidden_dim=HIDDEN,
+        intermediate_dim=4 * HIDDEN,
+        head_dim=HIDDEN // HEADS,
+    )
+    return inputs, model(inputs)
+
+
+def _vit(seq_len: int) -> tuple[dict, keras.KerasTensor]:
+    side = vit_grid(seq_len) * PATCH
+    image = keras.Input((side, side, 3), batch_size=1, name="images")
+    model = keras_hub.models.ViTBackbone(
+        image_shape=(side, side, 3),
+        patch_size=PATCH,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        hidden_dim=HIDDEN,
+        mlp_dim=4 * HIDDEN,
+    )
+    return {"images": image}, model(image)
+
+
+BUILDERS: dict[str, Callable[[int], tuple[dict, keras.KerasTensor]]] = {
+    "bert": _bert,
+    "llama": _llama,
+    "vit": _vit,
+    "gemma": _gemma,
+}
+
+
+def _check(family: str) -> None:
+    if family not in BUILDERS:
+        raise ValueError(f"unknown family {family!r}: choose one of {', '.join(BUILDERS)}")
 
 
 def backbone(family: str, seq_len: int) -> keras.Model:
+    """A keras-hub backbone of ``family`` with random weights, batch 1, for
+    ``seq_len`` tokens (ViT: ``tokens("vit", seq_len)``)."""
+    _check(family)
     keras.utils.set_random_seed(0)
-    tokens = keras.Input((seq_len,), batch_size=1, dtype="int32", name="token_ids")
-    padding = keras.Input((seq_len,), batch_size=1, dtype="bool", name="padding_mask")
-    inputs = {"token_ids": tokens, "padding_mask": padding}
-    if family == "bert":
-        model = keras_hub.models.BertBackbone(
-            vocabulary_size=1000,
-            num_layers=LAYERS,
-            num_heads=HEADS,
-            hidden_dim=HIDDEN,
-            intermediate_dim=4 * HIDDEN,
-            max_sequence_length=seq_len,
-        )
-        segments = keras.Input((seq_len,), batch_size=1, dtype="int32", name="segment_ids")
-        inputs["segment_ids"] = segments
-        outputs = model(inputs)["sequence_output"]
-    else:
-        model = keras_hub.models.LlamaBackbone(
-            vocabulary_size=1000,
-            num_layers=LAYERS,
-            num_query_heads=HEADS,
-            num_key_value_heads=HEADS // 2,
-            hidden_dim=HIDDEN,
-            intermediate_dim=4 * HIDDEN,
-        )
-        outputs = model(inputs)
+    inputs, outputs = BUILDERS[family](seq_len)
     return keras.Model(list(inputs.values()), outputs)
 
 
-def feeds(model: bytes, seq_len: int) -> list[np.ndarray]:
+def feeds(model: bytes) -> list[np.ndarray]:
+    """Inputs for a converted backbone, in its input order, shaped as its
+    inputs are: random token ids, segment 0, the last eighth of every
+    sequence padded, a random image."""
     rng = np.random.default_rng(0)
-    values = {
-        "token_ids": rng.integers(0, 1000, (1, seq_len)).astype(np.int32),
-        "segment_ids": np.zeros((1, seq_len), np.int32),
-        "padding_mask": np.arange(seq_len)[None, :] < seq_len - seq_len // 8,
+
+    def padding(shape):
+        return np.broadcast_to(np.arange(shape[-1]) < shape[-1] - shape[-1] // 8, shape)
+
+    makers = {
+        "token_ids": lambda shape: rng.integers(0, VOCABULARY, shape).astype(np.int32),
+        "segment_ids": lambda shape: np.zeros(shape, np.int32),
+        "padding_mask": padding,
+        "images": lambda shape: rng.random(shape, np.float32),
     }
-    details = fusekit.Interpreter(model_content=model).get_input_details()
-    return [next(v for k, v in values.items() if k in d["name"]) for d in details]
+    values = []
+    for d in fusekit.Interpreter(model_content=model).get_input_details():
+        maker = next((m for k, m in makers.items() if k in d["name"]), None)
+        if maker is None:
+            raise ValueError(
+                f"no feed for model input {d['name']!r}: expected one of {list(makers)}"
+            )
+        values.append(np.ascontiguousarray(maker(tuple(d["shape"]))))
+    return values
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", choices=("bert", "llama"), default="bert")
-    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--family", choices=FAMILIES, default="bert")
+    parser.add_argument("--seq", type=int, default=512, help="tokens (ViT: at most)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
@@ -79,12 +192,16 @@ def main() -> None:
     model = tf.lite.TFLiteConverter.from_keras_model(backbone(args.family, args.seq)).convert()
     result = fusekit.optimize(model)
     fused = {k: v for k, v in result.report.ops_after.items() if k.startswith("CUSTOM:")}
-    print(f"{args.family}, {LAYERS} layers, hidden {HIDDEN}, S={args.seq}: fused {fused}")
+    seq = tokens(args.family, args.seq)
+    print(
+        f"{args.family} ({DESCRIPTIONS[args.family]}), {LAYERS} layers, hidden {HIDDEN}, "
+        f"S={seq}: fused {fused}"
+    )
     print(result.report.line("fuse").to_text().split(";")[-1].strip())
     for note in result.report.line("fuse").notes:
         print("  note:", note)
 
-    inputs = feeds(model, args.seq)
+    inputs = feeds(model)
     invokes, outputs = {}, {}
     for name, blob in (("plain", model), ("optimized", result.model)):
         interp = fusekit.Interpreter(model_content=blob, num_threads=args.threads)

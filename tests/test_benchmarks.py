@@ -138,17 +138,23 @@ def test_attention_benchmark_quick_run(tmp_path):
 def test_fusion_benchmark_quick_run(tmp_path):
     payload = run_quick("bench_fusion.py", tmp_path, "fusion.json", "fusion.md", "fusion.png")
     rows = {r["family"]: r for r in payload["results"]}
-    assert set(rows) == {"bert", "llama"}
+    assert set(rows) == {"bert", "llama", "vit", "gemma"}
     layers = 4
-    assert rows["bert"]["fused"] == {
+    encoder = {
         "CUSTOM:fusekit_attention": layers,
         "CUSTOM:fusekit_layer_norm": 2 * layers + 1,
     }
-    assert rows["llama"]["fused"] == {
+    decoder = {
         "CUSTOM:fusekit_attention": layers,
         "CUSTOM:fusekit_rms_norm": 2 * layers + 1,
         "CUSTOM:fusekit_rotary_embedding": 2 * layers,
     }
+    assert rows["bert"]["fused"] == rows["vit"]["fused"] == encoder
+    assert rows["llama"]["fused"] == rows["gemma"]["fused"] == decoder
+    # --quick asks for 32 tokens: ViT gets 5x5 patches of 16 pixels plus its
+    # class token, and the table shows those 26.
+    assert rows["vit"]["seq"] == 26 and rows["vit"]["input_shapes"] == [[1, 80, 80, 3]]
+    assert "| vit | 26 |" in (tmp_path / "fusion.md").read_text()
     for row in rows.values():
         assert row["max_abs_diff"] < 1e-4, row
         assert row["median_ms"]["plain"] > 0 and row["median_ms"]["optimized"] > 0
