@@ -1,5 +1,5 @@
-"""``fuse``: every pattern-fusion pass in one (layer norms, RMS norms,
-rotary embeddings, attention), reporting under one name; in the default passes of
+"""``fuse``: every pattern-fusion pass in one (group norms, layer norms, RMS
+norms, rotary embeddings, attention), reporting under one name; in the default passes of
 ``fusekit optimize``."""
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ NAME = "fuse"
 
 @register(NAME)
 def fuse(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]]:
-    """Layer norms first (an RMS norm of a centered x would otherwise match
-    inside them), then RMS norms, rotary embeddings (before attention: they
+    """Group norms first (their statistics over [B, G, C/G] would otherwise
+    look like a layer norm's), then layer norms (an RMS norm of a centered x
+    would otherwise match inside them), then RMS norms, rotary embeddings (before attention: they
     sit on its q and k) and attention."""
-    changes = fuse_norm_pass(model, options, "layer_norm", NAME)
+    changes = fuse_norm_pass(model, options, "group_norm", NAME)
+    changes += fuse_norm_pass(model, options, "layer_norm", NAME)
     changes += fuse_norm_pass(model, options, "rms_norm", NAME)
     changes += fuse_rotary_pass(model, options, NAME)
     changes += fuse_attention_pass(model, options, NAME)

@@ -1,4 +1,5 @@
-"""Finding layer norms and RMS norms over the last axis in a converted graph.
+"""Finding layer norms and RMS norms over the last axis, and group norms,
+in a converted graph.
 
 Anchors are proven structurally: ``m = MEAN(x)`` and the variance ``MEAN of
 (x - m)^2`` (SQUARED_DIFFERENCE, SQUARE or MUL of ``x - m``) for a layer
@@ -9,12 +10,19 @@ written many ways (Keras computes ``x * (r * gamma) + (beta - m * r *
 gamma)``, hand-written code ``(x - m) * r * gamma + beta``); it is evaluated
 as a polynomial (fusion/poly.py) and must equal the fused op's formula.
 Every intermediate must be read only inside the match.
+
+A group norm is a layer norm's statistics over a grouped view of x: x [B,
+*spatial, C] reshaped to [B, *spatial', G, C/G] (the same positions, the
+channels split into G groups), MEAN over every axis but the batch and group
+axes, the same formula with gamma/beta shaped [G, C/G], and a RESHAPE back
+to x's shape (Keras ``GroupNormalization``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.passes.fusion import poly
@@ -39,22 +47,29 @@ class NormMatch:
     when absent) and writes ``output``; ``ops`` are the operators it
     replaces."""
 
-    kind: str  # "layer_norm" or "rms_norm"
+    kind: str  # "layer_norm", "rms_norm" or "group_norm"
     x: int
     output: int
     epsilon: float
     gamma: int | None = None
     beta: int | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
+    groups: int = 1
+    # RESHAPEs reading a group norm's grouped result into shapes other than
+    # x's (the converter merges the reshape back with the next group norm's
+    # reshape in): they are fed the fused op's output, written in x's shape.
+    readers: list[schema.OperatorT] = field(default_factory=list)
 
 
 @dataclass
 class _Anchor:
-    x: int
-    mean: int | None  # m (layer norm only)
+    x: int  # the normalized tensor (a group norm's grouped view of its input)
+    mean: int | None  # m (layer and group norms only)
     root: int  # r = rsqrt(stat + eps), or s = sqrt(stat + eps)
     root_is_sqrt: bool
     epsilon: float
+    source: int  # the fused op's x: ``x`` itself, or a group norm's input
+    groups: int = 1
 
 
 def _mean_of(graph: Graph, tensor: int) -> tuple[schema.OperatorT, int] | None:
@@ -115,9 +130,37 @@ def _statistic(graph: Graph, stat: int, kind: str) -> tuple[int, int | None] | N
     return None
 
 
+def _grouping(graph: Graph, x: int, axes: list[int] | None) -> tuple[int, int] | None:
+    """(source, groups) when ``x`` is RESHAPE(source) of a [B, *spatial, C]
+    source (rank 2 to 5, the group norm kernel's) to [B, *spatial', G, C/G]
+    with the same positions and ``axes`` are every axis but the batch and
+    group axes: the statistics of a group norm with G groups."""
+    shape = graph.signature(x)
+    rank = len(shape)
+    if rank < 3 or axes != [a for a in range(1, rank) if a != rank - 2]:
+        return None
+    op = graph.producer(x)
+    if op is None or graph.builtin(op) != OP.RESHAPE:
+        return None
+    source = int(op.inputs[0])
+    source_shape = graph.signature(source)
+    groups, per_group = shape[-2], shape[-1]
+    if not 2 <= len(source_shape) <= 5 or groups <= 0 or per_group <= 0:
+        return None
+    if source_shape[-1] != groups * per_group or source_shape[0] != shape[0]:
+        return None
+    positions, source_positions = shape[1:-2], source_shape[1:-1]
+    if min(positions + source_positions, default=1) <= 0:
+        return None
+    if int(np.prod(positions)) != int(np.prod(source_positions)):
+        return None
+    return source, groups
+
+
 def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
     """Every ``RSQRT(stat + eps)`` / ``SQRT(stat + eps)`` over a norm
-    statistic of the last axis; statistics over other axes are near-misses."""
+    statistic of the last axis (for ``group_norm``: of a grouped view);
+    statistics over other axes are near-misses."""
     anchors = []
     for op in graph.ops:
         if graph.builtin(op) not in (OP.RSQRT, OP.SQRT):
@@ -137,7 +180,13 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
             label = kind.replace("_", " ")
             axes = reduction_axes(graph, graph.producer(stat))
             rank = len(graph.signature(x))
-            if axes != [rank - 1]:
+            grouping = _grouping(graph, x, axes) if m is not None else None
+            source, groups = grouping if grouping is not None else (x, 1)
+            if kind == "group_norm" and grouping is None:
+                break  # not grouped: the layer norm pass reports it
+            if kind == "layer_norm" and grouping is not None and axes != [rank - 1]:
+                break  # fuse_group_norm's to fuse or report
+            if kind != "group_norm" and axes != [rank - 1]:
                 shown = axes[0] if axes is not None and len(axes) == 1 else axes
                 near_misses.append(
                     f"{label} at {where!r}: MEAN over axis {shown} "
@@ -150,23 +199,33 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
                     f"{label} at {where!r}: epsilon is not a finite scalar constant >= 0"
                 )
                 break
-            if graph.tensor(x).type != FLOAT32 or graph.signature(x)[-1] <= 0:
+            if graph.tensor(source).type != FLOAT32 or graph.signature(source)[-1] <= 0:
                 near_misses.append(f"{label} at {where!r}: x is not float32 with a static last dim")
                 break
-            anchors.append(_Anchor(x, m, int(op.outputs[0]), graph.builtin(op) == OP.SQRT, epsilon))
+            root_is_sqrt = graph.builtin(op) == OP.SQRT
+            anchors.append(_Anchor(x, m, int(op.outputs[0]), root_is_sqrt, epsilon, source, groups))
             break
     return anchors
 
 
-def _operand(graph: Graph, tensor: int, known: dict[int, poly.Poly], depth: int, rank: int):
+def _operand(graph: Graph, tensor: int, known: dict[int, poly.Poly], anchor: _Anchor):
     if tensor in known:
         return known[tensor]
     value = scalar(graph, tensor)
     if value is not None:
         return poly.const(value)
-    if is_channel_vector(graph, tensor, depth, rank):
+    depth = graph.signature(anchor.source)[-1]
+    rank = len(graph.signature(anchor.x))
+    if is_channel_vector(graph, tensor, depth, rank, anchor.groups):
         return poly.symbol(f"c{tensor}")
     return None
+
+
+def _broadcasts_into(shape: list[int], x_shape: list[int]) -> bool:
+    """A shape of x's rank whose every dim is x's or 1: a value defined per
+    element of x that the symbols (x per element, m and r per row, constants
+    per channel) describe."""
+    return len(shape) == len(x_shape) and all(d in (xd, 1) for d, xd in zip(shape, x_shape))
 
 
 def _evaluate(graph: Graph, op: schema.OperatorT, args: list[poly.Poly]) -> poly.Poly | None:
@@ -197,10 +256,8 @@ def _evaluate(graph: Graph, op: schema.OperatorT, args: list[poly.Poly]) -> poly
 
 def _explore(graph: Graph, anchor: _Anchor) -> dict[int, poly.Poly]:
     """Polynomials of the tensors computed elementwise from x, m and r (or
-    s), whose shape is x's or x's rows'."""
+    s), whose shape broadcasts into x's."""
     x_shape = graph.signature(anchor.x)
-    row_shape = x_shape[:-1] + [1]
-    depth, rank = x_shape[-1], len(x_shape)
     known = {
         anchor.x: poly.symbol("x"),
         anchor.root: poly.symbol("s" if anchor.root_is_sqrt else "r"),
@@ -215,12 +272,11 @@ def _explore(graph: Graph, anchor: _Anchor) -> dict[int, poly.Poly]:
             out = int(op.outputs[0])
             if out in known or graph.builtin(op) not in _ELEMENTWISE:
                 continue
-            if graph.tensor(out).type != FLOAT32 or graph.signature(out) not in (
-                x_shape,
-                row_shape,
+            if graph.tensor(out).type != FLOAT32 or not _broadcasts_into(
+                graph.signature(out), x_shape
             ):
                 continue
-            args = [_operand(graph, int(t), known, depth, rank) for t in op.inputs]
+            args = [_operand(graph, int(t), known, anchor) for t in op.inputs]
             if any(a is None for a in args):
                 continue
             value = _evaluate(graph, op, args)
@@ -301,43 +357,81 @@ def _outside_readers(graph: Graph, ops: list[schema.OperatorT], output: int) -> 
     return None
 
 
+def _reshapes_of(graph: Graph, output: int) -> list[schema.OperatorT] | None:
+    """The readers of a group norm's grouped result when every one is a
+    RESHAPE of it (a reshape reads the elements in order, so it may read
+    them from the result written in x's shape instead)."""
+    readers = graph.consumers(output)
+    if graph.is_output(output) or not readers:
+        return None
+    if any(graph.builtin(r) != OP.RESHAPE or int(r.inputs[0]) != output for r in readers):
+        return None
+    return readers
+
+
+def _same_shape(graph: Graph, a: int, b: int) -> bool:
+    """Two tensors of one element count surely have one shape: equal
+    signatures with at most one unknown dim."""
+    signature = graph.signature(a)
+    return signature == graph.signature(b) and signature.count(-1) <= 1
+
+
+_FORMULAS = {
+    "layer_norm": "(x - mean) * rsqrt(var + eps) * gamma + beta",
+    "rms_norm": "x * rsqrt(mean(x^2) + eps) * gamma",
+    "group_norm": "(x - mean) * rsqrt(var + eps) * gamma + beta",
+}
+
+
 def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatch]:
-    """Every proven ``kind`` ("layer_norm" / "rms_norm") in ``graph``;
-    anything doubtful is appended to ``near_misses`` with the reason."""
+    """Every proven ``kind`` ("layer_norm" / "rms_norm" / "group_norm") in
+    ``graph``; anything doubtful is appended to ``near_misses`` with the
+    reason."""
     label = kind.replace("_", " ")
     matches: list[NormMatch] = []
     taken: set[int] = set()
     position = {id(op): i for i, op in enumerate(graph.ops)}
     for anchor in _anchors(graph, kind, near_misses):
         where = graph.name(anchor.root)
+        if kind == "group_norm" and len(graph.signature(anchor.x)) == 3:
+            # [B, G, C/G] normalized over its last axis is also a layer
+            # norm's shape: when it is no group norm, fuse_layer_norm says why.
+            notes: list[str] = []
+        else:
+            notes = near_misses
         known = _explore(graph, anchor)
         candidates = []
         for tensor, value in known.items():
             producer = graph.producer(tensor)
             if producer is None or tensor in (anchor.root, anchor.mean):
                 continue
-            operands = _formula(value, kind)
+            operands = _formula(value, "rms_norm" if kind == "rms_norm" else "layer_norm")
             if operands is not None:
                 candidates.append((position[id(producer)], tensor, operands))
         if not candidates:
-            near_misses.append(
+            over = "the channels" if kind == "group_norm" else "the last axis"
+            notes.append(
                 f"{label} at {where!r}: the ops after the statistics do not compute "
-                + (
-                    "(x - mean) * rsqrt(var + eps) * gamma + beta"
-                    if kind == "layer_norm"
-                    else "x * rsqrt(mean(x^2) + eps) * gamma"
-                )
-                + " with gamma/beta vectors over the last axis"
+                f"{_FORMULAS[kind]} with gamma/beta vectors over {over}"
             )
             continue
         _, output, (gamma, beta) = max(candidates)
         ops = _region(graph, anchor, output)
         if ops is None:
-            near_misses.append(f"{label} at {where!r}: the result reads tensors outside the norm")
+            notes.append(f"{label} at {where!r}: the result reads tensors outside the norm")
             continue
+        readers: list[schema.OperatorT] = []
+        if kind == "group_norm":
+            readers = _reshapes_of(graph, output) or []
+            if not readers:
+                notes.append(f"{label} at {where!r}: the grouped result is read as it is")
+                continue
+            if len(readers) == 1 and _same_shape(graph, int(readers[0].outputs[0]), anchor.source):
+                ops.append(readers[0])
+                output, readers = int(readers[0].outputs[0]), []
         leak = _outside_readers(graph, ops, output)
         if leak is not None:
-            near_misses.append(
+            notes.append(
                 f"{label} at {graph.name(output)!r}: intermediate {leak!r} is also read "
                 "outside the norm"
             )
@@ -345,5 +439,17 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
         if any(id(op) in taken for op in ops):
             continue
         taken |= {id(op) for op in ops}
-        matches.append(NormMatch(kind, anchor.x, output, anchor.epsilon, gamma, beta, ops))
+        matches.append(
+            NormMatch(
+                kind,
+                anchor.source,
+                output,
+                anchor.epsilon,
+                gamma,
+                beta,
+                ops,
+                anchor.groups,
+                readers,
+            )
+        )
     return matches

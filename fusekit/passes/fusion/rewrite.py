@@ -16,8 +16,9 @@ from fusekit.passes.graph import OP, OPTIONS, PURE_OPS, Graph, ModelView
 from fusekit.passes.registry import PassOptions
 
 # Side-effect free operators a fused pattern leaves dead that graph.finish
-# does not know as pure (GQA's head repeat, RoPE's PACK, Keras' mask AND).
-_ALSO_PURE = frozenset((OP.TILE, OP.PACK, OP.LOGICAL_AND, OP.SELECT_V2, OP.BROADCAST_TO))
+# does not know as pure (GQA's head repeat, RoPE's PACK, Keras' mask AND, the
+# SHAPE a dynamic-batch group norm reshapes back with).
+_ALSO_PURE = frozenset((OP.TILE, OP.PACK, OP.LOGICAL_AND, OP.SELECT_V2, OP.BROADCAST_TO, OP.SHAPE))
 
 
 def finish(graph: Graph) -> None:
@@ -59,11 +60,14 @@ def vector_view(graph: Graph, tensor: int) -> int:
     return out
 
 
-def norm_attrs(match: NormMatch) -> dict[str, bool | float]:
-    """The attrs the composite carries: ``epsilon``; a layer norm missing
-    gamma or beta also ``scale`` and ``center`` (both then)."""
-    attrs: dict[str, bool | float] = {"epsilon": match.epsilon}
-    if match.kind == "layer_norm" and (match.gamma is None or match.beta is None):
+def norm_attrs(match: NormMatch) -> dict[str, bool | float | int]:
+    """The attrs the composite carries: ``epsilon`` (and a group norm's
+    ``groups``); a layer or group norm missing gamma or beta also ``scale``
+    and ``center`` (both then)."""
+    attrs: dict[str, bool | float | int] = {"epsilon": match.epsilon}
+    if match.kind == "group_norm":
+        attrs["groups"] = match.groups
+    if match.kind != "rms_norm" and (match.gamma is None or match.beta is None):
         attrs["scale"] = match.gamma is not None
         attrs["center"] = match.beta is not None
     return attrs
@@ -84,12 +88,19 @@ def fuse_norm(graph: Graph, match: NormMatch) -> str:
         inputs.append(vector_view(graph, match.beta))
     attrs = norm_attrs(match)
     name = f"fusekit_{match.kind}"
-    replace_with_custom(graph, name, inputs, match.output, attrs, match.ops)
+    output = match.output
+    if match.readers:
+        output = graph.like(
+            output, graph.shape(match.x), "/ungrouped", signature=graph.signature(match.x)
+        )
+    replace_with_custom(graph, name, inputs, output, attrs, match.ops)
+    for reader in match.readers:
+        graph.set_input(reader, 0, output)
     shown = ", ".join(
         f"{k}={v:g}" if isinstance(v, float) and not isinstance(v, bool) else f"{k}={v}"
         for k, v in attrs.items()
     )
-    return f"{name} at {graph.name(match.output)!r} ({len(match.ops)} ops; {shown})"
+    return f"{name} at {graph.name(output)!r} ({len(match.ops)} ops; {shown})"
 
 
 def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str) -> list[str]:
@@ -97,14 +108,19 @@ def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str)
     under ``name``; returns one line per fused op."""
     changes = []
     for graph in model.graphs():
-        near_misses: list[str] = []
-        matches = find_norms(graph, kind, near_misses)
+        while True:
+            near_misses: list[str] = []
+            matches = find_norms(graph, kind, near_misses)
+            for match in matches:
+                changes.append(fuse_norm(graph, match))
+            if matches:
+                finish(graph)
+            # A fused group norm's output may be what the next one groups
+            # (two in a row): look again until nothing more is found.
+            if not matches or kind != "group_norm":
+                break
         for message in near_misses:
             options.note(name, message)
-        for match in matches:
-            changes.append(fuse_norm(graph, match))
-        if matches:
-            finish(graph)
     if changes:
         model.prune_buffers()
     return changes

@@ -39,14 +39,18 @@ def scalar(graph: Graph, tensor: int) -> float | None:
     return float(value.reshape(-1)[0])
 
 
-def is_channel_vector(graph: Graph, tensor: int, depth: int, rank: int) -> bool:
+def is_channel_vector(graph: Graph, tensor: int, depth: int, rank: int, groups: int = 1) -> bool:
     """A float constant of ``depth`` elements along its last axis only, of
     rank at most ``rank`` (so it broadcasts over the last axis of a rank
-    ``rank`` tensor and changes nothing else)."""
+    ``rank`` tensor and changes nothing else).  With ``groups`` > 1 the
+    channels are split as [groups, depth / groups] over the last two axes
+    (a group norm's per-channel constants, shaped like its grouped x)."""
     value = constant_value(graph, tensor)
     if value is None or value.size != depth or value.ndim > rank or value.ndim == 0:
         return False
-    return value.shape[-1] == depth
+    if groups == 1:
+        return value.shape[-1] == depth
+    return value.ndim >= 2 and value.shape[-2:] == (groups, depth // groups)
 
 
 def reduction_axes(graph: Graph, op: schema.OperatorT) -> list[int] | None:
