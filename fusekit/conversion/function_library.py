@@ -26,6 +26,8 @@ _RESERVED_SIGNATURE_PREFIX = "__"
 
 # TensorFlow DataType enum values -> the MLIR element type names the plan
 # prints (tensor<?x8xf32>); kernel_match reads the same names.
+# tensorflow.DataType numbers (types.proto), read without importing TF.
+_DT_RESOURCE = 20
 _ELEMENT_TYPES = {
     1: "f32",
     2: "f64",
@@ -184,19 +186,18 @@ def _result_types(function_def: Any) -> list[str]:
     producers = {node.name: node for node in function_def.node_def}
     types = []
     for arg in function_def.signature.output_arg:
-        if arg.type == 20:  # resources are handles, not results the op returns
+        if arg.type == _DT_RESOURCE:  # handles, not results the op returns
             continue
-        source = function_def.ret.get(arg.name, "")
-        node_name, _, rest = source.partition(":")
+        # A result names its source "node:output_arg:index" (or "node" alone);
+        # the index counts within that output arg, which is the node's flat
+        # output index for the single-arg ops a composite ends in.
+        node_name, *rest = function_def.ret.get(arg.name, "").split(":")
+        index = int(rest[-1]) if len(rest) == 2 and rest[-1].isdigit() else 0
         node = producers.get(node_name)
-        shape = None
         shapes = node.attr.get("_output_shapes") if node is not None else None
-        if shapes is not None and len(shapes.list.shape):
-            index = (
-                int(rest.rsplit(":", 1)[-1]) if rest and rest.rsplit(":", 1)[-1].isdigit() else 0
-            )
-            if index < len(shapes.list.shape):
-                shape = shapes.list.shape[index]
+        shape = None
+        if shapes is not None and index < len(shapes.list.shape):
+            shape = shapes.list.shape[index]
         types.append(tensor_type(arg.type, shape))
     return types
 
