@@ -83,6 +83,32 @@ def gemma() -> keras.Model:
     return token_model(backbone)
 
 
+def gpt_neox() -> keras.Model:
+    """Parallel attention and feed-forward blocks whose two layer norms of
+    one x share their statistics in the converted graph, partial rotary
+    embeddings (a quarter of each head), scores scaled before Keras'
+    einsum transpose."""
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.GPTNeoXBackbone(
+        vocabulary_size=100,
+        num_layers=LAYERS,
+        num_heads=2,
+        hidden_dim=32,
+        intermediate_dim=64,
+        max_sequence_length=64,
+    )
+    return token_model(backbone)
+
+
+def bloom() -> keras.Model:
+    """ALiBi attention: a bias besides the padding mask."""
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.BloomBackbone(
+        vocabulary_size=100, num_layers=LAYERS, num_heads=2, hidden_dim=32, intermediate_dim=64
+    )
+    return token_model(backbone)
+
+
 def vit() -> keras.Model:
     """Patch convolution, class token, pre-norm blocks, no masks."""
     keras.utils.set_random_seed(0)
@@ -149,6 +175,12 @@ FAMILIES = {
     "gemma": Family(
         gemma, DECODER, ("SOFTMAX", "BATCH_MATMUL", "SQRT", "MEAN", "TRANSPOSE"), "causal=True"
     ),
+    "gpt_neox": Family(
+        gpt_neox,
+        {LN: 2 * LAYERS + 1, ROPE: 2 * LAYERS, ATTENTION: LAYERS},
+        ("SOFTMAX", "BATCH_MATMUL", "RSQRT", "MEAN"),
+        "causal=True",
+    ),
     "vit": Family(
         vit, {LN: 2 * LAYERS + 1, ATTENTION: LAYERS}, ("SOFTMAX", "MEAN"), "", tokens=False
     ),
@@ -176,3 +208,16 @@ def test_backbone_every_layer_fused(name, float16):
         assert decomposed not in counts, counts
     runs = token_inputs(original) if family.tokens else None
     assert_same_outputs(original, result.model, runs=runs)
+
+
+def test_alibi_attention_is_a_near_miss_with_the_reason():
+    """Bloom's norms fuse; its attention adds an ALiBi bias besides the
+    padding mask, which the kernel's one mask cannot hold: left alone, with
+    the reason in the report, and the outputs unchanged."""
+    original = convert_keras(bloom())
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    assert len(custom_ops(result.model, LN)) == 2 * LAYERS + 2  # and the embedding norm
+    assert not custom_ops(result.model, ATTENTION)
+    notes = result.report.line("fuse").notes
+    assert len(notes) == LAYERS and all("ALiBi" in n for n in notes), notes
+    assert_same_outputs(original, result.model, runs=token_inputs(original))

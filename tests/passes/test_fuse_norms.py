@@ -124,6 +124,26 @@ def test_hand_written_norms():
     assert_same_outputs(original, result.model)
 
 
+def test_norms_sharing_statistics():
+    """Two layer norms of one x with their own gamma and beta (a parallel
+    attention/feed-forward block): the converter computes the mean and
+    variance once for both; each norm still fuses."""
+    rng = np.random.default_rng(5)
+    g1, g2, b1, b2 = (tf.constant(rng.standard_normal(32).astype(np.float32)) for _ in range(4))
+
+    @tf.function
+    def parallel(x):
+        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+        normalized = (x - mean) * tf.math.rsqrt(var + 1e-5)
+        return tf.nn.relu(normalized * g1 + b1) + tf.tanh(normalized * g2 + b2)
+
+    original = convert_function(parallel, tf.TensorSpec([2, 16, 32]))
+    result = optimize_twice(original, NORMS)
+    assert len(custom_ops(result.model, LN)) == 2
+    assert "MEAN" not in fusekit.passes.ModelView(result.model).op_counts()
+    assert_same_outputs(original, result.model)
+
+
 def test_near_misses_are_left_alone_with_the_reason():
     """A layer norm over axis 1 and an RMS norm whose mean of squares is also
     a model output are not fused; a norm scaled by a [16, 32] table fuses

@@ -367,7 +367,7 @@ def _padding_and_band(graph: Graph, keep: int, q_len: int, kv_len: int) -> int |
     (keras-hub's decoders merge padding and causal masks so): keep is then
     p AND causal, which the op computes from p and causal=True (C may be
     repeated over the batch)."""
-    greater = graph.producer(keep)
+    greater = graph.producer(_through_views(graph, keep))
     if greater is None or graph.builtin(greater) != OP.GREATER:
         return None
     if not _all_zero(graph, int(greater.inputs[1])):
@@ -418,6 +418,19 @@ def _all_zero(graph: Graph, tensor: int) -> bool:
     return bool((graph.constant(tensor) == 0).all())
 
 
+_QUERY_AXIS = "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
+
+
+def _transposed_back(graph: Graph, reader: schema.OperatorT) -> bool:
+    """``reader`` of the probabilities swaps their last two axes back: a
+    TRANSPOSE, or a BATCH_MATMUL with adj_x (how softmax(s, axis=-2) lowers:
+    TRANSPOSE, SOFTMAX, transpose back)."""
+    if graph.perm_of(reader) == SWAP_LAST:
+        return True
+    options = reader.builtinOptions
+    return graph.builtin(reader) == OP.BATCH_MATMUL and bool(getattr(options, "adjX", False))
+
+
 def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | None:
     """An AttentionMatch, a near-miss reason, or None (not attention)."""
     probs = int(softmax.outputs[0])
@@ -455,16 +468,22 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
             op = inner
             reader_ok = _only_reader(graph, tensor) is chain[-1]
             break
-        if code == OP.TRANSPOSE and graph.perm_of(op) == SWAP_LAST:
-            inner = graph.producer(int(op.inputs[0]))
-            if inner is not None and graph.builtin(inner) == OP.BATCH_MATMUL and reader_ok:
-                # scores = (K.Q^T)^T: the converter's lowering of Keras' einsum.
-                swapped = True
+        if code == OP.TRANSPOSE and graph.perm_of(op) == SWAP_LAST and not swapped:
+            reader = _only_reader(graph, probs)
+            if len(chain) == 1 and reader is not None and _transposed_back(graph, reader):
+                return _QUERY_AXIS
+            inner, _ = _unscaled(graph, int(op.inputs[0]))
+            producer = graph.producer(inner)
+            if producer is not None and graph.builtin(producer) == OP.BATCH_MATMUL and reader_ok:
+                # scores = (K.Q^T)^T: the converter's lowering of Keras' einsum
+                # (the scale may come before the swap: GPT-NeoX).  A mask is
+                # no longer expected below it.
+                swapped = masked = True
                 chain.append(op)
                 tensor = int(op.inputs[0])
                 continue
         if code == OP.TRANSPOSE and len(chain) == 1:
-            return "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
+            return _QUERY_AXIS
         if not reader_ok:
             return "an intermediate score tensor is also read outside the attention"
         inputs = [int(t) for t in op.inputs]
@@ -477,6 +496,13 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
             tensor = inputs[0]
         elif code in (OP.SELECT_V2, OP.ADD) and scaled:
             return "the scores are scaled after the mask is applied"
+        elif code in (OP.SELECT_V2, OP.ADD) and masked:
+            if swapped:
+                return "a mask applied to the transposed scores"
+            return (
+                "a second mask on the scores (an additive bias such as ALiBi besides "
+                "the mask): the kernel takes one"
+            )
         elif code == OP.SELECT_V2 and not masked:
             keep, fill = inputs[0], scalar(graph, inputs[2])
             select_keep = keep
@@ -533,6 +559,8 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
     pv = _only_reader(graph, probs)
     if pv is None:
         return "the attention probabilities are also read outside the attention"
+    if swapped and _transposed_back(graph, pv):
+        return _QUERY_AXIS
     if graph.builtin(pv) == OP.SELECT_V2 and int(pv.inputs[1]) == probs:
         if int(pv.inputs[0]) != select_keep or scalar(graph, int(pv.inputs[2])) != 0.0:
             return "probabilities zeroed after the softmax by another mask than the scores'"

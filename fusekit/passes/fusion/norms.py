@@ -345,12 +345,13 @@ def _region(graph: Graph, anchor: _Anchor, output: int) -> list[schema.OperatorT
     return list(ops.values())
 
 
-def _outside_readers(graph: Graph, ops: list[schema.OperatorT], output: int) -> str | None:
-    """The name of an intermediate read outside ``ops`` (or a graph output)."""
+def _outside_readers(graph: Graph, ops: list[schema.OperatorT], outputs: set[int]) -> str | None:
+    """The name of an intermediate (a tensor of ``ops`` not in ``outputs``)
+    read outside ``ops`` or a graph output."""
     inside = {id(op) for op in ops}
     for op in ops:
         for t in (int(t) for t in op.outputs):
-            if t == output:
+            if t in outputs:
                 continue
             if graph.is_output(t) or any(id(r) not in inside for r in graph.consumers(t)):
                 return graph.name(t)
@@ -381,6 +382,32 @@ _FORMULAS = {
     "rms_norm": "x * rsqrt(mean(x^2) + eps) * gamma",
     "group_norm": "(x - mean) * rsqrt(var + eps) * gamma + beta",
 }
+
+
+def _finals(
+    graph: Graph, anchor: _Anchor, candidates: list[tuple[int, int, tuple]]
+) -> list[tuple[int, tuple, list[schema.OperatorT]]] | None:
+    """The norms computed from one set of statistics: each candidate output
+    (a tensor equal to the fused formula) that no other candidate is
+    computed from, with its operands and region.  Usually one; several when
+    the converter shared the statistics of norms over the same x (GPT-NeoX's
+    parallel attention and feed-forward norms).  None when a region reads
+    something else than x and constants."""
+    regions = {}
+    for _, tensor, operands in sorted(candidates):
+        ops = _region(graph, anchor, tensor)
+        if ops is None:
+            return None
+        regions[tensor] = (operands, ops)
+    finals = []
+    for tensor, (operands, ops) in regions.items():
+        producer = id(graph.producer(tensor))
+        if not any(
+            other != tensor and producer in {id(op) for op in other_ops}
+            for other, (_, other_ops) in regions.items()
+        ):
+            finals.append((tensor, operands, ops))
+    return finals
 
 
 def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatch]:
@@ -415,41 +442,53 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                 f"{_FORMULAS[kind]} with gamma/beta vectors over {over}"
             )
             continue
-        _, output, (gamma, beta) = max(candidates)
-        ops = _region(graph, anchor, output)
-        if ops is None:
+        finals = _finals(graph, anchor, candidates)
+        if finals is None:
             notes.append(f"{label} at {where!r}: the result reads tensors outside the norm")
             continue
-        readers: list[schema.OperatorT] = []
-        if kind == "group_norm":
-            readers = _reshapes_of(graph, output) or []
-            if not readers:
-                notes.append(f"{label} at {where!r}: the grouped result is read as it is")
+        found: list[NormMatch] = []
+        claimed: set[int] = set()
+        outputs: set[int] = set()
+        for output, (gamma, beta), region in finals:
+            # Statistics shared by several norms go with the first one.
+            ops = [op for op in region if id(op) not in claimed]
+            claimed |= {id(op) for op in region}
+            readers: list[schema.OperatorT] = []
+            if kind == "group_norm":
+                readers = _reshapes_of(graph, output) or []
+                if not readers:
+                    notes.append(f"{label} at {where!r}: the grouped result is read as it is")
+                    break
+                back = readers[0]
+                if len(readers) == 1 and _same_shape(graph, int(back.outputs[0]), anchor.source):
+                    ops.append(back)
+                    claimed.add(id(back))
+                    output, readers = int(back.outputs[0]), []
+            outputs.add(output)
+            found.append(
+                NormMatch(
+                    kind,
+                    anchor.source,
+                    output,
+                    anchor.epsilon,
+                    gamma,
+                    beta,
+                    ops,
+                    groups=anchor.groups,
+                    readers=readers,
+                )
+            )
+        else:
+            every = [op for match in found for op in match.ops]
+            leak = _outside_readers(graph, every, outputs)
+            if leak is not None:
+                notes.append(
+                    f"{label} at {graph.name(found[-1].output)!r}: intermediate {leak!r} is also "
+                    "read outside the norm"
+                )
                 continue
-            if len(readers) == 1 and _same_shape(graph, int(readers[0].outputs[0]), anchor.source):
-                ops.append(readers[0])
-                output, readers = int(readers[0].outputs[0]), []
-        leak = _outside_readers(graph, ops, output)
-        if leak is not None:
-            notes.append(
-                f"{label} at {graph.name(output)!r}: intermediate {leak!r} is also read "
-                "outside the norm"
-            )
-            continue
-        if any(id(op) in taken for op in ops):
-            continue
-        taken |= {id(op) for op in ops}
-        matches.append(
-            NormMatch(
-                kind,
-                anchor.source,
-                output,
-                anchor.epsilon,
-                gamma,
-                beta,
-                ops,
-                anchor.groups,
-                readers,
-            )
-        )
+            if claimed & taken:
+                continue
+            taken |= claimed
+            matches += found
     return matches
