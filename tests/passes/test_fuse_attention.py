@@ -117,6 +117,46 @@ def test_hand_written_matmul_attention_with_additive_mask():
     assert_same_outputs(original, result.model)
 
 
+def test_bias_besides_a_keep_mask():
+    """An additive bias (ALiBi-like, a runtime [1, H, 1, Skv] tensor) with a
+    bool keep-mask selecting -1e9: added before the scale with the masked
+    probabilities zeroed after the softmax (Falcon's form; rows without any
+    key are zeros), and added after the scale without that zeroing (rows
+    without keys stay uniform).  Both fuse into one float mask holding the
+    bias and the keep-mask, and match on all runtimes, fully masked rows
+    included."""
+
+    @tf.function
+    def biased(q, k, v, keep, bias):
+        qh, kh, vh = (tf.transpose(t, [0, 2, 1, 3]) for t in (q, k, v))
+        scores = tf.matmul(qh, kh, transpose_b=True)
+        first = tf.where(keep, (scores + bias) * 0.3, -1e9)
+        probs = tf.where(keep, tf.nn.softmax(first), 0.0)
+        a = tf.matmul(probs, vh)
+        own = tf.matmul(vh, kh, transpose_b=True)
+        second = tf.where(keep, own * 0.25 + 2.0 * bias, -1e9)
+        b = tf.matmul(tf.nn.softmax(second), vh)
+        return [tf.transpose(t, [0, 2, 1, 3]) for t in (a, b)]
+
+    specs = [tf.TensorSpec([2, 16, 4, 8])] * 3 + [
+        tf.TensorSpec([2, 1, 16, 16], tf.bool),
+        tf.TensorSpec([1, 4, 1, 16]),
+    ]
+    original = convert_function(biased, *specs)
+    result = optimize_twice(original, ["fuse_attention"])
+    assert len(custom_ops(result.model, ATTENTION)) == 2
+    changes = result.report.line("fuse_attention").changes
+    assert all("float mask (bias and keep)" in c for c in changes), changes
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((2, 16, 4, 8)).astype(np.float32) for _ in range(3))
+    keep = rng.random((2, 1, 16, 16)) < 0.7
+    keep[1, 0, :4] = False  # rows without any key
+    bias = (
+        -0.5 * np.arange(16, dtype=np.float32) * np.array([1, 0.5, 0.25, 0.125]).reshape(1, 4, 1, 1)
+    ).astype(np.float32)
+    assert_same_outputs(original, result.model, runs=[[q, k, v, keep, bias]])
+
+
 def test_near_misses_are_left_alone_with_the_reason():
     """Softmax over the queries, a mask added before the scale, and a bool
     mask filling -100 (not far enough below real scores) stay."""

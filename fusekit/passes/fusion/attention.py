@@ -63,7 +63,8 @@ class AttentionMatch:
     output: int
     scale: float
     causal: bool = False
-    mask: int | None = None  # an additive float mask tensor in the graph
+    mask: int | None = None  # an additive float mask (or bias) tensor in the graph
+    mask_scale: float = 1.0  # the scale applied to the scores after the mask was added
     keep: int | None = None  # a runtime bool tensor: mask = SELECT_V2(keep, 0, MASK_VALUE)
     constant_keep: np.ndarray | None = None  # a constant keep-mask [Sq, Skv]
     # Masked rows' probabilities zeroed after the softmax (Keras 3 does so):
@@ -72,11 +73,12 @@ class AttentionMatch:
     # A LOGICAL_AND with an all-true constant the mask was read through
     # (not a pure op for graph.finish: removed here once nothing reads it).
     peeled: schema.OperatorT | None = None
-    # Shapes k / v / the mask are reshaped to first (k, v read before a GQA
-    # repeat or a [B,S,D] projection; a grouped form's 5-D mask).
+    # Shapes k / v / the mask / keep are reshaped to first (k, v read before
+    # a GQA repeat or a [B,S,D] projection; a grouped form's 5-D mask).
     k_reshape: list[int] | None = None
     v_reshape: list[int] | None = None
     mask_reshape: list[int] | None = None
+    keep_reshape: list[int] | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
 
 
@@ -445,7 +447,7 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
     grouped = len(scores_shape) == 5
     # Walking back from the softmax: the mask (once), then scalar scales,
     # then the Q.K^T matmul.
-    masked = scaled = swapped = False
+    masked = biased = scaled = swapped = False
     select_keep, select_fill = -1, 0.0
     while True:
         op = graph.producer(tensor)
@@ -478,7 +480,7 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
                 # scores = (K.Q^T)^T: the converter's lowering of Keras' einsum
                 # (the scale may come before the swap: GPT-NeoX).  A mask is
                 # no longer expected below it.
-                swapped = masked = True
+                swapped = True
                 chain.append(op)
                 tensor = int(op.inputs[0])
                 continue
@@ -494,15 +496,12 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
             scaled = True
             match.scale *= c if code == OP.MUL else 1.0 / c
             tensor = inputs[0]
-        elif code in (OP.SELECT_V2, OP.ADD) and scaled:
+        elif code in (OP.SELECT_V2, OP.ADD) and swapped:
+            return "a mask applied to the transposed scores"
+        elif code == OP.SELECT_V2 and scaled:
             return "the scores are scaled after the mask is applied"
-        elif code in (OP.SELECT_V2, OP.ADD) and masked:
-            if swapped:
-                return "a mask applied to the transposed scores"
-            return (
-                "a second mask on the scores (an additive bias such as ALiBi besides "
-                "the mask): the kernel takes one"
-            )
+        elif code == OP.SELECT_V2 and biased:
+            return "an additive mask on top of a selected one"
         elif code == OP.SELECT_V2 and not masked:
             keep, fill = inputs[0], scalar(graph, inputs[2])
             select_keep = keep
@@ -518,15 +517,20 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
             else:
                 match.keep, match.peeled = _peel_true(graph, keep)
                 shape = graph.signature(match.keep)
-                match.mask_reshape = _mask_shape(shape, scores_shape)
-                if not _broadcasts(shape, scores_shape) or (grouped and not match.mask_reshape):
+                match.keep_reshape = _mask_shape(shape, scores_shape)
+                if not _broadcasts(shape, scores_shape) or (grouped and not match.keep_reshape):
                     return f"a mask of shape {shape} the kernel does not take"
             masked = True
             tensor = inputs[1]
-        elif code == OP.ADD and no_activation(op) and not masked:
+        elif code == OP.ADD and no_activation(op) and not biased:
+            # An additive mask or bias (ALiBi), possibly scaled after it is
+            # added and below a SELECT_V2 mask: the op's mask is then the
+            # bias times those scales, with the keep-mask's fill selected in.
             a, b = inputs
             tensor, mask = (b, a) if _is_scores(graph, b, scores_shape) else (a, b)
             shape = graph.signature(mask)
+            if masked and grouped:
+                return "a bias besides a mask in the grouped form"
             match.mask_reshape = _mask_shape(shape, scores_shape)
             if (
                 graph.tensor(mask).type != FLOAT32
@@ -534,8 +538,10 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
                 or (grouped and not match.mask_reshape)
             ):
                 return f"an additive mask of shape {shape} the kernel does not take"
-            match.mask = mask
-            masked = True
+            match.mask, match.mask_scale = mask, match.scale
+            biased = True
+        elif code in (OP.SELECT_V2, OP.ADD):
+            return "a second mask on the scores: the kernel takes one and a bias"
         else:
             return None
         chain.append(op)
@@ -628,7 +634,7 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
         if padding is not None:
             match.causal = True
             match.keep = padding
-            match.mask_reshape = [graph.signature(padding)[0], 1, 1, scores_shape[-1]]
+            match.keep_reshape = [graph.signature(padding)[0], 1, 1, scores_shape[-1]]
     match.ops = chain
     return match
 

@@ -138,6 +138,44 @@ def _reshaped(graph: Graph, tensor: int, shape: list[int] | None) -> int:
     return out
 
 
+def _broadcast(a: list[int], b: list[int]) -> list[int]:
+    """The broadcast of two shapes (-1: unknown; it wins over 1)."""
+    a, b = [1] * (len(b) - len(a)) + a, [1] * (len(a) - len(b)) + b
+    return [x if y == 1 else y if x == 1 else max(x, y) for x, y in zip(a, b)]
+
+
+def _select(graph: Graph, keep: int, kept: int, fill: float, name: str) -> int:
+    """SELECT_V2(keep, kept, fill) into a new float tensor of their
+    broadcast shape."""
+    fill_tensor = graph.add_constant(np.full((), fill, np.float32), name + "_fill")
+    shape = _broadcast(graph.shape(keep), graph.shape(kept))
+    signature = _broadcast(graph.signature(keep), graph.signature(kept))
+    out = graph.add_tensor(shape, FLOAT32, name, signature=signature)
+    graph.add_op(
+        OP.SELECT_V2,
+        [keep, kept, fill_tensor],
+        [out],
+        OPTIONS.SelectV2Options,
+        schema.SelectV2OptionsT(),
+    )
+    return out
+
+
+def _scaled_mask(graph: Graph, match: AttentionMatch, where: str) -> int:
+    """The additive mask times the scale the scores got after it was added
+    (folded into a constant mask, else a MUL)."""
+    mask = _reshaped(graph, match.mask, match.mask_reshape)
+    if match.mask_scale == 1.0:
+        return mask
+    if graph.is_constant(mask):
+        value = graph.constant(mask).astype(np.float32) * np.float32(match.mask_scale)
+        return graph.add_constant(value, where + "/mask")
+    factor = graph.add_constant(np.full((), match.mask_scale, np.float32), where + "/mask_scale")
+    out = graph.like(mask, graph.shape(mask), "/scaled", signature=graph.signature(mask))
+    graph.add_op(OP.MUL, [mask, factor], [out], OPTIONS.MulOptions, schema.MulOptionsT())
+    return out
+
+
 def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
     """Replaces a proven attention core by ``fusekit_attention``; returns
     the report line."""
@@ -147,8 +185,22 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
         _reshaped(graph, match.k, match.k_reshape),
         _reshaped(graph, match.v, match.v_reshape),
     ]
-    if match.mask is not None:
-        inputs.append(_reshaped(graph, match.mask, match.mask_reshape))
+    if match.mask is not None and (match.keep is not None or match.constant_keep is not None):
+        # A bias and a keep-mask: masked keys get -inf where the original
+        # zeroes masked probabilities after the softmax (a row left without
+        # keys is zeros, as in the kernel), else MASK_VALUE (such a row stays
+        # uniform); kept keys get the bias.
+        if match.keep is not None:
+            keep = _reshaped(graph, match.keep, match.keep_reshape)
+        else:
+            keep = graph.add_constant(match.constant_keep[None, None], where + "/keep")
+        fill = -np.inf if match.zero_masked_rows else MASK_VALUE
+        inputs.append(
+            _select(graph, keep, _scaled_mask(graph, match, where), fill, where + "/mask")
+        )
+        mask_kind = "float mask (bias and keep)"
+    elif match.mask is not None:
+        inputs.append(_scaled_mask(graph, match, where))
         mask_kind = "float mask"
     elif match.constant_keep is not None:
         keep = match.constant_keep[None, None]
@@ -160,25 +212,14 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
             inputs.append(graph.add_constant(additive, where + "/mask"))
             mask_kind = "constant float mask"
     elif match.keep is not None and match.zero_masked_rows:
-        inputs.append(_reshaped(graph, match.keep, match.mask_reshape))
+        inputs.append(_reshaped(graph, match.keep, match.keep_reshape))
         mask_kind = "bool mask"
     elif match.keep is not None:
         # The additive mask SELECT_V2(keep, 0, MASK_VALUE): the same
         # probabilities as SELECT_V2(keep, s, fill) (see fusion/attention.py).
         zero = graph.add_constant(np.zeros((), np.float32), where + "/mask_keep")
-        fill = graph.add_constant(np.full((), MASK_VALUE, np.float32), where + "/mask_fill")
-        keep = _reshaped(graph, match.keep, match.mask_reshape)
-        mask = graph.add_tensor(
-            graph.shape(keep), FLOAT32, where + "/mask", signature=graph.signature(keep)
-        )
-        graph.add_op(
-            OP.SELECT_V2,
-            [keep, zero, fill],
-            [mask],
-            OPTIONS.SelectV2Options,
-            schema.SelectV2OptionsT(),
-        )
-        inputs.append(mask)
+        keep = _reshaped(graph, match.keep, match.keep_reshape)
+        inputs.append(_select(graph, keep, zero, MASK_VALUE, where + "/mask"))
         mask_kind = "float mask"
     else:
         mask_kind = "no mask"
