@@ -2,6 +2,8 @@
 converted unfused (BATCH_MATMULs and SOFTMAX through XNNPACK), at 1 and 2
 threads, timed in interleaved rounds in one process; the peak memory of a
 process running the S=4096 model each way; max |difference| from TensorFlow.
+The decode step runs with float32 and with float16 q/k/v (float16 storage:
+half the K and V bytes to read, float32 math).
 
     .venv/bin/python benchmarks/bench_attention.py            # full run, ~10 min
     .venv/bin/python benchmarks/bench_attention.py --quick    # smoke run, seconds
@@ -48,6 +50,11 @@ class Shape:
     kv_heads: int
     depth: int
     role: str = "prefill"  # or "decode"
+    dtype: str = "float32"  # of q, k, v and the output: "float32" or "float16"
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
 
     @property
     def flops(self) -> float:
@@ -56,7 +63,8 @@ class Shape:
 
     @property
     def kv_bytes(self) -> int:
-        return 2 * 4 * self.batch * self.kv_len * self.kv_heads * self.depth
+        """The bytes of K and V (in their storage dtype) a step reads."""
+        return 2 * self.itemsize * self.batch * self.kv_len * self.kv_heads * self.depth
 
     @property
     def scores_bytes(self) -> int:
@@ -70,11 +78,13 @@ FULL = [
     Shape("B1 S2048 H8 D64", 1, 2048, 2048, 8, 8, 64),
     Shape("B1 S4096 H4 D32", 1, 4096, 4096, 4, 4, 32),
     Shape("decode Skv4096 H32 Hkv8 D128", 1, 1, 4096, 32, 8, 128, "decode"),
+    Shape("decode Skv4096 H32 Hkv8 D128 f16", 1, 1, 4096, 32, 8, 128, "decode", "float16"),
 ]
 QUICK = [
     Shape("B1 S64 H2 D16", 1, 64, 64, 2, 2, 16),
     Shape("B2 S33 H4 Hkv2 D8", 2, 33, 33, 4, 2, 8),
     Shape("decode Skv600 H8 Hkv2 D32", 1, 1, 600, 8, 2, 32, "decode"),
+    Shape("decode Skv600 H8 Hkv2 D32 f16", 1, 1, 600, 8, 2, 32, "decode", "float16"),
 ]
 # The process whose peak memory is measured: the S=4096 model (--quick: the
 # largest quick one).
@@ -88,14 +98,11 @@ def build_models(shape: Shape, workdir: Path) -> tuple[bytes, bytes, Any]:
     """(fused .tflite, unfused .tflite, the TensorFlow module)."""
     import tensorflow as tf
 
+    dtype = tf.as_dtype(shape.dtype)
     spec = [
-        tf.TensorSpec([shape.batch, shape.q_len, shape.heads, shape.depth], tf.float32, name="q"),
-        tf.TensorSpec(
-            [shape.batch, shape.kv_len, shape.kv_heads, shape.depth], tf.float32, name="k"
-        ),
-        tf.TensorSpec(
-            [shape.batch, shape.kv_len, shape.kv_heads, shape.depth], tf.float32, name="v"
-        ),
+        tf.TensorSpec([shape.batch, shape.q_len, shape.heads, shape.depth], dtype, name="q"),
+        tf.TensorSpec([shape.batch, shape.kv_len, shape.kv_heads, shape.depth], dtype, name="k"),
+        tf.TensorSpec([shape.batch, shape.kv_len, shape.kv_heads, shape.depth], dtype, name="v"),
     ]
 
     class Attention(tf.Module):
@@ -116,7 +123,7 @@ def inputs(shape: Shape, seed: int = 0) -> dict[str, np.ndarray]:
     q = rng.standard_normal((shape.batch, shape.q_len, shape.heads, shape.depth))
     k = rng.standard_normal((shape.batch, shape.kv_len, shape.kv_heads, shape.depth))
     v = rng.standard_normal((shape.batch, shape.kv_len, shape.kv_heads, shape.depth))
-    return {"q": q.astype(np.float32), "k": k.astype(np.float32), "v": v.astype(np.float32)}
+    return {"q": q.astype(shape.dtype), "k": k.astype(shape.dtype), "v": v.astype(shape.dtype)}
 
 
 # ---------------------------------------------------------------- timing
@@ -206,7 +213,7 @@ def rss_worker(model_path: str, mode: str, threads: int, runtime: str) -> None:
         interp = suite.plain_interpreter(model, threads, runtime)
     rng = np.random.default_rng(0)
     feeds = {
-        suite._input_name(d): rng.standard_normal(d["shape"]).astype(np.float32)
+        suite._input_name(d): rng.standard_normal(d["shape"]).astype(d["dtype"])
         for d in interp.get_input_details()
     }
     prepared = suite.prepare_tflite(interp, feeds)
@@ -364,6 +371,7 @@ def render_markdown(
                 rows.append(
                     [
                         r.shape.label,
+                        r.shape.dtype,
                         str(t),
                         f"{r.shape.kv_bytes / MIB:.1f}",
                         _cell(r.gbytes(f"fused@{t}"), "{:.1f}"),
@@ -376,6 +384,7 @@ def render_markdown(
             table(
                 [
                     "shape",
+                    "q/k/v dtype",
                     "threads",
                     "K+V MiB",
                     "fused GB/s (K+V read)",
@@ -389,7 +398,9 @@ def render_markdown(
         out.append("")
         out.append(
             "The copy floor copies the K and V bytes once (np.copyto: read + write, one "
-            "thread); a decode step only reads them, so it can run faster than the copy."
+            "thread); a decode step only reads them, so it can run faster than the copy. "
+            "float16 rows store q, k, v and the output as float16 (the math is float32): "
+            "half the K and V bytes, GB/s counts those bytes."
         )
         out.append("")
     if memory:

@@ -1,9 +1,15 @@
 // fusekit_attention: out = softmax(q @ k^T * scale + mask) @ v per head.
-// Inputs: q [B, Sq, H, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] float32,
-// optional mask (float32 additive or bool keep) broadcastable to
-// [B, H, Sq, Skv].  Attrs: causal (bool, bottom-right aligned), scale
-// (float, absent: 1/sqrt(D)).  Output [B, Sq, H, Dv].  Query head h reads
-// kv head h / (H / Hkv).
+// Inputs: q [B, Sq, H, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv], all
+// float32 or all float16, optional mask (float32 additive or bool keep)
+// broadcastable to [B, H, Sq, Skv].  Attrs: causal (bool, bottom-right
+// aligned), scale (float, absent: 1/sqrt(D)).  Output [B, Sq, H, Dv] of q's
+// dtype.  Query head h reads kv head h / (H / Hkv).
+//
+// float16 is storage only: loads promote to float32, every sum, max and
+// exp is float32, and the output rows are rounded to float16 once.  The
+// decode path reads float16 K and V in place (half the bytes of a
+// memory-bound step); prefill items, compute bound, convert each block of
+// K and V into float32 scratch and run the float32 microkernels on it.
 //
 // Streaming ("online") softmax: keys go by in blocks; each block's scores
 // for the item's queries are computed, turned into weights against the
@@ -32,6 +38,7 @@
 #include <climits>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/attention.h"
 
@@ -64,6 +71,127 @@ constexpr int64_t kKeysT = 128;
 
 int64_t AttentionPanel() { return 2 * static_cast<int64_t>(hn::Lanes(DF())); }
 
+// ------------------------------------------------------ storage types
+//
+// q, k, v and out are float or F16 (raw IEEE half bits, as
+// fusekit::Half); every computation is float32.  A vector of DF's lanes
+// is loaded from either as float32 and stored back to either.
+
+using F16 = hwy::float16_t;
+using DH = hn::Rebind<F16, DF>;  // as many halves as DF has floats
+
+// float16 lanes to float32.  AVX2 and AVX-512 use the F16C instruction
+// through Highway.  On the baseline target (no F16C) Highway 1.0's
+// emulation turns infinities and NaNs into finite numbers, so the
+// conversion is done here, exactly (subnormals, inf and NaN included).
+HWY_INLINE VF PromoteHalf(DF d, hn::Vec<DH> h) {
+#if HWY_TARGET >= HWY_SSE4 || defined(HWY_DISABLE_F16C)
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> du16;
+  const auto bits = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF>(),
+                                                  hn::BitCast(du16, h)));
+  const auto shifted_exp = hn::Set(di, 0x7c00 << 13);
+  auto o = hn::ShiftLeft<13>(hn::And(bits, hn::Set(di, 0x7fff)));
+  const auto exp = hn::And(o, shifted_exp);
+  o = hn::Add(o, hn::Set(di, (127 - 15) << 23));  // rebias the exponent
+  // inf / NaN: the exponent goes to 255.
+  o = hn::IfThenElse(hn::Eq(exp, shifted_exp), hn::Add(o, hn::Set(di, (128 - 16) << 23)), o);
+  // Zero / subnormal: renormalized by a float subtraction of 2^-14.
+  const auto sub = hn::BitCast(
+      di, hn::Sub(hn::BitCast(d, hn::Add(o, hn::Set(di, 1 << 23))),
+                  hn::BitCast(d, hn::Set(di, 113 << 23))));
+  o = hn::IfThenElse(hn::Eq(exp, hn::Zero(di)), sub, o);
+  o = hn::Or(o, hn::ShiftLeft<16>(hn::And(bits, hn::Set(di, 0x8000))));
+  return hn::BitCast(d, o);
+#else
+  return hn::PromoteTo(d, h);
+#endif
+}
+
+// float32 lanes to float16, rounded to nearest even (TensorFlow's cast).
+// Highway 1.0's baseline emulation truncates instead, hence the own code
+// there; overflow gives inf, NaN stays NaN.
+HWY_INLINE hn::Vec<DH> DemoteHalf(DF d, VF v) {
+#if HWY_TARGET >= HWY_SSE4 || defined(HWY_DISABLE_F16C)
+  (void)d;
+  const hn::RebindToSigned<DF> di;
+  const auto raw = hn::BitCast(di, v);
+  const auto sign = hn::And(raw, hn::Set(di, static_cast<int32_t>(0x80000000u)));
+  const auto f = hn::Xor(raw, sign);  // |v|, as bits
+  // Too large for a half (or inf / NaN).
+  const auto special = hn::IfThenElse(hn::Gt(f, hn::Set(di, 0x7f800000)),
+                                      hn::Set(di, 0x7e00), hn::Set(di, 0x7c00));
+  // Subnormal halves: adding 0.5f rounds the mantissa at the right place.
+  const auto sub = hn::Sub(hn::BitCast(di, hn::Add(hn::BitCast(d, f), hn::Set(d, 0.5f))),
+                           hn::Set(di, 126 << 23));
+  // Normal: rebias, round to nearest even, drop 13 mantissa bits.
+  const auto odd = hn::And(hn::ShiftRight<13>(f), hn::Set(di, 1));
+  const auto normal = hn::ShiftRight<13>(
+      hn::Add(hn::Add(f, hn::Set(di, -((127 - 15) << 23) + 0xfff)), odd));
+  auto o = hn::IfThenElse(hn::Lt(f, hn::Set(di, 113 << 23)), sub, normal);
+  o = hn::IfThenElse(hn::Lt(f, hn::Set(di, (127 + 16) << 23)), o, special);
+  const hn::RebindToUnsigned<DF> du;
+  o = hn::Or(o, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, sign))));
+  return hn::BitCast(DH(), hn::DemoteTo(hn::Rebind<uint16_t, DF>(), o));
+#else
+  return hn::DemoteTo(DH(), v);
+#endif
+}
+
+// A vector (LoadF / StoreF) or the first `count` lanes (LoadTailF /
+// StoreTailF, which touch no element past them) of storage type T.
+HWY_INLINE VF LoadF(DF d, const float* HWY_RESTRICT p) { return hn::LoadU(d, p); }
+HWY_INLINE VF LoadF(DF d, const F16* HWY_RESTRICT p) {
+  return PromoteHalf(d, hn::LoadU(DH(), p));
+}
+HWY_INLINE VF LoadTailF(DF d, const float* HWY_RESTRICT p, size_t count) {
+  return LoadTail(d, p, count);
+}
+HWY_INLINE VF LoadTailF(DF d, const F16* HWY_RESTRICT p, size_t count) {
+  // Through a buffer: AVX2 has no masked 16-bit load (Highway's MaskedLoad
+  // there reads the whole vector).
+  HWY_ALIGN F16 buffer[hn::MaxLanes(DH())] = {};
+  std::memcpy(buffer, p, count * sizeof(F16));
+  return PromoteHalf(d, hn::Load(DH(), buffer));
+}
+HWY_INLINE void StoreF(VF v, DF d, float* HWY_RESTRICT p) { hn::StoreU(v, d, p); }
+HWY_INLINE void StoreF(VF v, DF d, F16* HWY_RESTRICT p) {
+  hn::StoreU(DemoteHalf(d, v), DH(), p);
+}
+HWY_INLINE void StoreTailF(VF v, DF d, float* HWY_RESTRICT p, size_t count) {
+  StoreTail(v, d, p, count);
+}
+HWY_INLINE void StoreTailF(VF v, DF d, F16* HWY_RESTRICT p, size_t count) {
+  HWY_ALIGN F16 buffer[hn::MaxLanes(DH())];
+  hn::Store(DemoteHalf(d, v), DH(), buffer);
+  std::memcpy(p, buffer, count * sizeof(F16));
+}
+
+// dst[0, n) = src[0, n) * factor, from storage type S to storage type D.
+template <typename S, typename D>
+HWY_INLINE void ConvertRow(const S* HWY_RESTRICT src, int64_t n, float factor,
+                           D* HWY_RESTRICT dst) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF f = hn::Set(d, factor);
+  int64_t c = 0;
+  for (; c + lanes <= n; c += lanes) StoreF(hn::Mul(LoadF(d, src + c), f), d, dst + c);
+  if (c < n) {
+    const size_t rest = static_cast<size_t>(n - c);
+    StoreTailF(hn::Mul(LoadTailF(d, src + c, rest), f), d, dst + c, rest);
+  }
+}
+
+// n rows of `cols` elements, src rows src_stride apart, to float32 rows
+// dst_stride apart.
+template <typename T>
+HWY_INLINE void ConvertRows(const T* HWY_RESTRICT src, int64_t src_stride, int64_t n,
+                            int64_t cols, float* HWY_RESTRICT dst, int64_t dst_stride) {
+  for (int64_t j = 0; j < n; ++j) {
+    ConvertRow(src + j * src_stride, cols, 1.0f, dst + j * dst_stride);
+  }
+}
+
 // S[r][0, panel) = Q[r] . Kpanel for MR rows; Q rows are `depth` apart.
 template <int MR>
 HWY_INLINE void QkTile(const float* HWY_RESTRICT q, int64_t depth,
@@ -91,10 +219,11 @@ HWY_INLINE void QkTile(const float* HWY_RESTRICT q, int64_t depth,
   }
 }
 
-// O[r][0, 2 vectors) += sum_j P[r][j] * V[j][0, 2 vectors) for MR rows.
-template <int MR>
+// O[r][0, 2 vectors) += sum_j P[r][j] * V[j][0, 2 vectors) for MR rows
+// (V of storage type TV, promoted as it is loaded).
+template <int MR, typename TV>
 HWY_INLINE void PvTile(const float* HWY_RESTRICT p, int64_t p_stride, int64_t n,
-                       const float* HWY_RESTRICT v, int64_t v_stride,
+                       const TV* HWY_RESTRICT v, int64_t v_stride,
                        float* HWY_RESTRICT o, int64_t o_stride) {
   const DF d;
   const size_t lanes = hn::Lanes(d);
@@ -105,8 +234,8 @@ HWY_INLINE void PvTile(const float* HWY_RESTRICT p, int64_t p_stride, int64_t n,
     a1[r] = hn::LoadU(d, o + r * o_stride + lanes);
   }
   for (int64_t j = 0; j < n; ++j) {
-    const VF b0 = hn::LoadU(d, v + j * v_stride);
-    const VF b1 = hn::LoadU(d, v + j * v_stride + lanes);
+    const VF b0 = LoadF(d, v + j * v_stride);
+    const VF b1 = LoadF(d, v + j * v_stride + lanes);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const VF a = hn::Set(d, p[r * p_stride + j]);
@@ -133,8 +262,8 @@ HWY_INLINE void QkRows(const float* q, int64_t depth, const float* kp, float* s,
   }
 }
 
-template <int MR>
-HWY_INLINE void PvRows(const float* p, int64_t p_stride, int64_t n, const float* v,
+template <int MR, typename TV>
+HWY_INLINE void PvRows(const float* p, int64_t p_stride, int64_t n, const TV* v,
                        int64_t v_stride, float* o, int64_t o_stride, int64_t rows) {
   int64_t r = 0;
   for (; r + MR <= rows; r += MR) {
@@ -149,33 +278,56 @@ HWY_INLINE void PvRows(const float* p, int64_t p_stride, int64_t n, const float*
 }
 
 // Keys [j0, j0 + n) of one (b, kv head) into panels [D][panel] (zeros past n).
-void AttentionPackK(const att::Problem& p, int64_t b, int64_t kv_head, int64_t j0,
+template <typename T>
+void AttentionPackK(const att::Problem<T>& p, int64_t b, int64_t kv_head, int64_t j0,
                     int64_t n, float* HWY_RESTRICT kp) {
   const int64_t panel = AttentionPanel();
   const int64_t depth = p.depth;
   const int64_t row_stride = p.kv_heads * depth;
-  const float* base = p.k + ((b * p.kv_len + j0) * p.kv_heads + kv_head) * depth;
+  const T* base = p.k + ((b * p.kv_len + j0) * p.kv_heads + kv_head) * depth;
   const int64_t padded = att::RoundUp(n, panel);
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t pj = 0; pj < padded; pj += panel) {
     float* HWY_RESTRICT dst = kp + pj * depth;
     const int64_t count = n - pj < panel ? n - pj : panel;
     if (count < panel) std::memset(dst, 0, sizeof(float) * depth * panel);
-    // Writes in order (the panel's rows are few cache lines, read from L1).
-    const float* HWY_RESTRICT src = base + pj * row_stride;
-    for (int64_t k = 0; k < depth; ++k) {
-      for (int64_t c = 0; c < count; ++c) dst[k * panel + c] = src[c * row_stride + k];
+    const T* HWY_RESTRICT src = base + pj * row_stride;
+    if constexpr (std::is_same_v<T, float>) {
+      // Writes in order (the panel's rows are few cache lines, read from L1).
+      for (int64_t k = 0; k < depth; ++k) {
+        for (int64_t c = 0; c < count; ++c) dst[k * panel + c] = src[c * row_stride + k];
+      }
+    } else {
+      // A vector of each row converted at a time, then scattered.
+      HWY_ALIGN float row[hn::MaxLanes(DF())];
+      for (int64_t c = 0; c < count; ++c) {
+        const T* HWY_RESTRICT from = src + c * row_stride;
+        for (int64_t k0 = 0; k0 < depth; k0 += lanes) {
+          const int64_t m = depth - k0 < lanes ? depth - k0 : lanes;
+          hn::Store(m == lanes ? LoadF(d, from + k0)
+                               : LoadTailF(d, from + k0, static_cast<size_t>(m)),
+                    d, row);
+          for (int64_t k = 0; k < m; ++k) dst[(k0 + k) * panel + c] = row[k];
+        }
+      }
     }
   }
 }
 
 // Rows j0.. (n of them) of V for one (b, kv head), padded to value_pad.
-void AttentionPackV(const att::Problem& p, int64_t value_pad, int64_t b, int64_t kv_head,
+template <typename T>
+void AttentionPackV(const att::Problem<T>& p, int64_t value_pad, int64_t b, int64_t kv_head,
                     int64_t j0, int64_t n, float* HWY_RESTRICT vp) {
   const int64_t dv = p.value_depth;
   for (int64_t j = 0; j < n; ++j) {
-    const float* src = p.v + ((b * p.kv_len + j0 + j) * p.kv_heads + kv_head) * dv;
+    const T* src = p.v + ((b * p.kv_len + j0 + j) * p.kv_heads + kv_head) * dv;
     float* dst = vp + j * value_pad;
-    std::memcpy(dst, src, sizeof(float) * dv);
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(dst, src, sizeof(float) * dv);
+    } else {
+      ConvertRow(src, dv, 1.0f, dst);
+    }
     std::memset(dst + dv, 0, sizeof(float) * (value_pad - dv));
   }
 }
@@ -254,7 +406,8 @@ HWY_INLINE void ScaleRow(float* HWY_RESTRICT o, int64_t n, float factor) {
 }
 
 // Adds the float mask (or drops the keys a bool mask drops) of one score row.
-HWY_INLINE void MaskRow(const att::Problem& p, int64_t b, int64_t h, int64_t i, int64_t j0,
+template <typename T>
+HWY_INLINE void MaskRow(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i, int64_t j0,
                         int64_t n, float* HWY_RESTRICT s) {
   const int64_t* st = p.mask_stride;
   const int64_t offset = b * st[0] + h * st[1] + i * st[2] + j0 * st[3];
@@ -286,14 +439,17 @@ HWY_INLINE void MaskRow(const att::Problem& p, int64_t b, int64_t h, int64_t i, 
   }
 }
 
-// A decode item reads the rows of its kv heads, Hkv * D floats apart; when
-// the item has fewer heads than the tensor, each row starts a new stretch
-// (a new page once Hkv * D * 4 >= 4096), where the hardware prefetchers
-// stop, so the item asks for the rows it reads a few rows ahead itself.
-// (A prefetch past the end of a tensor is harmless: it never faults.)
+// A decode item reads the rows of its kv heads, Hkv * D elements apart;
+// when the item has fewer heads than the tensor, each row starts a new
+// stretch (a new page once Hkv * D * sizeof(T) >= 4096), where the hardware
+// prefetchers stop, so the item asks for the rows it reads a few rows ahead
+// itself.  (A prefetch past the end of a tensor is harmless: it never
+// faults.)
 constexpr int64_t kPrefetchRows = 8;
-HWY_INLINE void PrefetchRow(const float* row, int64_t count) {
-  for (int64_t c = 0; c < count; c += 16) __builtin_prefetch(row + c, 0, 3);
+template <typename T>
+HWY_INLINE void PrefetchRow(const T* row, int64_t count) {
+  constexpr int64_t kLine = 64 / sizeof(T);  // elements per cache line
+  for (int64_t c = 0; c < count; c += kLine) __builtin_prefetch(row + c, 0, 3);
 }
 
 // Few query rows per kv head against keys read in place (a decode step):
@@ -302,17 +458,18 @@ HWY_INLINE void PrefetchRow(const float* row, int64_t count) {
 // query rows, so K streams from memory once, in address order, with no
 // transposed copy.  Row r belongs to the item's head r / per_head.
 // s[r][j] for r < rows, j < n.
+template <typename T>
 void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t per_head, int64_t depth,
-               const float* HWY_RESTRICT k, int64_t k_stride, int64_t n,
+               const T* HWY_RESTRICT k, int64_t k_stride, int64_t n,
                float* HWY_RESTRICT s, int64_t s_stride) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t heads = rows / per_head;
   for (int64_t j = 0; j < n; ++j) {
-    const float* HWY_RESTRICT k_row = k + j * k_stride;
+    const T* HWY_RESTRICT k_row = k + j * k_stride;
     PrefetchRow(k_row + kPrefetchRows * k_stride, heads * depth);
     for (int64_t g = 0; g < heads; ++g) {
-      const float* HWY_RESTRICT kr = k_row + g * depth;
+      const T* HWY_RESTRICT kr = k_row + g * depth;
       int64_t r = g * per_head;
       const int64_t r_end = r + per_head;
       for (; r + 4 <= r_end; r += 4) {
@@ -320,7 +477,7 @@ void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t per_head, int6
         VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
         int64_t c = 0;
         for (; c + lanes <= depth; c += lanes) {
-          const VF kv = hn::LoadU(d, kr + c);
+          const VF kv = LoadF(d, kr + c);
           a0 = hn::MulAdd(hn::LoadU(d, q0 + c), kv, a0);
           a1 = hn::MulAdd(hn::LoadU(d, q0 + depth + c), kv, a1);
           a2 = hn::MulAdd(hn::LoadU(d, q0 + 2 * depth + c), kv, a2);
@@ -328,7 +485,7 @@ void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t per_head, int6
         }
         if (c < depth) {
           const size_t rest = static_cast<size_t>(depth - c);
-          const VF kv = LoadTail(d, kr + c, rest);
+          const VF kv = LoadTailF(d, kr + c, rest);
           a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), kv, a0);
           a1 = hn::MulAdd(LoadTail(d, q0 + depth + c, rest), kv, a1);
           a2 = hn::MulAdd(LoadTail(d, q0 + 2 * depth + c, rest), kv, a2);
@@ -344,11 +501,11 @@ void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t per_head, int6
         VF a0 = hn::Zero(d);
         int64_t c = 0;
         for (; c + lanes <= depth; c += lanes) {
-          a0 = hn::MulAdd(hn::LoadU(d, q0 + c), hn::LoadU(d, kr + c), a0);
+          a0 = hn::MulAdd(hn::LoadU(d, q0 + c), LoadF(d, kr + c), a0);
         }
         if (c < depth) {
           const size_t rest = static_cast<size_t>(depth - c);
-          a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), LoadTail(d, kr + c, rest), a0);
+          a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), LoadTailF(d, kr + c, rest), a0);
         }
         s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a0));
       }
@@ -359,30 +516,48 @@ void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t per_head, int6
 // o[r][0, dv) += sum_j p[r][j] * v[j][0, dv) with V rows read in place,
 // each once, in address order: the decode step's P.V (row r reads the V of
 // the item's head r / per_head; o rows are value_pad floats apart).
+template <typename T>
 void StreamPv(const float* HWY_RESTRICT p, int64_t p_stride, int64_t rows, int64_t per_head,
-              int64_t n, const float* HWY_RESTRICT v, int64_t v_stride, int64_t dv,
+              int64_t n, const T* HWY_RESTRICT v, int64_t v_stride, int64_t dv,
               float* HWY_RESTRICT o, int64_t o_stride) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t j = 0; j < n; ++j) {
-    const float* HWY_RESTRICT v_row = v + j * v_stride;
+    const T* HWY_RESTRICT v_row = v + j * v_stride;
     PrefetchRow(v_row + kPrefetchRows * v_stride, rows / per_head * dv);
     for (int64_t r = 0; r < rows; ++r) {
-      const float* HWY_RESTRICT vr = v_row + (r / per_head) * dv;
+      const T* HWY_RESTRICT vr = v_row + (r / per_head) * dv;
       const float w = p[r * p_stride + j];
       if (w == 0.0f) continue;  // dropped keys
       const VF vw = hn::Set(d, w);
       float* HWY_RESTRICT orow = o + r * o_stride;
       int64_t c = 0;
       for (; c + lanes <= dv; c += lanes) {
-        hn::StoreU(hn::MulAdd(vw, hn::LoadU(d, vr + c), hn::LoadU(d, orow + c)), d, orow + c);
+        hn::StoreU(hn::MulAdd(vw, LoadF(d, vr + c), hn::LoadU(d, orow + c)), d, orow + c);
       }
       if (c < dv) {
         // o has value_pad >= dv columns: the padding lanes take v's zeros.
         const size_t rest = static_cast<size_t>(dv - c);
-        hn::StoreU(hn::MulAdd(vw, LoadTail(d, vr + c, rest), hn::LoadU(d, orow + c)), d,
+        hn::StoreU(hn::MulAdd(vw, LoadTailF(d, vr + c, rest), hn::LoadU(d, orow + c)), d,
                    orow + c);
       }
+    }
+  }
+}
+
+// O += P . V for the rows of a packed decode item, two vectors of output
+// columns at a time, in steps of kPvKeys keys, so that the weights and V
+// rows one step touches (kRows x kPvKeys and kPvKeys x value_pad elements)
+// stay in L1 while every row tile and column chunk passes over them.
+template <typename TV>
+HWY_INLINE void PvSteps(const float* HWY_RESTRICT s, int64_t n, const TV* HWY_RESTRICT v,
+                        int64_t v_stride, float* HWY_RESTRICT o, int64_t vpad, int64_t rows,
+                        int64_t panel) {
+  for (int64_t js = 0; js < n; js += kPvKeys) {
+    const int64_t m = n - js < kPvKeys ? n - js : kPvKeys;
+    for (int64_t c = 0; c < vpad; c += panel) {
+      PvRows<kMaxTile>(s + js, att::kKeys, m, v + js * v_stride + c, v_stride, o + c, vpad,
+                       rows);
     }
   }
 }
@@ -398,7 +573,8 @@ struct Buffers {
   float* vblock; // [kKeys][value_pad] V rows of one block (decode, ragged Dv)
 };
 
-HWY_INLINE Buffers Carve(const att::Problem& p, const att::Layout& l, float* base) {
+template <typename T>
+HWY_INLINE Buffers Carve(const att::Problem<T>& p, const att::Layout& l, float* base) {
   Buffers buf;
   buf.q = base;
   base += att::RoundUp(att::kRows * p.depth, 16);
@@ -420,10 +596,10 @@ HWY_INLINE Buffers Carve(const att::Problem& p, const att::Layout& l, float* bas
 // a few queries) against keys [key_begin, key_end).  At most kStreamRows
 // rows read K and V in place; more pack each block of K into panels for
 // the register-tiled kernels.  The result goes to p.out, or to `partial`
-// when non-null.
-void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item& it,
-                   float* scratch,
-                   const att::Partial* partial) {
+// when non-null.  K and V are read in place in their storage type T.
+template <typename T>
+void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::Item& it,
+                    float* scratch, const att::Partial* partial) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const Buffers buf = Carve(p, l, scratch);
   const int64_t depth = p.depth, dv = p.value_depth, vpad = l.value_pad;
@@ -437,9 +613,8 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
   auto query_of = [&](int64_t r) { return it.query_begin + (r % per_head) % it.query_count; };
 
   for (int64_t r = 0; r < rows; ++r) {
-    const float* src = p.q + ((it.b * p.q_len + query_of(r)) * p.heads + head_of(r)) * depth;
-    float* dst = buf.q + r * depth;
-    for (int64_t k = 0; k < depth; ++k) dst[k] = src[k] * p.scale;
+    const T* src = p.q + ((it.b * p.q_len + query_of(r)) * p.heads + head_of(r)) * depth;
+    ConvertRow(src, depth, p.scale, buf.q + r * depth);
     buf.max[r] = kNegInf;
     buf.sum[r] = 0.0f;
   }
@@ -450,9 +625,9 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
   if (p.causal && last_query + offset + 1 < key_end) key_end = last_query + offset + 1;
   const int64_t panel = l.panel;
   const int64_t v_row = p.kv_heads * dv;
-  const float* v_head = p.v + (it.b * p.kv_len * p.kv_heads + it.kv_head) * dv;
+  const T* v_head = p.v + (it.b * p.kv_len * p.kv_heads + it.kv_head) * dv;
   const int64_t k_row = p.kv_heads * depth;
-  const float* k_head = p.k + (it.b * p.kv_len * p.kv_heads + it.kv_head) * depth;
+  const T* k_head = p.k + (it.b * p.kv_len * p.kv_heads + it.kv_head) * depth;
   // Few rows per kv head: read K and V in place, once (see DotScores).
   // Otherwise the item has one kv head and packs its K blocks.
   const bool stream = per_head <= att::kStreamRows;
@@ -504,12 +679,12 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
       for (int64_t js = 0; js < n; js += kDecodePvKeys) {
         const int64_t m = n - js < kDecodePvKeys ? n - js : kDecodePvKeys;
         // The next step's rows, while this one computes.
-        const float* next = v_head + (j0 + js + kDecodePvKeys) * v_row;
+        const T* next = v_head + (j0 + js + kDecodePvKeys) * v_row;
         for (int64_t j = 0; j < kDecodePvKeys; ++j) {
           PrefetchRow(next + j * v_row, it.kv_head_count * dv);
         }
         for (int64_t g = 0; g < it.kv_head_count; ++g) {
-          const float* vg = v_head + (j0 + js) * v_row + g * dv;
+          const T* vg = v_head + (j0 + js) * v_row + g * dv;
           for (int64_t c = 0; c < dv; c += panel) {
             PvRows<kMaxTile>(buf.s + g * per_head * att::kKeys + js, att::kKeys, m, vg + c,
                              v_row, buf.o + g * per_head * vpad + c, vpad, per_head);
@@ -523,26 +698,12 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
                vpad);
       continue;
     }
-    // O += P . V, two vectors of output columns at a time.
-    const float* vsrc;
-    int64_t vstride;
+    // O += P . V: V in place, or its padded float copy.
     if (l.value_direct) {
-      vsrc = v_head + j0 * v_row;
-      vstride = v_row;
+      PvSteps(buf.s, n, v_head + j0 * v_row, v_row, buf.o, vpad, rows, panel);
     } else {
       AttentionPackV(p, vpad, it.b, it.kv_head, j0, n, buf.vblock);
-      vsrc = buf.vblock;
-      vstride = vpad;
-    }
-    // In steps of kPvKeys keys, so that the weights and V rows one step
-    // touches (kRows x kPvKeys and kPvKeys x value_pad floats) stay in L1
-    // while every row tile and column chunk passes over them.
-    for (int64_t js = 0; js < n; js += kPvKeys) {
-      const int64_t m = n - js < kPvKeys ? n - js : kPvKeys;
-      for (int64_t c = 0; c < vpad; c += panel) {
-        PvRows<kMaxTile>(buf.s + js, att::kKeys, m, vsrc + js * vstride + c, vstride,
-                         buf.o + c, vpad, rows);
-      }
+      PvSteps(buf.s, n, static_cast<const float*>(buf.vblock), vpad, buf.o, vpad, rows, panel);
     }
   }
 
@@ -554,10 +715,19 @@ void AttentionItem(const att::Problem& p, const att::Layout& l, const att::Item&
       std::memcpy(partial->rows + r * vpad, o, sizeof(float) * vpad);
       continue;
     }
-    float* dst = p.out + ((it.b * p.q_len + query_of(r)) * p.heads + head_of(r)) * dv;
+    T* dst = p.out + ((it.b * p.q_len + query_of(r)) * p.heads + head_of(r)) * dv;
     const float inv = buf.sum[r] > 0.0f ? 1.0f / buf.sum[r] : 0.0f;
-    for (int64_t c = 0; c < dv; ++c) dst[c] = o[c] * inv;
+    ConvertRow(o, dv, inv, dst);
   }
+}
+
+void AttentionItemF32(const att::Problem<float>& p, const att::Layout& l, const att::Item& it,
+                      float* scratch, const att::Partial* partial) {
+  AttentionItemT(p, l, it, scratch, partial);
+}
+void AttentionItemF16(const att::Problem<F16>& p, const att::Layout& l, const att::Item& it,
+                      float* scratch, const att::Partial* partial) {
+  AttentionItemT(p, l, it, scratch, partial);
 }
 
 
@@ -657,31 +827,51 @@ HWY_INLINE VF SoftmaxExpZero(DF d, VF x) {
 }
 
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
-// most 2 vectors.  Scratch: see Buffers (q holds Q^T, s holds S^T, o O^T).
-void AttentionQueries(const att::Problem& p, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                      float* scratch, const att::Layout& l) {
+// most 2 vectors.  Scratch: see Buffers (q holds Q^T, s holds S^T, o O^T;
+// with float16 storage kblock and vblock hold a block of K and V as float).
+template <typename T>
+void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                       float* scratch, const att::Layout& l) {
+  constexpr bool kInPlace = std::is_same_v<T, float>;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t width = 2 * lanes;
   const Buffers buf = Carve(p, l, scratch);
   const int64_t depth = p.depth, dv = p.value_depth;
-  // K and V rows are read in place.  (A contiguous copy per head, which
-  // keeps rows Hkv * D floats apart off a few L1 sets, measured slower:
-  // the copy costs more than the conflicts.)
+  // float32 K and V rows are read in place.  (A contiguous copy per head,
+  // which keeps rows Hkv * D floats apart off a few L1 sets, measured
+  // slower: the copy costs more than the conflicts.)  float16 blocks are
+  // converted once per block, a vector at a time: about 1/16 of the FMAs
+  // that then read them.
   const int64_t kv_head = h / p.group;
   const int64_t k_row = p.kv_heads * depth, v_row = p.kv_heads * dv;
-  const float* k_head = p.k + (b * p.kv_len * p.kv_heads + kv_head) * depth;
-  const float* v_head = p.v + (b * p.kv_len * p.kv_heads + kv_head) * dv;
+  const T* k_head = p.k + (b * p.kv_len * p.kv_heads + kv_head) * depth;
+  const T* v_head = p.v + (b * p.kv_len * p.kv_heads + kv_head) * dv;
   const int64_t offset = p.kv_len - p.q_len;  // causal: key j <= i + offset
 
   // Q^T, scaled; lanes past nq are zero (their columns are never written).
   // A full panel is gathered a vector of queries at a time.
   float* qt = buf.q;
-  const float* q_rows = p.q + ((b * p.q_len + i0) * p.heads + h) * depth;
+  const T* q_rows = p.q + ((b * p.q_len + i0) * p.heads + h) * depth;
   const int64_t q_stride = p.heads * depth;
   const hn::RebindToSigned<DF> di;
-  if (nq == width && width * q_stride <= INT32_MAX) {
+  if constexpr (!kInPlace) {
+    // No 16-bit gather: each query row a vector at a time, then scattered.
+    std::memset(qt, 0, sizeof(float) * depth * width);
+    HWY_ALIGN float row[hn::MaxLanes(DF())];
+    const VF scale = hn::Set(d, p.scale);
+    for (int64_t i = 0; i < nq; ++i) {
+      const T* src = q_rows + i * q_stride;
+      for (int64_t c0 = 0; c0 < depth; c0 += lanes) {
+        const int64_t m = depth - c0 < lanes ? depth - c0 : lanes;
+        const VF x =
+            m == lanes ? LoadF(d, src + c0) : LoadTailF(d, src + c0, static_cast<size_t>(m));
+        hn::Store(hn::Mul(x, scale), d, row);
+        for (int64_t c = 0; c < m; ++c) qt[(c0 + c) * width + i] = row[c];
+      }
+    }
+  } else if (nq == width && width * q_stride <= INT32_MAX) {
     const auto index = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(q_stride)));
     const VF scale = hn::Set(d, p.scale);
     for (int64_t half = 0; half < 2; ++half) {
@@ -709,7 +899,12 @@ void AttentionQueries(const att::Problem& p, int64_t b, int64_t h, int64_t i0, i
   const int64_t* ms = p.mask_stride;
   for (int64_t j0 = 0; j0 < key_end; j0 += kKeysT) {
     const int64_t n = key_end - j0 < kKeysT ? key_end - j0 : kKeysT;
-    KqRows<kMaxTile>(k_head + j0 * k_row, k_row, depth, qt, st, n);
+    if constexpr (kInPlace) {
+      KqRows<kMaxTile>(k_head + j0 * k_row, k_row, depth, qt, st, n);
+    } else {
+      ConvertRows(k_head + j0 * k_row, k_row, n, depth, buf.kblock, depth);
+      KqRows<kMaxTile>(buf.kblock, depth, depth, qt, st, n);
+    }
     if (p.mask_add != nullptr || p.mask_keep != nullptr) {
       const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2];
       for (int64_t j = 0; j < n; ++j) {
@@ -761,7 +956,12 @@ void AttentionQueries(const att::Problem& p, int64_t b, int64_t h, int64_t i0, i
       hn::Store(hn::Mul(hn::Load(d, ot + c * width), alpha0), d, ot + c * width);
       hn::Store(hn::Mul(hn::Load(d, ot + c * width + lanes), alpha1), d, ot + c * width + lanes);
     }
-    VpRows<kMaxTile>(v_head + j0 * v_row, v_row, n, st, ot, dv);
+    if constexpr (kInPlace) {
+      VpRows<kMaxTile>(v_head + j0 * v_row, v_row, n, st, ot, dv);
+    } else {
+      ConvertRows(v_head + j0 * v_row, v_row, n, dv, buf.vblock, dv);
+      VpRows<kMaxTile>(buf.vblock, dv, n, st, ot, dv);
+    }
   }
 
   // out[b, i0 + i, h, c] = O^T[c][i] / sum[i]; no admissible key: zeros.
@@ -773,14 +973,32 @@ void AttentionQueries(const att::Problem& p, int64_t b, int64_t h, int64_t i0, i
   // Column i of O^T gathered a vector of value columns at a time.
   const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(width)));
   for (int64_t i = 0; i < nq; ++i) {
-    float* dst = p.out + ((b * p.q_len + i0 + i) * p.heads + h) * dv;
+    T* dst = p.out + ((b * p.q_len + i0 + i) * p.heads + h) * dv;
     const VF factor = hn::Set(d, inv[i]);
     int64_t c = 0;
     for (; c + lanes <= dv; c += lanes) {
-      hn::StoreU(hn::Mul(hn::GatherIndex(d, ot + c * width + i, column), factor), d, dst + c);
+      StoreF(hn::Mul(hn::GatherIndex(d, ot + c * width + i, column), factor), d, dst + c);
     }
-    for (; c < dv; ++c) dst[c] = ot[c * width + i] * inv[i];
+    if (c < dv) {
+      HWY_ALIGN float rest[hn::MaxLanes(DF())] = {};
+      for (int64_t t = 0; c + t < dv; ++t) rest[t] = ot[(c + t) * width + i] * inv[i];
+      StoreTailF(hn::Load(d, rest), d, dst + c, static_cast<size_t>(dv - c));
+    }
   }
+}
+
+// out[0, n) = row[0, n) * factor rounded to float16 (the decode merge).
+void AttentionStoreHalf(const float* row, int64_t n, float factor, F16* out) {
+  ConvertRow(row, n, factor, out);
+}
+
+void AttentionQueriesF32(const att::Problem<float>& p, int64_t b, int64_t h, int64_t i0,
+                         int64_t nq, float* scratch, const att::Layout& l) {
+  AttentionQueriesT(p, b, h, i0, nq, scratch, l);
+}
+void AttentionQueriesF16(const att::Problem<F16>& p, int64_t b, int64_t h, int64_t i0,
+                         int64_t nq, float* scratch, const att::Layout& l) {
+  AttentionQueriesT(p, b, h, i0, nq, scratch, l);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -802,10 +1020,33 @@ namespace {
 namespace att = ::fusekit::attention;
 
 using PanelFn = int64_t (*)();
-using ItemFn = void (*)(const att::Problem&, const att::Layout&, const att::Item&, float*,
-                        const att::Partial*);
-using QueriesFn = void (*)(const att::Problem&, int64_t, int64_t, int64_t, int64_t, float*,
-                           const att::Layout&);
+
+// The tensors' element type (float or fusekit::Half) -> the storage type
+// the SIMD code reads (float or Highway's float16_t: the same bits) and its
+// dispatched entry points.
+template <typename T>
+struct Storage;
+template <>
+struct Storage<float> {
+  using type = float;
+  using ItemFn = void (*)(const att::Problem<float>&, const att::Layout&, const att::Item&,
+                          float*, const att::Partial*);
+  using QueriesFn = void (*)(const att::Problem<float>&, int64_t, int64_t, int64_t, int64_t,
+                             float*, const att::Layout&);
+  static ItemFn Item() { return FUSEKIT_SIMD_CHOOSE(AttentionItemF32); }
+  static QueriesFn Queries() { return FUSEKIT_SIMD_CHOOSE(AttentionQueriesF32); }
+};
+template <>
+struct Storage<Half> {
+  using type = hwy::float16_t;
+  static_assert(sizeof(Half) == sizeof(type), "float16 storage must be 2 bytes");
+  using ItemFn = void (*)(const att::Problem<type>&, const att::Layout&, const att::Item&,
+                          float*, const att::Partial*);
+  using QueriesFn = void (*)(const att::Problem<type>&, int64_t, int64_t, int64_t, int64_t,
+                             float*, const att::Layout&);
+  static ItemFn Item() { return FUSEKIT_SIMD_CHOOSE(AttentionItemF16); }
+  static QueriesFn Queries() { return FUSEKIT_SIMD_CHOOSE(AttentionQueriesF16); }
+};
 
 // Decode steps: at most this many query positions, and at most kRows rows
 // (query heads of one kv head times positions) per item.
@@ -825,23 +1066,29 @@ struct Plan {
   }
 };
 
-template <typename MaskT>
+// T: the storage type of q, k, v and out (float or Half); MaskT: the
+// mask's (float or bool; an additive mask is float32 for either T).
+template <typename T, typename MaskT>
 class Attention {
+  using S = typename Storage<T>::type;
+  using Problem = att::Problem<S>;
+
  public:
   Attention(const Attrs& attrs, std::string* error)
       : causal_(attrs.Bool("causal")),
         has_scale_(attrs.Has("scale")),
         scale_(static_cast<float>(attrs.Float("scale"))),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
-        item_(FUSEKIT_SIMD_CHOOSE(AttentionItem)),
-        queries_(FUSEKIT_SIMD_CHOOSE(AttentionQueries)) {
+        item_(Storage<T>::Item()),
+        queries_(Storage<T>::Queries()),
+        store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
     if (!std::isfinite(scale_)) {
       *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
     }
   }
 
-  TfLiteStatus Prepare(OpContext& ctx, In<float> q, In<float> k, In<float> v,
-                       Opt<MaskT> mask, Out<float> out) {
+  TfLiteStatus Prepare(OpContext& ctx, In<T> q, In<T> k, In<T> v, Opt<MaskT> mask,
+                       Out<T> out) {
     FUSEKIT_ENSURE(ctx, q.rank() == 4, "q must have rank 4 [batch, seq, heads, head_dim], got rank %d",
                    q.rank());
     FUSEKIT_ENSURE(ctx, k.rank() == 4, "k must have rank 4 [batch, seq, kv_heads, head_dim], got rank %d",
@@ -875,7 +1122,7 @@ class Attention {
                        i, got, want, scores[0], scores[1], scores[2], scores[3]);
       }
     }
-    const att::Problem p = Describe(q, k, v, mask, out);
+    const Problem p = Describe(q, k, v, mask, out);
     plan_ = MakePlan(p);
     // Reserve the scratch now rather than in the first Invoke.
     FUSEKIT_ENSURE(ctx, ctx.Scratch(plan_.Bytes(ctx.num_threads())) != nullptr,
@@ -883,12 +1130,12 @@ class Attention {
     return ctx.ResizeOutput(out, {q.dim(0), q.dim(1), q.dim(2), v.dim(3)});
   }
 
-  TfLiteStatus Invoke(OpContext& ctx, In<float> q, In<float> k, In<float> v, Opt<MaskT> mask,
-                      Out<float> out) {
-    att::Problem p = Describe(q, k, v, mask, out);
+  TfLiteStatus Invoke(OpContext& ctx, In<T> q, In<T> k, In<T> v, Opt<MaskT> mask,
+                      Out<T> out) {
+    Problem p = Describe(q, k, v, mask, out);
     if (out.num_elements() == 0) return kTfLiteOk;
-    if (p.kv_len == 0) {  // no key at all: every row is fully masked
-      std::memset(p.out, 0, sizeof(float) * static_cast<size_t>(out.num_elements()));
+    if (p.kv_len == 0) {  // no key at all: every row is fully masked (+0.0 bits)
+      std::memset(p.out, 0, sizeof(T) * static_cast<size_t>(out.num_elements()));
       return kTfLiteOk;
     }
     const int threads = ctx.num_threads();
@@ -899,9 +1146,9 @@ class Attention {
   }
 
  private:
-  att::Problem Describe(const In<float>& q, const In<float>& k, const In<float>& v,
-                        const Opt<MaskT>& mask, const Out<float>& out) const {
-    att::Problem p{};
+  Problem Describe(const In<T>& q, const In<T>& k, const In<T>& v, const Opt<MaskT>& mask,
+                   const Out<T>& out) const {
+    Problem p{};
     p.batch = q.dim(0);
     p.q_len = q.dim(1);
     p.heads = q.dim(2);
@@ -912,10 +1159,10 @@ class Attention {
     p.group = p.kv_heads > 0 ? p.heads / p.kv_heads : 1;
     p.scale = has_scale_ ? scale_ : static_cast<float>(1.0 / std::sqrt(double(p.depth)));
     p.causal = causal_;
-    p.q = q.data();
-    p.k = k.data();
-    p.v = v.data();
-    p.out = out.data();
+    p.q = reinterpret_cast<const S*>(q.data());
+    p.k = reinterpret_cast<const S*>(k.data());
+    p.v = reinterpret_cast<const S*>(v.data());
+    p.out = reinterpret_cast<S*>(out.data());
     if (mask.present()) {
       // Strides of the mask seen as [B, H, Sq, Skv]: absent leading dims and
       // dims of size 1 repeat (stride 0).
@@ -935,7 +1182,7 @@ class Attention {
     return p;
   }
 
-  Plan MakePlan(const att::Problem& p) const {
+  Plan MakePlan(const Problem& p) const {
     Plan plan;
     att::Layout& l = plan.layout;
     l.panel = panel_();
@@ -963,7 +1210,7 @@ class Attention {
     return plan;
   }
 
-  TfLiteStatus Prefill(OpContext& ctx, const att::Problem& p, float* scratch) {
+  TfLiteStatus Prefill(OpContext& ctx, const Problem& p, float* scratch) {
     const att::Layout& l = plan_.layout;
     // Items of one panel of queries (2 vectors) of one head; consecutive
     // items share the head's K and V in cache.
@@ -982,7 +1229,7 @@ class Attention {
     return kTfLiteOk;
   }
 
-  TfLiteStatus Decode(OpContext& ctx, const att::Problem& p, float* scratch) {
+  TfLiteStatus Decode(OpContext& ctx, const Problem& p, float* scratch) {
     const att::Layout& l = plan_.layout;
     const int64_t splits = plan_.splits;
     const int64_t per_head = p.group * p.q_len;  // rows of one kv head
@@ -1017,10 +1264,12 @@ class Attention {
       }
     });
     if (splits == 1) return kTfLiteOk;
-    // Merge the splits of each row in split order.
+    // Merge the splits of each row in split order (float16 output: in a
+    // float row of the worker's scratch, rounded once at the end).
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     const int64_t heads = p.batch * p.kv_heads;
-    ctx.ParallelFor(heads * per_head, 16, [&](int64_t begin, int64_t end) {
+    ctx.ParallelFor(heads * per_head, 16, [&](int64_t begin, int64_t end, int worker) {
+      float* row = threads_base + worker * plan_.thread_floats;
       for (int64_t t = begin; t < end; ++t) {
         const int64_t head = t / per_head, r = t % per_head;
         const int64_t b = head / p.kv_heads, kvh = head % p.kv_heads;
@@ -1031,9 +1280,20 @@ class Attention {
         float max = kNegInf;
         for (int64_t s = 0; s < splits; ++s) max = std::max(max, part(s)[at]);
         const int64_t h = kvh * p.group + r / p.q_len, i = r % p.q_len;
-        float* dst = p.out + ((b * p.q_len + i) * p.heads + h) * p.value_depth;
+        S* out = p.out + ((b * p.q_len + i) * p.heads + h) * p.value_depth;
+        float* dst;
+        if constexpr (std::is_same_v<S, float>) {
+          dst = out;
+        } else {
+          dst = row;
+        }
         std::fill(dst, dst + p.value_depth, 0.0f);
-        if (max == kNegInf) continue;
+        if (max == kNegInf) {
+          if constexpr (!std::is_same_v<S, float>) {
+            std::memset(out, 0, sizeof(S) * static_cast<size_t>(p.value_depth));
+          }
+          continue;
+        }
         float sum = 0.0f;
         for (int64_t s = 0; s < splits; ++s) {
           const float* base = part(s);
@@ -1044,7 +1304,11 @@ class Attention {
           for (int64_t c = 0; c < p.value_depth; ++c) dst[c] += o[c] * w;
         }
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int64_t c = 0; c < p.value_depth; ++c) dst[c] *= inv;
+        if constexpr (std::is_same_v<S, float>) {
+          for (int64_t c = 0; c < p.value_depth; ++c) dst[c] *= inv;
+        } else {
+          store_half_(dst, p.value_depth, inv, out);
+        }
       }
     });
     return kTfLiteOk;
@@ -1054,8 +1318,9 @@ class Attention {
   bool has_scale_;
   float scale_;
   PanelFn panel_;
-  ItemFn item_;
-  QueriesFn queries_;
+  typename Storage<T>::ItemFn item_;
+  typename Storage<T>::QueriesFn queries_;
+  void (*store_half_)(const float*, int64_t, float, hwy::float16_t*);
   Plan plan_;
 };
 
@@ -1064,8 +1329,16 @@ class Attention {
 #define FUSEKIT_ATTENTION_OPERANDS \
   Inputs("q", "k", "v", "mask"), Outputs("out"), \
       AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0))
-FUSEKIT_REGISTER_KERNEL("fusekit_attention", Attention<float>, FUSEKIT_ATTENTION_OPERANDS);
-FUSEKIT_REGISTER_KERNEL("fusekit_attention", Attention<bool>, FUSEKIT_ATTENTION_OPERANDS);
+// q, k, v and out share one dtype (float32 or float16); mixed dtypes match
+// no variant and fail in the SDK with the operands' dtypes named.
+using AttentionF32 = Attention<float, float>;
+using AttentionF32Bool = Attention<float, bool>;
+using AttentionF16 = Attention<Half, float>;
+using AttentionF16Bool = Attention<Half, bool>;
+FUSEKIT_REGISTER_KERNEL("fusekit_attention", AttentionF32, FUSEKIT_ATTENTION_OPERANDS);
+FUSEKIT_REGISTER_KERNEL("fusekit_attention", AttentionF32Bool, FUSEKIT_ATTENTION_OPERANDS);
+FUSEKIT_REGISTER_KERNEL("fusekit_attention", AttentionF16, FUSEKIT_ATTENTION_OPERANDS);
+FUSEKIT_REGISTER_KERNEL("fusekit_attention", AttentionF16Bool, FUSEKIT_ATTENTION_OPERANDS);
 #undef FUSEKIT_ATTENTION_OPERANDS
 
 }  // namespace fusekit

@@ -24,16 +24,20 @@ constexpr int64_t kSplitKeys = 512;
 constexpr int64_t kStreamRows = 16;
 
 // One attention problem, shapes as in the op: q [B, Sq, H, D],
-// k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv], out [B, Sq, H, Dv].
+// k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv], out [B, Sq, H, Dv].  T is the
+// storage type of q, k, v and out (float, or Highway's float16_t: loads
+// promote to float32 and stores demote, all arithmetic is float32); the
+// additive mask is float32 whatever T is.
+template <typename T>
 struct Problem {
   int64_t batch, q_len, kv_len, heads, kv_heads, depth, value_depth;
   int64_t group;  // heads / kv_heads
   float scale;
   bool causal;
-  const float* q;
-  const float* k;
-  const float* v;
-  float* out;
+  const T* q;
+  const T* k;
+  const T* v;
+  T* out;
   // Mask broadcast to [B, H, Sq, Skv] by strides (0 on a broadcast dim):
   // at most one of the two pointers is set.
   const float* mask_add;
@@ -72,7 +76,9 @@ struct Partial {
 
 // Per-thread working memory in floats (see Buffers in attention.cc).
 inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-inline int64_t ThreadFloats(const Problem& p, const Layout& l) {
+// (A float16 prefill converts its K and V blocks into kblock and vblock.)
+template <typename T>
+inline int64_t ThreadFloats(const Problem<T>& p, const Layout& l) {
   return RoundUp(kRows * p.depth, 16) + kRows * kKeys + kRows * l.value_pad +
          2 * kRows + RoundUp(p.depth * kKeys, 16) + kKeys * l.value_pad + 64;
 }

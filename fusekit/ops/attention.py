@@ -52,6 +52,11 @@ def _attention(
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
     mask = None if mask is None else tf.convert_to_tensor(mask)
+    # float16 is storage only, as in the kernel: the math runs in float32
+    # and the result is rounded to float16 once.
+    storage = q.dtype
+    if storage != tf.float32:
+        q, k, v = (tf.cast(t, tf.float32) for t in (q, k, v))
     batch, q_len, heads, depth = _dims(q)
     _, kv_len, kv_heads, _ = _dims(k)
     value_depth = v.shape[-1]
@@ -83,7 +88,8 @@ def _attention(
     out = tf.matmul(probs, tf.transpose(v, [0, 2, 1, 3]))
     if group > 1:
         out = tf.reshape(out, [batch, heads, q_len, value_depth])
-    return tf.transpose(out, [0, 2, 1, 3])
+    out = tf.transpose(out, [0, 2, 1, 3])
+    return out if storage == tf.float32 else tf.cast(out, storage)
 
 
 def _shape(name: str, t: Any) -> tf.TensorShape:
@@ -126,7 +132,9 @@ def attention(
     may have any rank up to 4, each dim 1 or the scores' dim):
 
     * float32: added to the scaled scores (0 keeps a key, -inf drops it, a
-      large negative number all but drops it);
+      large negative number all but drops it); with float16 q, k and v a
+      float16 mask is accepted too and cast to float32 in front of the op
+      (exact), since the op takes its additive mask in float32;
     * bool: True keeps a key, False drops it.
 
     ``causal=True`` drops key j for query i when ``j > i + Skv - Sq``:
@@ -139,26 +147,36 @@ def attention(
     never NaN.  Finite masks never empty a row (a row whose mask is -1e9
     everywhere still gets the softmax of its scores).
 
+    **float16**: q, k and v may all be float16 (storage only; never mixed
+    with float32).  The kernel promotes them to float32 as it loads them,
+    computes everything in float32 and rounds the output to float16 once;
+    this reference does the same (casts q, k and v to float32, computes,
+    casts the result to float16), so the two differ by float32 rounding
+    and at most one float16 rounding step, not by float16 arithmetic.  In
+    the converted model the op's q, k, v and output tensors stay float16:
+    a decode step reads half the bytes of K and V.
+
     One fused op ``fusekit_attention`` with inputs (q, k, v[, mask]) as
     given and attrs ``causal`` (bool) and ``scale`` (float).
 
     Args:
-      q: float32 [B, Sq, H, D]; D must be static.
-      k: float32 [B, Skv, Hkv, D]; Hkv must be static and divide H.
-      v: float32 [B, Skv, Hkv, Dv].
-      mask: None, or float32 or bool of rank 0 to 4 broadcastable to
-        [B, H, Sq, Skv].
+      q: float32 or float16 [B, Sq, H, D]; D must be static.
+      k: [B, Skv, Hkv, D] of q's dtype; Hkv must be static and divide H.
+      v: [B, Skv, Hkv, Dv] of q's dtype.
+      mask: None, or bool, float32 (or, with float16 q, float16) of rank 0
+        to 4 broadcastable to [B, H, Sq, Skv].
       causal: drop the keys after each query's position (bottom-right).
       scale: multiplies q @ k^T; None means 1 / sqrt(D).
 
     Returns:
-      float32 [B, Sq, H, Dv].
+      [B, Sq, H, Dv] of q's dtype.
     """
     q_shape, k_shape, v_shape = _shape("q", q), _shape("k", k), _shape("v", v)
     dtypes = {name: _dtype(t) for name, t in (("q", q), ("k", k), ("v", v))}
-    for name, dtype in dtypes.items():
-        if dtype != tf.float32:
-            raise ValueError(f"{_OP}: {name} must be float32, got {dtype.name}")
+    storage = dtypes["q"]
+    if storage not in (tf.float32, tf.float16) or len(set(dtypes.values())) > 1:
+        got = ", ".join(f"{name} {dtype.name}" for name, dtype in dtypes.items())
+        raise ValueError(f"{_OP}: q, k and v must all be float32 or all float16, got {got}")
     depth = q_shape[3]
     heads, kv_heads = q_shape[2], k_shape[2]
     if depth is None or kv_heads is None or heads is None:
@@ -180,8 +198,14 @@ def attention(
     if mask is not None:
         m_shape = _shape("mask", mask)
         m_dtype = _dtype(mask)
-        if m_dtype not in (tf.float32, tf.bool):
-            raise ValueError(f"{_OP}: mask must be float32 or bool, got {m_dtype.name}")
+        if m_dtype == tf.float16 and storage == tf.float16:
+            # The op's additive mask is float32 (float16 cannot hold the
+            # -1e9 masks models use); the cast is exact.
+            mask = tf.cast(mask, tf.float32)
+        elif m_dtype not in (tf.float32, tf.bool):
+            allowed = "float32, float16 or bool" if storage == tf.float16 else "float32 or bool"
+            hint = " (a float16 mask goes with float16 q, k and v)" if m_dtype == tf.float16 else ""
+            raise ValueError(f"{_OP}: mask must be {allowed}, got {m_dtype.name}{hint}")
         if m_shape.rank is None or m_shape.rank > 4:
             raise ValueError(
                 f"{_OP}: mask must have rank <= 4 (broadcastable to [B, H, Sq, Skv]), got "

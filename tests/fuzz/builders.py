@@ -178,11 +178,11 @@ def attention_models(work: Path) -> dict[str, bytes]:
 
     import fusekit
 
-    def module(mask_dtype, **kw):
+    def module(mask_dtype, dtype=tf.float32, **kw):
         spec = [
-            tf.TensorSpec([None, 3, 4, 8], tf.float32),
-            tf.TensorSpec([None, 5, 2, 8], tf.float32),
-            tf.TensorSpec([None, 5, 2, 8], tf.float32),
+            tf.TensorSpec([None, 3, 4, 8], dtype),
+            tf.TensorSpec([None, 5, 2, 8], dtype),
+            tf.TensorSpec([None, 5, 2, 8], dtype),
         ]
         if mask_dtype is not None:
             spec.append(tf.TensorSpec([None, 1, 3, 5], mask_dtype))
@@ -200,6 +200,10 @@ def attention_models(work: Path) -> dict[str, bytes]:
             module(tf.bool, causal=True), work / "attention_bool_causal"
         ),
         "attention_float": _convert(module(tf.float32, scale=0.5), work / "attention_float"),
+        # float16 storage (the kernel's second dtype variant), float32 mask.
+        "attention_f16": _convert(
+            module(tf.float32, tf.float16, causal=True), work / "attention_f16"
+        ),
     }
 
 

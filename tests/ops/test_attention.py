@@ -6,22 +6,35 @@ reference (tests/kernel_cases.py: attention_reference), the fully-masked-row
 rule, argument checks and the conversion into one fused op.  Section
 "runtime parity": the kernel on all three runtimes against the TensorFlow
 composite (1e-4 abs, 1e-3 at S >= 512) and float64, two threads against
-one (bitwise), and clear errors for bad input.
+one (bitwise), and clear errors for bad input.  Section "float16 storage":
+float16 q/k/v/out (float32 math, one rounding of the output) against the
+float32 composite and float64 on all three runtimes and at every SIMD
+level, exact float16 conversions, and mixed-dtype errors.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from ai_edge_litert import schema_py_generated as schema
 from flatbuffers import flexbuffers
-from kernel_cases import attention_module, attention_reference
+from kernel_cases import (
+    JobDir,
+    attention_module,
+    attention_reference,
+    env_without_simd_override,
+    run_worker,
+)
 from model_surgery import custom_ops, edit
 from op_cases import fused_ops
-from runtimes import RUNTIMES, Job, input_order, run_jobs
+from runtimes import RUNTIMES, Job, input_order, run_jobs, unpack_runs
 
 import fusekit
 
@@ -178,7 +191,34 @@ def _arr(*shape, dtype=np.float32):
         (
             (_arr(1, 3, 4, 8, dtype=np.float16), _arr(1, 5, 2, 8), _arr(1, 5, 2, 8)),
             {},
-            "q must be float32, got float16",
+            "q, k and v must all be float32 or all float16, got q float16, k float32, v float32",
+        ),
+        (
+            (
+                _arr(1, 3, 4, 8, dtype=np.float16),
+                _arr(1, 5, 2, 8, dtype=np.float16),
+                _arr(1, 5, 2, 8),
+            ),
+            {},
+            "got q float16, k float16, v float32",
+        ),
+        (
+            tuple(_arr(1, 3, 4, 8, dtype=np.float64) for _ in range(3)),
+            {},
+            "q, k and v must all be float32 or all float16, got q float64",
+        ),
+        (
+            (_arr(1, 3, 4, 8), _arr(1, 5, 2, 8), _arr(1, 5, 2, 8), _arr(3, 5, dtype=np.float16)),
+            {},
+            "mask must be float32 or bool, got float16 (a float16 mask goes with float16 q",
+        ),
+        (
+            (
+                *(_arr(1, n, 2, 8, dtype=np.float16) for n in (3, 5, 5)),
+                _arr(3, 5, dtype=np.int32),
+            ),
+            {},
+            "mask must be float32, float16 or bool, got int32",
         ),
         (
             (_arr(1, 3, 4, 8), _arr(1, 5, 2, 8), _arr(1, 5, 2, 8)),
@@ -430,6 +470,447 @@ def test_two_threads_match_one(runtime, attention_outcomes):
     assert not failures, "\n".join(failures)
 
 
+# ------------------------------------------------------------ float16 storage
+#
+# q, k, v and the output float16, every computation float32: the kernel
+# promotes on load and rounds the output once.  The composite computes the
+# same (float32 math on the float16 inputs, cast back), so kernel and
+# TensorFlow differ by float32 rounding plus at most one float16 rounding
+# step, and both are within half a float16 ulp (plus float32 error) of the
+# float64 result on the same float16 inputs.
+
+
+def _half(*arrays):
+    return tuple(a.astype(np.float16) for a in arrays)
+
+
+def _half_close(got, want, rtol: float, scale_tol: float) -> float:
+    """The largest |got - want| beyond rtol * |want| + scale_tol * max|want|
+    (<= 0 when within): element-wise for float16's relative rounding, plus
+    an absolute part for float32 error near outputs that cross zero."""
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    bound = rtol * np.abs(want) + scale_tol * max(float(np.abs(want).max()), 1e-30) + 1e-7
+    return float((np.abs(got - want) - bound).max()) if got.size else 0.0
+
+
+# Half a float16 ulp is 2^-11 (4.9e-4) of a value; 1e-3 leaves room for
+# float32's error ahead of the rounding.  Against TensorFlow's float16
+# output (itself rounded): one ulp either way, 2e-3.
+HALF_RTOL_TRUTH = 1e-3
+HALF_RTOL_TF = 2e-3
+
+
+@pytest.mark.parametrize("case", EAGER, ids=str)
+def test_float16_composite_is_float32_math_rounded_once(case):
+    b, sq, skv, h, hkv, d, kind, mshape, causal = case
+    rng = np.random.default_rng(sum(case[:6]) + 16)
+    q, k, v = _half(*_qkv(rng, b, sq, skv, h, hkv, d))
+    mask = _mask(rng, kind, mshape)
+    args = (q, k, v) if mask is None else (q, k, v, mask)
+    got = fusekit.ops.attention(*args, causal=causal).numpy()
+    assert got.dtype == np.float16 and got.shape == (b, sq, h, d)
+    # Bit for bit the float32 composite on the promoted inputs, rounded.
+    wide = (q.astype(np.float32), k.astype(np.float32), v.astype(np.float32))
+    f32 = fusekit.ops.attention(*wide, *args[3:], causal=causal).numpy()
+    np.testing.assert_array_equal(got, f32.astype(np.float16))
+    truth = attention_reference(q, k, v, mask, causal=causal)
+    assert _half_close(got, truth, HALF_RTOL_TRUTH, 1e-5) <= 0
+
+
+def test_float16_mask_is_cast_to_float32():
+    rng = np.random.default_rng(17)
+    q, k, v = _half(*_qkv(rng, 2, 3, 9, 4, 2, 8))
+    mask = _mask(rng, "float", (2, 1, 3, 9))
+    got = fusekit.ops.attention(q, k, v, mask.astype(np.float16), causal=True).numpy()
+    want = fusekit.ops.attention(q, k, v, mask.astype(np.float16).astype(np.float32), causal=True)
+    np.testing.assert_array_equal(got, want.numpy())
+
+
+def _half_module(h, hkv, d, dv, mask_kind, mask_sig, causal):
+    """q/k/v float16 [None, None, heads, depth] (and a mask: "bool",
+    "float" = float32, "half" = float16) -> fusekit.ops.attention."""
+    spec = [
+        tf.TensorSpec([None, None, h, d], tf.float16, name="q"),
+        tf.TensorSpec([None, None, hkv, d], tf.float16, name="k"),
+        tf.TensorSpec([None, None, hkv, dv], tf.float16, name="v"),
+    ]
+    if mask_kind is not None:
+        dtype = {"bool": tf.bool, "float": tf.float32, "half": tf.float16}[mask_kind]
+        shape = [None if isinstance(x, str) else x for x in mask_sig]
+        spec.append(tf.TensorSpec(shape, dtype, name="mask"))
+
+    class HalfAttention(tf.Module):
+        @tf.function(input_signature=spec)
+        def __call__(self, *tensors):
+            return fusekit.ops.attention(*tensors, causal=causal)
+
+    return HalfAttention()
+
+
+# (name, H, Hkv, D, Dv, mask kind, mask signature, causal, [(batch, Sq, Skv)])
+PLAN16 = [
+    # Prefill: several query items and key blocks, D and Dv with tails.
+    ("f16 mha odd", 3, 3, 17, 17, None, None, False, [(1, 5, 7), (2, 40, 300)]),
+    ("f16 gqa2 causal dv24", 4, 2, 16, 24, None, None, True, [(1, 70, 300), (1, 1, 33)]),
+    # Decode: Sq = 1 against long caches (key splits merged), GQA.
+    ("f16 decode gqa4", 32, 8, 128, 128, None, None, False, [(1, 1, 1500), (2, 1, 600)]),
+    (
+        "f16 decode gqa4 bool causal",
+        8,
+        2,
+        64,
+        64,
+        "bool",
+        ["B", 1, "S", "K"],
+        True,
+        [(1, 1, 1030), (1, 4, 700), (2, 20, 20)],
+    ),
+    # Ragged Dv in decode (StreamPv and packed V), float32 and float16 masks.
+    (
+        "f16 decode float mask dv20",
+        8,
+        2,
+        32,
+        20,
+        "float",
+        ["B", 1, "S", "K"],
+        False,
+        [(1, 1, 700), (1, 3, 70)],
+    ),
+    # More than 16 rows per kv head: the packed decode kernels.
+    (
+        "f16 decode mqa16 half mask causal",
+        16,
+        1,
+        24,
+        24,
+        "half",
+        ["B", 1, "S", "K"],
+        True,
+        [(1, 2, 700), (1, 3, 40)],
+    ),
+    ("f16 decode mqa32 dv64", 32, 1, 64, 64, None, None, False, [(1, 2, 600)]),
+    ("f16 size one", 1, 1, 1, 1, None, None, True, [(1, 1, 1), (2, 3, 2)]),
+]
+
+
+@dataclass
+class HalfCase:
+    name: str
+    model: bytes
+    runs: list[list[np.ndarray]] = field(default_factory=list)
+    reference: list[np.ndarray] = field(default_factory=list)  # TensorFlow, float16
+    truth: list[np.ndarray] = field(default_factory=list)  # float64
+
+    def job(self, **kwargs) -> Job:
+        return Job(self.model, self.runs, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def half_cases(session_dir) -> list[HalfCase]:
+    rng = np.random.default_rng(18)
+    workdir = session_dir / "attention_f16"
+    workdir.mkdir(exist_ok=True)
+    cases = []
+    for name, h, hkv, d, dv, kind, msig, causal, shapes in PLAN16:
+        module = _half_module(h, hkv, d, dv, kind, msig, causal)
+        path = workdir / re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
+        tf.saved_model.save(module, str(path))
+        result = fusekit.convert(str(path))
+        assert result.report.fused == {OP: 1}, name
+        names = ["q", "k", "v"] + ([] if kind is None else ["mask"])
+        order = input_order(result.model, names)
+        case = HalfCase(name, result.model)
+        for b, sq, skv in shapes:
+            named = dict(zip("qkv", _half(*_qkv(rng, b, sq, skv, h, hkv, d, dv))))
+            if kind is not None:
+                dims = {"B": b, "S": sq, "K": skv}
+                mask = _mask(
+                    rng,
+                    "bool" if kind == "bool" else "float",
+                    tuple(dims[x] if isinstance(x, str) else x for x in msig),
+                )
+                named["mask"] = mask.astype(np.float16) if kind == "half" else mask
+            feeds: list[np.ndarray] = [None] * len(names)  # type: ignore[list-item]
+            for key, position in zip(names, order):
+                feeds[position] = named[key]
+            case.runs.append(feeds)
+            case.reference.append(module(*named.values()).numpy())
+            case.truth.append(attention_reference(**named, causal=causal))
+        cases.append(case)
+    return cases
+
+
+def test_float16_converts_with_float16_tensors(half_cases):
+    """The op's q, k, v and output stay float16 in the .tflite; a float16
+    mask reaches it through one CAST to float32."""
+    half, f32 = schema.TensorType.FLOAT16, schema.TensorType.FLOAT32
+    for case in half_cases:
+        m = schema.ModelT.InitFromPackedBuf(bytearray(case.model), 0)
+        graph = m.subgraphs[0]
+        (op,) = custom_ops(m, OP)
+        types = [graph.tensors[i].type for i in op.inputs]
+        assert types[:3] == [half] * 3, case.name
+        assert [graph.tensors[i].type for i in op.outputs] == [half], case.name
+        counts = fusekit.run.model_ops.op_counts(case.model)
+        if "half mask" in case.name:
+            assert types[3] == f32, case.name
+            assert counts == {f"CUSTOM:{OP}": 1, "CAST": 1}, (case.name, counts)
+        else:
+            assert counts == {f"CUSTOM:{OP}": 1}, (case.name, counts)
+
+
+def _half_failures(cases, outcomes, label) -> list[str]:
+    failures = []
+    for case, outcome in zip(cases, outcomes):
+        if outcome.error:
+            failures.append(f"{case.name} ({label}): {outcome.error}")
+            continue
+        for r, ((out,), ref, exact) in enumerate(zip(outcome.outputs, case.reference, case.truth)):
+            where = f"{case.name} ({label}) run {r}"
+            if out.dtype != np.float16 or out.shape != ref.shape:
+                failures.append(f"{where}: {out.dtype}{out.shape} != float16{ref.shape}")
+                continue
+            if np.isnan(out).any():
+                failures.append(f"{where}: NaN")
+                continue
+            off_truth = _half_close(out, exact, HALF_RTOL_TRUTH, 2e-5)
+            off_tf = _half_close(out, ref, HALF_RTOL_TF, 2e-5)
+            if off_truth > 0 or off_tf > 0:
+                failures.append(
+                    f"{where}: {off_truth:.1e} beyond float64's bound, {off_tf:.1e} beyond "
+                    "TensorFlow's"
+                )
+    return failures
+
+
+@pytest.fixture(scope="session")
+def half_outcomes(half_cases):
+    """(runtime, threads) -> (cases, outcomes), each mode of the runtime.
+
+    On tflite-runtime each run gets an interpreter of its own: its default
+    XNNPACK delegate, applied again after resize_tensor_input, breaks any
+    graph with float16 inputs (even a plain CAST, without fusekit: "Tensor
+    at index 0 was optional but was expected"), so a second shape in one
+    interpreter cannot be tested there.  The other runtimes resize."""
+    cache: dict = {}
+
+    def get(runtime: str, threads: int):
+        if (runtime, threads) not in cache:
+            cases = [c for _ in _modes(runtime) for c in half_cases]
+            per_run = runtime == "tflite_runtime"
+            jobs, owners = [], []
+            for i, case in enumerate(cases):
+                mode = _modes(runtime)[i // len(half_cases)]
+                for runs in [[r] for r in case.runs] if per_run else [case.runs]:
+                    jobs.append(Job(case.model, runs, mode=mode, num_threads=threads))
+                    owners.append(i)
+            outcomes = [_Outcome() for _ in cases]
+            for i, outcome in zip(owners, run_jobs(runtime, jobs)):
+                if outcome.error is not None:
+                    outcomes[i].error = outcomes[i].error or outcome.error
+                else:
+                    outcomes[i].outputs.extend(outcome.outputs)
+            cache[runtime, threads] = (cases, outcomes)
+        return cache[runtime, threads]
+
+    return get
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_float16_kernel_parity(runtime, half_outcomes):
+    cases, outcomes = half_outcomes(runtime, 1)
+    failures = _half_failures(cases, outcomes, runtime)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_float16_two_threads_match_one(runtime, half_outcomes):
+    cases, one = half_outcomes(runtime, 1)
+    _, two = half_outcomes(runtime, 2)
+    failures = _half_failures(cases, two, f"{runtime}, 2 threads")
+    for case, a, b in zip(cases, one, two):
+        if a.error or b.error:
+            continue
+        for r, (ya, yb) in enumerate(zip(a.outputs, b.outputs)):
+            if not np.array_equal(ya[0], yb[0]):
+                failures.append(f"{case.name} run {r}: 2 threads differ from 1")
+    assert not failures, "\n".join(failures)
+
+
+LEVELS = ("baseline", "avx2", "avx512")
+
+
+@dataclass
+class _Outcome:
+    """An outcome of a run in a FUSEKIT_SIMD subprocess (as runtimes.Outcome)."""
+
+    outputs: list = field(default_factory=list)
+    error: str | None = None
+
+
+@pytest.fixture(scope="session")
+def simd_levels() -> tuple[str, ...]:
+    """The SIMD levels this CPU runs (the best one and every one below)."""
+    top = subprocess.run(
+        [sys.executable, "-c", "import fusekit; print(fusekit.simd_target())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env_without_simd_override(),
+        cwd=tempfile.gettempdir(),
+    ).stdout.strip()
+    return LEVELS[: LEVELS.index(top) + 1]
+
+
+def _at_levels(levels, models_and_runs) -> dict[str, list]:
+    """level -> per (model, runs): the outputs per run or an error string,
+    each level in a process of its own with FUSEKIT_SIMD set."""
+    jobdir = JobDir()
+    out: dict[str, list] = {}
+    try:
+        jobs = [
+            {
+                "kind": "run",
+                "runtime": "litert",
+                "num_threads": 1,
+                "model": jobdir.model(model),
+                "inputs": jobdir.arrays(runs),
+                "outputs": "",
+            }
+            for model, runs in models_and_runs
+        ]
+        for level in levels:
+            for job in jobs:
+                job["outputs"] = jobdir.output_path()
+            env = env_without_simd_override()
+            env["FUSEKIT_SIMD"] = level
+            got = []
+            for job, result in zip(jobs, run_worker(jobs, jobdir, sys.executable, env)):
+                if result["error"] is not None:
+                    got.append(result["error"])
+                elif result["simd"] != level:
+                    got.append(f"ran at {result['simd']}, not {level}")
+                else:
+                    with np.load(job["outputs"]) as data:
+                        got.append(unpack_runs(data, "o"))
+            out[level] = got
+    finally:
+        jobdir.cleanup()
+    return out
+
+
+def test_float16_at_every_simd_level(half_cases, simd_levels):
+    """The baseline target converts float16 with its own code (no F16C),
+    AVX2 and AVX-512 with Highway's F16C path: every level within the
+    bounds, and levels at most one float16 rounding step apart."""
+    got = _at_levels(simd_levels, [(c.model, c.runs) for c in half_cases])
+    failures = []
+    for level in simd_levels:
+        outcomes = [
+            _Outcome(error=g) if isinstance(g, str) else _Outcome(outputs=g) for g in got[level]
+        ]
+        failures += _half_failures(half_cases, outcomes, level)
+    first = simd_levels[0]
+    for level in simd_levels[1:]:
+        for case, a, b in zip(half_cases, got[first], got[level]):
+            if isinstance(a, str) or isinstance(b, str):
+                continue
+            for r, (ya, yb) in enumerate(zip(a, b)):
+                if _half_close(yb[0], ya[0], HALF_RTOL_TF, 2e-5) > 0:
+                    failures.append(f"{case.name} run {r}: {level} and {first} differ")
+    assert not failures, "\n".join(failures)
+
+
+CONVERSION_DV = 2048
+
+
+@pytest.fixture(scope="session")
+def conversion_model(session_dir) -> bytes:
+    """q, k float16 [B, S, 1, 1], v float16 [B, Skv, 1, 2048]."""
+    module = _half_module(1, 1, 1, CONVERSION_DV, None, None, False)
+    path = session_dir / "attention_f16_conversion"
+    tf.saved_model.save(module, str(path))
+    return fusekit.convert(str(path)).model
+
+
+def _near_tie(x: np.ndarray, slack: np.ndarray) -> np.ndarray:
+    """Where float64 x lies within 1% of a float16 ulp plus `slack` (the
+    float32 error of computing it) of a rounding tie: a float32 result's
+    last bits may then round either way."""
+    r = x.astype(np.float16)
+    up = np.nextafter(r, np.float16(np.inf)).astype(np.float64)
+    down = np.nextafter(r, np.float16(-np.inf)).astype(np.float64)
+    r = r.astype(np.float64)
+    ulp = up - r
+    near = 1e-2 * ulp + slack
+    return (np.abs(x - (r + up) / 2) < near) | (np.abs(x - (r + down) / 2) < near)
+
+
+def test_float16_conversions_are_exact(conversion_model, simd_levels):
+    """Every float16 value (subnormals, +-inf, NaN) goes through the kernel
+    unchanged at every SIMD level, in the decode and the prefill path: one
+    key weighs exactly 1, so promotion and demotion must both be exact
+    (-0 comes out +0: the weighted sum starts from +0, as a matmul's).
+    Three keys of equal score give their mean, which must be rounded to
+    the nearest float16 (ties to even, as TensorFlow's cast), not
+    truncated."""
+    rows = (1 << 16) // CONVERSION_DV
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    every = bits.view(np.float16).reshape(rows, 1, 1, CONVERSION_DV)
+    ones = np.ones((rows, 1, 1, 1), np.float16)
+    rng = np.random.default_rng(19)
+    triples = rng.standard_normal((rows, 3, 1, CONVERSION_DV)).astype(np.float16)
+    order = input_order(conversion_model, ["q", "k", "v"])
+
+    def ordered(*named):
+        feeds = [None] * 3
+        for array, position in zip(named, order):
+            feeds[position] = array
+        return feeds
+
+    runs = [
+        ordered(ones, ones, every),  # decode: Sq = 1
+        ordered(np.ones((rows, 8, 1, 1), np.float16), ones, every),  # prefill: Sq = 8
+        ordered(
+            np.zeros((rows, 1, 1, 1), np.float16), np.ones((rows, 3, 1, 1), np.float16), triples
+        ),
+    ]
+    got = _at_levels(simd_levels, [(conversion_model, runs)])
+    mean = triples.astype(np.float64).mean(axis=1).reshape(-1)
+    want = mean.astype(np.float16)
+    # float32 error of a weighted sum of three: a few ulp of its terms
+    # (counts where they cancel to a float16 subnormal).
+    slack = 1e-6 * np.abs(triples.astype(np.float64)).sum(axis=1).reshape(-1)
+    decided = ~_near_tie(mean, slack)
+    nan = np.isnan(every.reshape(-1))
+    failures = []
+    for level in simd_levels:
+        (result,) = got[level]
+        if isinstance(result, str):
+            failures.append(f"{level}: {result}")
+            continue
+        (decode,), (prefill,), (averaged,) = result
+        for path, out in (("decode", decode), ("prefill", np.moveaxis(prefill, 1, 0))):
+            for row in out.reshape(-1, 1 << 16):
+                same = (row.view(np.uint16) == bits) | ((row == 0) & (every.reshape(-1) == 0))
+                same = same[~nan]
+                if not same.all():
+                    failures.append(
+                        f"{level} {path}: {np.count_nonzero(~same)} float16 values changed, "
+                        f"e.g. bits {[hex(b) for b in bits[~nan][~same][:4]]}"
+                    )
+                    break
+                if not np.isnan(row[nan]).all():
+                    failures.append(f"{level} {path}: a NaN came out as a number")
+                    break
+        wrong = np.count_nonzero((averaged.reshape(-1) != want) & decided)
+        if wrong:
+            failures.append(f"{level}: {wrong} of {decided.sum()} means not rounded to nearest")
+    assert not failures, "\n".join(failures)
+
+
 # ------------------------------------------------------------ bad input
 
 
@@ -450,11 +931,16 @@ def _feeds(
     mask=(1, 1, 3, 5),
     q_dtype=None,
     mask_dtype=None,
+    k_dtype=None,
+    v_dtype=None,
+    dtype=np.float32,
 ):
+    """Inputs of `model` in its order: q, k and v of `dtype` (or their own),
+    a float32 mask (or mask_dtype)."""
     named = {
-        "q": np.ones(q, q_dtype or np.float32),
-        "k": np.ones(k, np.float32),
-        "v": np.ones(v or k, np.float32),
+        "q": np.ones(q, q_dtype or dtype),
+        "k": np.ones(k, k_dtype or dtype),
+        "v": np.ones(v or k, v_dtype or dtype),
         "mask": np.zeros(mask, mask_dtype or np.float32),
     }
     order = input_order(model, list(named))
@@ -468,10 +954,12 @@ def _op(m):
     return custom_ops(m, OP)[0]
 
 
-def _retype(position: int, type_code: int):
+def _retype(position: int, type_code: int, output: bool = False):
+    """Sets the schema type of the op's input (or output) tensor."""
+
     def change(m):
         op = _op(m)
-        index = op.inputs[position]
+        index = (op.outputs if output else op.inputs)[position]
         m.subgraphs[0].tensors[index].type = type_code
 
     return change
@@ -523,7 +1011,17 @@ BAD = {
         {"mask_dtype": np.int32},
         "input 'mask' must be float32 or bool, got int32",
     ),
-    "q int32": (_retype(0, 2), {"q_dtype": np.int32}, "input 'q' must be float32, got int32"),
+    "q int32": (
+        _retype(0, 2),
+        {"q_dtype": np.int32},
+        "input 'q' must be float32 or float16, got int32",
+    ),
+    "q float16, k and v float32": (
+        _retype(0, 1),
+        {"q_dtype": np.float16},
+        "input dtypes q=float16, k=float32, v=float32, mask=float32 match none of the "
+        "kernel's signatures",
+    ),
     "two inputs": (_drop_inputs, {}, "expected 3 to 4 inputs, got 2"),
     "causal a string": (
         _options({"causal": "yes", "scale": 0.25}),
@@ -547,6 +1045,63 @@ def test_kernel_bad_input_gives_clear_error(runtime, bad_model):
     outcomes = run_jobs(runtime, jobs)
     failures = []
     for name, outcome, (_, _, message) in zip(BAD, outcomes, BAD.values()):
+        if outcome.error is None:
+            failures.append(f"{name}: no error")
+        elif OP not in outcome.error or message not in outcome.error:
+            failures.append(f"{name}: {outcome.error}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.fixture(scope="session")
+def bad_model16(session_dir) -> bytes:
+    """float16 q [?, ?, 4, 16], k/v [?, ?, 2, 16], float32 mask [?, 1, ?, ?]."""
+    module = _half_module(4, 2, 16, 16, "float", [None, 1, None, None], False)
+    path = session_dir / "attention_bad_f16"
+    tf.saved_model.save(module, str(path))
+    return fusekit.convert(str(path)).model
+
+
+# float16 model -> (model edit, feed overrides, expected message)
+BAD16 = {
+    "k float32": (
+        _retype(1, 0),
+        {"k_dtype": np.float32},
+        "input dtypes q=float16, k=float32, v=float16, mask=float32 match none of the "
+        "kernel's signatures",
+    ),
+    "v float32": (
+        _retype(2, 0),
+        {"v_dtype": np.float32},
+        "input dtypes q=float16, k=float16, v=float32, mask=float32 match none",
+    ),
+    "mask float16": (
+        _retype(3, 1),
+        {"mask_dtype": np.float16},
+        "input 'mask' must be float32 or bool, got float16",
+    ),
+    "v int8": (
+        _retype(2, 9),
+        {"v_dtype": np.int8},
+        "input 'v' must be float32 or float16, got int8",
+    ),
+    # An output of another dtype than q: the signatures named say what fits.
+    "output float32": (
+        _retype(0, 0, output=True),
+        {},
+        "(float16, float16, float16, float32 -> float16)",
+    ),
+}
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_float16_mixed_dtypes_give_clear_error(runtime, bad_model16):
+    jobs = []
+    for change, feeds, _ in BAD16.values():
+        model = edit(bad_model16, change)
+        jobs.append(Job(model, [_feeds(model, dtype=np.float16, **feeds)]))
+    outcomes = run_jobs(runtime, jobs)
+    failures = []
+    for name, outcome, (_, _, message) in zip(BAD16, outcomes, BAD16.values()):
         if outcome.error is None:
             failures.append(f"{name}: no error")
         elif OP not in outcome.error or message not in outcome.error:
