@@ -84,4 +84,34 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
         kwargs["model_path"] = str(model_path)
     if num_threads is not None:
         kwargs["num_threads"] = num_threads
-    return module.Interpreter(experimental_delegates=delegates, **kwargs)
+    interpreter = module.Interpreter(experimental_delegates=delegates, **kwargs)
+    _explain_dropped_delegates(interpreter, name)
+    return interpreter
+
+
+def _explain_dropped_delegates(interpreter: Any, runtime: str) -> None:
+    """When the runtime's default XNNPACK delegate fails to prepare a model
+    (tflite-runtime 2.14's does on some int32 reshapes and transposes), TFLite
+    undoes every delegate, fusekit's kernels with it, and allocate_tensors
+    only says "unresolved custom op": say what happened and the way out.
+    (The runtime's Interpreter is returned as it is; only this one method of
+    this one object is wrapped.)"""
+    allocate = interpreter.allocate_tensors
+
+    def allocate_tensors() -> None:
+        try:
+            allocate()
+        except RuntimeError as error:
+            text = str(error)
+            if "XNNPACK" not in text or "unresolved custom op" not in text:
+                raise
+            first = text.split("Node number")[0].strip()
+            raise RuntimeError(
+                f"{runtime}'s XNNPACK delegate failed to prepare this model ({first}), and "
+                "TFLite then drops every delegate, fusekit's kernels with it. Create the "
+                "interpreter with experimental_op_resolver_type="
+                "OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES (no XNNPACK), or use "
+                "another runtime (ai-edge-litert)."
+            ) from error
+
+    interpreter.allocate_tensors = allocate_tensors

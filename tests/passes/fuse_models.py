@@ -53,14 +53,16 @@ def assert_same_outputs(
     optimized: bytes,
     atol: float = 1e-4,
     runs: Sequence[Sequence[np.ndarray]] | None = None,
+    runtimes: Sequence[str] = RUNTIMES,
 ) -> None:
     """The optimized model's outputs on ai-edge-litert, tf.lite and
-    tflite-runtime equal the original's (plain ai-edge-litert) within atol."""
+    tflite-runtime (or ``runtimes``) equal the original's (plain
+    ai-edge-litert) within atol."""
     if runs is None:
         runs = [random_inputs(original, seed) for seed in range(2)]
     runs = [list(run) for run in runs]
     want = run_jobs("litert", [Job(original, runs)])[0].ok()
-    for runtime in RUNTIMES:
+    for runtime in runtimes:
         (outcome,) = run_jobs(runtime, [Job(optimized, runs)])
         for want_run, got_run in zip(want, outcome.ok()):
             for w, g in zip(want_run, got_run):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 from fuse_models import assert_same_outputs, convert_keras, custom_ops, optimize_twice, randomize
+from runtimes import Job, run_jobs
 
 import fusekit
 
@@ -236,3 +237,32 @@ def test_backbone_every_layer_fused(name, float16):
         assert decomposed not in counts, counts
     runs = token_inputs(original) if family.tokens else None
     assert_same_outputs(original, result.model, runs=runs)
+
+
+def test_swin_window_attention():
+    """Swin: q, k, v unstacked heads-first from one qkv tensor (the op gets
+    their [B, S, H, D] transposes), a relative-position bias as the float
+    mask; the shifted-window block adds its window mask through a 5-D
+    reshape of the scores, which the kernel cannot hold: left alone with
+    the reason.  tflite-runtime 2.14's XNNPACK fails to prepare the window
+    mask's int32 ops, and TFLite then drops every delegate: fusekit.Interpreter
+    says so and how to run it."""
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.SwinTransformerBackbone(
+        image_shape=(32, 32, 3), embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=4
+    )
+    image = keras.Input((32, 32, 3), batch_size=2)
+    outputs = backbone(image)
+    model = keras.Model(image, outputs if not isinstance(outputs, dict) else [*outputs.values()])
+    randomize(model)
+    original = convert_keras(model)
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    # Stage 2's 4x4 tokens are one window: its blocks do not shift.
+    assert len(custom_ops(result.model, ATTENTION)) == 3
+    (note,) = result.report.line("fuse").notes
+    assert "the scores pass through RESHAPE before the SOFTMAX" in note
+    assert_same_outputs(original, result.model, runtimes=("litert", "tf"))
+    runs = [[np.random.default_rng(0).standard_normal((2, 32, 32, 3)).astype(np.float32)]]
+    (outcome,) = run_jobs("tflite_runtime", [Job(result.model, runs)])
+    assert "XNNPACK delegate failed to prepare" in outcome.error
+    assert "BUILTIN_WITHOUT_DEFAULT_DELEGATES" in outcome.error

@@ -79,6 +79,11 @@ class AttentionMatch:
     v_reshape: list[int] | None = None
     mask_reshape: list[int] | None = None
     keep_reshape: list[int] | None = None
+    # Permutations giving the op q / k / v as [B, S, H, D] when the graph
+    # has them in another layout (heads-first: a TRANSPOSE is added).
+    q_perm: list[int] | None = None
+    k_perm: list[int] | None = None
+    v_perm: list[int] | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
 
 
@@ -423,6 +428,29 @@ def _all_zero(graph: Graph, tensor: int) -> bool:
 _QUERY_AXIS = "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
 
 
+def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
+    """A BATCH_MATMUL within ``hops`` operators above ``tensor``: the SOFTMAX
+    is an attention's (worth a near-miss note), not a classifier's."""
+    frontier = [tensor]
+    for _ in range(hops):
+        ops = [op for t in frontier if (op := graph.producer(t)) is not None]
+        if any(graph.builtin(op) == OP.BATCH_MATMUL for op in ops):
+            return True
+        frontier = [int(t) for op in ops for t in op.inputs if t >= 0]
+    return False
+
+
+def _as_is(graph: Graph, tensor: int) -> tuple[int, float] | None:
+    """(t, scale) for a rank-4 operand t times scalar constants, taken as
+    it is (heads-first already)."""
+    source, scale = _unscaled(graph, tensor)
+    return (source, scale) if len(graph.signature(source)) == 4 else None
+
+
+def _permuted(shape: list[int], perm: list[int] | None) -> list[int]:
+    return shape if perm is None else [shape[p] for p in perm]
+
+
 def _transposed_back(graph: Graph, reader: schema.OperatorT) -> bool:
     """``reader`` of the probabilities swaps their last two axes back: a
     TRANSPOSE, or a BATCH_MATMUL with adj_x (how softmax(s, axis=-2) lowers:
@@ -542,6 +570,8 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
             biased = True
         elif code in (OP.SELECT_V2, OP.ADD):
             return "a second mask on the scores: the kernel takes one and a bias"
+        elif _reaches_matmul(graph, tensor):
+            return f"the scores pass through {graph.model.op_name(op)} before the SOFTMAX"
         else:
             return None
         chain.append(op)
@@ -555,11 +585,21 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
     first = (_grouped_q if grouped else _transposed)(graph, int(qk.inputs[0]), HEADS_FIRST)
     second_perm = HEADS_FIRST if getattr(options, "adjY", False) else KEYS_LAST
     second = _transposed(graph, int(qk.inputs[1]), second_perm)
+    # Operands made heads-first some other way (Swin unstacks a fused qkv
+    # tensor): read as they are, the op gets their [B, S, H, D] transposes.
+    first_perm = second_back = None
+    if first is None and not grouped:
+        first, first_perm = _as_is(graph, int(qk.inputs[0])), HEADS_FIRST
+    if second is None and not grouped:
+        back = HEADS_FIRST if second_perm == HEADS_FIRST else [0, 3, 1, 2]
+        second, second_back = _as_is(graph, int(qk.inputs[1])), back
+    if first is None or second is None:
+        return "Q.K^T does not read q and k transposed from [B, S, H, D]"
     q_side, k_side = (second, first) if swapped else (first, second)
-    if q_side is None or k_side is None:
-        return None
+    match.q_perm, match.k_perm = (second_back, first_perm) if swapped else (first_perm, second_back)
     (match.q, q_scale), (match.k, k_scale) = q_side, k_side
-    match.k, match.k_reshape = _unrepeat(graph, match.k)
+    if match.k_perm is None:
+        match.k, match.k_reshape = _unrepeat(graph, match.k)
     match.scale *= q_scale * k_scale
     # Forward: (masked probabilities zeroed,) probs @ V, back to [B, Sq, H, Dv].
     pv = _only_reader(graph, probs)
@@ -597,23 +637,25 @@ def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | No
     if getattr(pv.builtinOptions, "adjX", False) or getattr(pv.builtinOptions, "adjY", False):
         return None
     v_side = _transposed(graph, int(pv.inputs[1]), HEADS_FIRST)
+    single = _single_head(graph, int(pv.inputs[1])) if v_side is None else None
     if v_side is not None:
         if v_side[1] != 1.0:
             return None
         match.v, match.v_reshape = _unrepeat(graph, v_side[0])
-    else:
-        single = _single_head(graph, int(pv.inputs[1]))
-        if single is None:
-            return None
+    elif single is not None:
         match.v, match.v_reshape = single
+    elif not grouped and len(graph.signature(int(pv.inputs[1]))) == 4:
+        match.v, match.v_perm = int(pv.inputs[1]), HEADS_FIRST
+    else:
+        return "P.V does not read v transposed from [B, S, H, D]"
     ending = _grouped_out(graph, pv, scores_shape) if grouped else _heads_back(graph, pv)
     if ending is None:
         return "the attention result is not transposed back to [B, Sq, H, D]"
     chain += [pv, *ending]
     match.output = int(ending[-1].outputs[0])
-    q = graph.signature(match.q)
-    k = match.k_reshape or graph.signature(match.k)
-    v = match.v_reshape or graph.signature(match.v)
+    q = _permuted(graph.signature(match.q), match.q_perm)
+    k = match.k_reshape or _permuted(graph.signature(match.k), match.k_perm)
+    v = match.v_reshape or _permuted(graph.signature(match.v), match.v_perm)
     if any(len(s) != 4 for s in (q, k, v)) or any(
         graph.tensor(t).type != FLOAT32 for t in (match.q, match.k, match.v)
     ):

@@ -138,6 +138,11 @@ def _reshaped(graph: Graph, tensor: int, shape: list[int] | None) -> int:
     return out
 
 
+def _transposed(graph: Graph, tensor: int, perm: list[int] | None) -> int:
+    """``tensor``, or a new TRANSPOSE of it by ``perm``."""
+    return tensor if perm is None else graph.add_transpose(tensor, perm)
+
+
 def _broadcast(a: list[int], b: list[int]) -> list[int]:
     """The broadcast of two shapes (-1: unknown; it wins over 1)."""
     a, b = [1] * (len(b) - len(a)) + a, [1] * (len(a) - len(b)) + b
@@ -181,9 +186,9 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
     the report line."""
     where = graph.name(match.output)
     inputs = [
-        match.q,
-        _reshaped(graph, match.k, match.k_reshape),
-        _reshaped(graph, match.v, match.v_reshape),
+        _transposed(graph, match.q, match.q_perm),
+        _transposed(graph, _reshaped(graph, match.k, match.k_reshape), match.k_perm),
+        _transposed(graph, _reshaped(graph, match.v, match.v_reshape), match.v_perm),
     ]
     if match.mask is not None and (match.keep is not None or match.constant_keep is not None):
         # A bias and a keep-mask: masked keys get -inf where the original
