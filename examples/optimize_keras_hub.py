@@ -1,7 +1,8 @@
 """fusekit.optimize on keras-hub backbones fusekit did not convert: a BERT
-or ViT encoder, a Llama or Gemma decoder, built from a config with random
-weights (no downloads), converted with the plain TFLite converter, then fused
-by the default passes (layer/RMS norms, rotary embeddings, attention).
+or ViT encoder, a Llama, Gemma, GPT-NeoX, Bloom or Falcon decoder, built
+from a config with random weights (no downloads), converted with the plain
+TFLite converter, then fused by the default passes (layer/RMS norms, rotary
+embeddings, attention).
 Prints what was fused, checks the outputs and times both models (XNNPACK
 for the builtins, one thread by default, interleaved medians).
 
@@ -9,6 +10,7 @@ for the builtins, one thread by default, interleaved medians).
     .venv/bin/python examples/optimize_keras_hub.py --family llama --seq 512 --threads 2
     .venv/bin/python examples/optimize_keras_hub.py --family vit --seq 512
     .venv/bin/python examples/optimize_keras_hub.py --family gemma --seq 512
+    .venv/bin/python examples/optimize_keras_hub.py --family bloom --seq 512
 
 Every family has 4 layers, hidden size 256 and 4 (query) heads.  Text
 models take batch 1 of ``--seq`` token ids with the last eighth padded.  ViT
@@ -46,6 +48,10 @@ DESCRIPTIONS = {
     "vit": f"image encoder, {PATCH}x{PATCH} patches + class token, layer norms, no mask",
     "gemma": "decoder, RMS norms (1 + w), rotary, 1 kv head (multi-query), head_dim 64, "
     "causal + padding mask",
+    "gpt_neox": "decoder, parallel attention + MLP on layer norms sharing statistics, "
+    "rotary on a quarter of each head, causal + padding mask",
+    "bloom": "decoder, layer norms, ALiBi bias, causal + padding mask",
+    "falcon": "decoder, layer norms, ALiBi bias from the padding mask, causal + padding mask",
 }
 FAMILIES = tuple(DESCRIPTIONS)
 
@@ -119,6 +125,43 @@ def _gemma(seq_len: int) -> tuple[dict, keras.KerasTensor]:
     return inputs, model(inputs)
 
 
+def _gpt_neox(seq_len: int) -> tuple[dict, keras.KerasTensor]:
+    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
+    model = keras_hub.models.GPTNeoXBackbone(
+        vocabulary_size=VOCABULARY,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        hidden_dim=HIDDEN,
+        intermediate_dim=4 * HIDDEN,
+        max_sequence_length=seq_len,
+    )
+    return inputs, model(inputs)
+
+
+def _bloom(seq_len: int) -> tuple[dict, keras.KerasTensor]:
+    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
+    model = keras_hub.models.BloomBackbone(
+        vocabulary_size=VOCABULARY,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        hidden_dim=HIDDEN,
+        intermediate_dim=4 * HIDDEN,
+    )
+    return inputs, model(inputs)
+
+
+def _falcon(seq_len: int) -> tuple[dict, keras.KerasTensor]:
+    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
+    model = keras_hub.models.FalconBackbone(
+        vocabulary_size=VOCABULARY,
+        num_layers=LAYERS,
+        num_attention_heads=HEADS,
+        hidden_dim=HIDDEN,
+        intermediate_dim=4 * HIDDEN,
+    )
+    return inputs, model(inputs)
+
+
 def _vit(seq_len: int) -> tuple[dict, keras.KerasTensor]:
     side = vit_grid(seq_len) * PATCH
     image = keras.Input((side, side, 3), batch_size=1, name="images")
@@ -138,6 +181,9 @@ BUILDERS: dict[str, Callable[[int], tuple[dict, keras.KerasTensor]]] = {
     "llama": _llama,
     "vit": _vit,
     "gemma": _gemma,
+    "gpt_neox": _gpt_neox,
+    "bloom": _bloom,
+    "falcon": _falcon,
 }
 
 

@@ -138,19 +138,24 @@ def test_attention_benchmark_quick_run(tmp_path):
 def test_fusion_benchmark_quick_run(tmp_path):
     payload = run_quick("bench_fusion.py", tmp_path, "fusion.json", "fusion.md", "fusion.png")
     rows = {r["family"]: r for r in payload["results"]}
-    assert set(rows) == {"bert", "llama", "vit", "gemma"}
+    assert set(rows) == {"bert", "llama", "vit", "gemma", "gpt_neox", "bloom", "falcon"}
     layers = 4
-    encoder = {
-        "CUSTOM:fusekit_attention": layers,
-        "CUSTOM:fusekit_layer_norm": 2 * layers + 1,
-    }
-    decoder = {
-        "CUSTOM:fusekit_attention": layers,
+    attention = {"CUSTOM:fusekit_attention": layers}
+    encoder = attention | {"CUSTOM:fusekit_layer_norm": 2 * layers + 1}
+    decoder = attention | {
         "CUSTOM:fusekit_rms_norm": 2 * layers + 1,
         "CUSTOM:fusekit_rotary_embedding": 2 * layers,
     }
-    assert rows["bert"]["fused"] == rows["vit"]["fused"] == encoder
+    assert rows["bert"]["fused"] == rows["vit"]["fused"] == rows["falcon"]["fused"] == encoder
     assert rows["llama"]["fused"] == rows["gemma"]["fused"] == decoder
+    # GPT-NeoX's two norms of one x keep Keras' initial weights here (ones,
+    # zeros): the converter merges them into one per layer.
+    assert rows["gpt_neox"]["fused"] == attention | {
+        "CUSTOM:fusekit_layer_norm": layers + 1,
+        "CUSTOM:fusekit_rotary_embedding": 2 * layers,
+    }
+    # Bloom also normalizes its embeddings.
+    assert rows["bloom"]["fused"] == attention | {"CUSTOM:fusekit_layer_norm": 2 * layers + 2}
     # --quick asks for 32 tokens: ViT gets 5x5 patches of 16 pixels plus its
     # class token, and the table shows those 26.
     assert rows["vit"]["seq"] == 26 and rows["vit"]["input_shapes"] == [[1, 80, 80, 3]]
