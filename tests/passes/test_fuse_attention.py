@@ -117,6 +117,35 @@ def test_hand_written_matmul_attention_with_additive_mask():
     assert_same_outputs(original, result.model)
 
 
+def test_hand_written_einsum_attention():
+    """tf.einsum attention on [B, S, H, D] tensors (the lowering Keras'
+    einsums share, written by hand), with and without a causal band as a
+    constant bool mask, cross-attention with Sq != Skv, and grouped-query
+    heads repeated with tf.repeat."""
+    band = tf.constant(np.tril(np.ones((16, 16), bool)))
+
+    @tf.function
+    def einsums(q, k, v, kv):
+        scores = tf.einsum("bqhd,bkhd->bhqk", q, k) / 8**0.5
+        a = tf.einsum("bhqk,bkhd->bqhd", tf.nn.softmax(scores), v)
+        causal = tf.where(band, tf.einsum("bqhd,bkhd->bhqk", k, q), -1e9)
+        b = tf.einsum("bhqk,bkhd->bqhd", tf.nn.softmax(causal), v)
+        cross = tf.einsum("bqhd,bkhd->bhqk", q * 0.3, kv)
+        c = tf.einsum("bhqk,bkhd->bqhd", tf.nn.softmax(cross), kv)
+        k2, v2 = (tf.repeat(t[:, :, :2], 2, axis=2) for t in (k, v))
+        grouped = tf.einsum("bqhd,bkhd->bhqk", q, k2) * 0.25
+        d = tf.einsum("bhqk,bkhd->bqhd", tf.nn.softmax(grouped), v2)
+        return a, b, c, d
+
+    specs = [tf.TensorSpec([2, 16, 4, 8])] * 3 + [tf.TensorSpec([2, 24, 4, 8])]
+    original = convert_function(einsums, *specs)
+    result = optimize_twice(original, ["fuse_attention"])
+    changes = result.report.line("fuse_attention").changes
+    assert len(custom_ops(result.model, ATTENTION)) == 4, result.report.line("fuse_attention").notes
+    assert sum("causal=True" in c for c in changes) == 1, changes
+    assert_same_outputs(original, result.model)
+
+
 def test_bias_besides_a_keep_mask():
     """An additive bias (ALiBi-like, a runtime [1, H, 1, Skv] tensor) with a
     bool keep-mask selecting -1e9: added before the scale with the masked
