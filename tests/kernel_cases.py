@@ -103,6 +103,20 @@ def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
+def thread_differences(cases, one, two) -> list[str]:
+    """Cases whose outputs with 2 threads differ in any bit from those with
+    1 thread (kernels split work by shape only, so they must not); runs that
+    failed are left to the parity checks."""
+    failures = []
+    for case, a, b in zip(cases, one, two):
+        if a.error or b.error:
+            continue
+        for r, (ya, yb) in enumerate(zip(a.outputs, b.outputs)):
+            if not np.array_equal(ya[0], yb[0]):
+                failures.append(f"{case.name} run {r}: 2 threads differ from 1")
+    return failures
+
+
 def save_and_convert(module, path: Path) -> bytes:
     import tensorflow as tf
 

@@ -31,6 +31,7 @@ from kernel_cases import (
     attention_reference,
     env_without_simd_override,
     run_worker,
+    thread_differences,
 )
 from model_surgery import custom_ops, edit
 from op_cases import fused_ops
@@ -461,12 +462,7 @@ def test_two_threads_match_one(runtime, attention_outcomes):
     cases, _, one = attention_outcomes(runtime, 1)
     _, jobs, two = attention_outcomes(runtime, 2)
     failures = _parity_failures(cases, jobs, two)
-    for case, a, b in zip(cases, one, two):
-        if a.error or b.error:
-            continue
-        for r, (ya, yb) in enumerate(zip(a.outputs, b.outputs)):
-            if not np.array_equal(ya[0], yb[0]):
-                failures.append(f"{case.name} run {r}: 2 threads differ from 1")
+    failures += thread_differences(cases, one, two)
     assert not failures, "\n".join(failures)
 
 
@@ -730,12 +726,7 @@ def test_float16_two_threads_match_one(runtime, half_outcomes):
     cases, one = half_outcomes(runtime, 1)
     _, two = half_outcomes(runtime, 2)
     failures = _half_failures(cases, two, f"{runtime}, 2 threads")
-    for case, a, b in zip(cases, one, two):
-        if a.error or b.error:
-            continue
-        for r, (ya, yb) in enumerate(zip(a.outputs, b.outputs)):
-            if not np.array_equal(ya[0], yb[0]):
-                failures.append(f"{case.name} run {r}: 2 threads differ from 1")
+    failures += thread_differences(cases, one, two)
     assert not failures, "\n".join(failures)
 
 

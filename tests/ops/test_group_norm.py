@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from flatbuffers import flexbuffers
+from kernel_cases import thread_differences
 from model_surgery import custom_ops, edit, set_constant
 from op_cases import OpCase, convert_op, fused_ops
 from runtimes import RUNTIMES, Job, run_jobs
@@ -436,12 +437,7 @@ def test_two_threads_match_one(runtime, group_kernel_cases, group_outcomes):
     jobs, two = group_outcomes(runtime, 2)
     cases = group_kernel_cases * len(_modes(runtime))
     failures = _parity_failures(cases, jobs, two)
-    for case, a, b in zip(cases, one, two):
-        if a.error or b.error:
-            continue
-        for r, (ya, yb) in enumerate(zip(a.outputs, b.outputs)):
-            if not np.array_equal(ya[0], yb[0]):
-                failures.append(f"{case.name} run {r}: 2 threads differ from 1")
+    failures += thread_differences(cases, one, two)
     assert not failures, "\n".join(failures)
 
 
