@@ -216,7 +216,7 @@ FAMILIES = {
         vit, {LN: 2 * LAYERS + 1, ATTENTION: LAYERS}, ("SOFTMAX", "MEAN"), (), tokens=False
     ),
 }
-CASES = [(name, False) for name in FAMILIES] + [("bert", True)]
+CASES = [(name, float16) for name in FAMILIES for float16 in (False, True)]
 
 
 @pytest.mark.parametrize(
