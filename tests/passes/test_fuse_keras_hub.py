@@ -266,3 +266,20 @@ def test_swin_window_attention():
     (outcome,) = run_jobs("tflite_runtime", [Job(result.model, runs)])
     assert "XNNPACK delegate failed to prepare" in outcome.error
     assert "BUILTIN_WITHOUT_DEFAULT_DELEGATES" in outcome.error
+
+
+def test_survey_example():
+    """examples/survey_keras_hub.py reports a fused family and a near-miss."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "survey_keras_hub.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "gpt2", "swin"], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    gpt2 = next(line for line in lines if line.startswith("gpt2"))
+    assert "fused {'fusekit_attention': 2, 'fusekit_layer_norm': 5}; SOFTMAX left 0" in gpt2
+    assert "near-miss x1: the scores pass through RESHAPE before the SOFTMAX" in proc.stdout
