@@ -96,70 +96,20 @@ def _bert(seq_len: int) -> tuple[dict, keras.KerasTensor]:
     return inputs, model(inputs)["sequence_output"]
 
 
-def _llama(seq_len: int) -> tuple[dict, keras.KerasTensor]:
-    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
-    model = keras_hub.models.LlamaBackbone(
-        vocabulary_size=VOCABULARY,
-        num_layers=LAYERS,
-        num_query_heads=HEADS,
-        num_key_value_heads=HEADS // 2,
-        hidden_dim=HIDDEN,
-        intermediate_dim=4 * HIDDEN,
-    )
-    return inputs, model(inputs)
+def _decoder(backbone: type, seq_arg: str | None = None, **config) -> Callable:
+    """A builder of a keras-hub decoder over token ids and a padding mask:
+    the shared sizes, the family's own ``config``, and ``seq_arg`` (the
+    family's maximum sequence length argument) set to the sequence length."""
 
+    def build(seq_len: int) -> tuple[dict, keras.KerasTensor]:
+        inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
+        sizes = {"vocabulary_size": VOCABULARY, "num_layers": LAYERS, "hidden_dim": HIDDEN}
+        if seq_arg is not None:
+            sizes[seq_arg] = seq_len
+        model = backbone(intermediate_dim=4 * HIDDEN, **sizes, **config)
+        return inputs, model(inputs)
 
-def _gemma(seq_len: int) -> tuple[dict, keras.KerasTensor]:
-    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
-    # keras-hub's Gemma splits intermediate_dim between its gate and up
-    # projections (512 wide each here; Llama's are 1024 each).
-    model = keras_hub.models.GemmaBackbone(
-        vocabulary_size=VOCABULARY,
-        num_layers=LAYERS,
-        num_query_heads=HEADS,
-        num_key_value_heads=1,
-        hidden_dim=HIDDEN,
-        intermediate_dim=4 * HIDDEN,
-        head_dim=HIDDEN // HEADS,
-    )
-    return inputs, model(inputs)
-
-
-def _gpt_neox(seq_len: int) -> tuple[dict, keras.KerasTensor]:
-    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
-    model = keras_hub.models.GPTNeoXBackbone(
-        vocabulary_size=VOCABULARY,
-        num_layers=LAYERS,
-        num_heads=HEADS,
-        hidden_dim=HIDDEN,
-        intermediate_dim=4 * HIDDEN,
-        max_sequence_length=seq_len,
-    )
-    return inputs, model(inputs)
-
-
-def _bloom(seq_len: int) -> tuple[dict, keras.KerasTensor]:
-    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
-    model = keras_hub.models.BloomBackbone(
-        vocabulary_size=VOCABULARY,
-        num_layers=LAYERS,
-        num_heads=HEADS,
-        hidden_dim=HIDDEN,
-        intermediate_dim=4 * HIDDEN,
-    )
-    return inputs, model(inputs)
-
-
-def _falcon(seq_len: int) -> tuple[dict, keras.KerasTensor]:
-    inputs = _text_inputs(seq_len, "token_ids", "padding_mask")
-    model = keras_hub.models.FalconBackbone(
-        vocabulary_size=VOCABULARY,
-        num_layers=LAYERS,
-        num_attention_heads=HEADS,
-        hidden_dim=HIDDEN,
-        intermediate_dim=4 * HIDDEN,
-    )
-    return inputs, model(inputs)
+    return build
 
 
 def _vit(seq_len: int) -> tuple[dict, keras.KerasTensor]:
@@ -178,12 +128,21 @@ def _vit(seq_len: int) -> tuple[dict, keras.KerasTensor]:
 
 BUILDERS: dict[str, Callable[[int], tuple[dict, keras.KerasTensor]]] = {
     "bert": _bert,
-    "llama": _llama,
+    "llama": _decoder(
+        keras_hub.models.LlamaBackbone, num_query_heads=HEADS, num_key_value_heads=HEADS // 2
+    ),
     "vit": _vit,
-    "gemma": _gemma,
-    "gpt_neox": _gpt_neox,
-    "bloom": _bloom,
-    "falcon": _falcon,
+    # keras-hub's Gemma splits intermediate_dim between its gate and up
+    # projections (512 wide each here; Llama's are 1024 each).
+    "gemma": _decoder(
+        keras_hub.models.GemmaBackbone,
+        num_query_heads=HEADS,
+        num_key_value_heads=1,
+        head_dim=HIDDEN // HEADS,
+    ),
+    "gpt_neox": _decoder(keras_hub.models.GPTNeoXBackbone, "max_sequence_length", num_heads=HEADS),
+    "bloom": _decoder(keras_hub.models.BloomBackbone, num_heads=HEADS),
+    "falcon": _decoder(keras_hub.models.FalconBackbone, num_attention_heads=HEADS),
 }
 
 
