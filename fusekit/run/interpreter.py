@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -95,12 +96,16 @@ def _explain_dropped_delegates(interpreter: Any, runtime: str) -> None:
     undoes every delegate, fusekit's kernels with it, and allocate_tensors
     only says "unresolved custom op": say what happened and the way out.
     (The runtime's Interpreter is returned as it is; only this one method of
-    this one object is wrapped.)"""
-    allocate = interpreter.allocate_tensors
+    this one object is wrapped.  The wrapper holds the interpreter weakly:
+    a bound method in its own __dict__ would be a reference cycle, keeping
+    every dropped interpreter, its buffers and its kernels' threads alive
+    until the garbage collector runs.)"""
+    allocate = type(interpreter).allocate_tensors
+    owner = weakref.ref(interpreter)
 
     def allocate_tensors() -> None:
         try:
-            allocate()
+            allocate(owner())
         except RuntimeError as error:
             text = str(error)
             if "XNNPACK" not in text or "unresolved custom op" not in text:
