@@ -8,6 +8,8 @@ MultiHeadAttention's einsums, ``tf.matmul`` code)::
     p  = SOFTMAX(s)         (or SELECT_V2(keep, p, 0): masked rows zeroed)
     o  = BATCH_MATMUL(p, TRANSPOSE(v, [0,2,1,3])) -> TRANSPOSE(o, [0,2,1,3])
 
+q, k and v made heads-first another way (Swin unstacks them from one qkv
+tensor) are read as they are; the op gets their [B, S, H, D] transposes.
 k and v repeated for grouped-query attention (RESHAPE/TILE/RESHAPE, as
 keras-hub's decoders write ``repeat``) are read before the repeat: the
 kernel maps query head h to kv head h // G itself.  The grouped form
@@ -18,7 +20,9 @@ RESHAPE / TRANSPOSE [0,3,1,2,4] / RESHAPE; one kv head's heads-first
 transposes are reshapes.
 
 mask: ``SELECT_V2(keep, s, c)`` (Keras: c is -1e9 or the dtype's lowest
-value) or ``ADD(s, mask)``.  A constant ``keep`` becomes ``causal`` (the
+value) or ``ADD(s, mask)`` (times any scale after it), or both -- a bias
+such as ALiBi under a keep-mask, which become one float mask
+``SELECT_V2(keep, bias, fill)``.  A constant ``keep`` becomes ``causal`` (the
 bottom-right band), nothing (all true) or a constant mask; a runtime
 ``keep`` becomes the additive mask ``SELECT_V2(keep, 0, M)`` with M = -1e38
 -- or ``keep`` itself as the op's bool mask when the probabilities of masked
