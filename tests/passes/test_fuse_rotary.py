@@ -1,5 +1,6 @@
-"""fuse_rotary on rotate-half rotary embeddings as the plain TF converter
-emits them (SPLIT / NEG / PACK+RESHAPE or CONCATENATION / MUL / ADD): one
+"""fuse_rotary on rotary embeddings as the plain TF converter emits them
+(rotate-half: SPLIT / NEG / PACK+RESHAPE or CONCATENATION / MUL / ADD;
+GPT-J's interleaved pairs: stride-2 STRIDED_SLICEs / NEG / PACK): one
 fusekit_rotary_embedding each, the composite's options, outputs equal on
 all three runtimes, near-misses left alone, a second run changes nothing."""
 
@@ -60,6 +61,55 @@ def test_rotate_half_forms_fuse_and_match():
     for decomposed in ("SPLIT", "NEG", "PACK", "CONCATENATION", "MUL", "ADD"):
         assert decomposed not in counts, counts
     assert_same_outputs(original, result.model)
+
+
+def test_interleaved_pairs_fuse_and_match(tmp_path):
+    """GPT-J's pairs: x[..., 0::2] and x[..., 1::2] stacked as (-odd, even)
+    on a new last axis, with its own tables (each frequency twice in a row)
+    and with arbitrary per-channel tables (the op reads cos/sin per
+    channel, as the decomposed graph does); a swapped pair (-even, odd) is
+    no rotation and stays."""
+    rng = np.random.default_rng(7)
+    inv = 1.0 / (10000 ** (np.arange(0, DEPTH, 2) / DEPTH))
+    angles = np.repeat(np.arange(SEQ)[:, None] * inv[None, :], 2, axis=-1)[None, :, None, :]
+    cos, sin = (
+        tf.constant(np.cos(angles).astype(np.float32)),
+        tf.constant(np.sin(angles).astype(np.float32)),
+    )
+    table = tf.constant(rng.standard_normal((1, SEQ, 1, DEPTH)).astype(np.float32))
+
+    def pairs(x, first_negated=True):
+        even, odd = x[..., 0::2], x[..., 1::2]
+        parts = [-odd, even] if first_negated else [-even, odd]
+        return tf.reshape(tf.stack(parts, axis=-1), tf.shape(x))
+
+    @tf.function
+    def gptj(q, k):
+        a = q * cos + pairs(q) * sin
+        b = table * k + pairs(k) * (table * 0.5)
+        shifted = q + 1.0
+        c = shifted * cos + pairs(shifted, first_negated=False) * sin
+        return a, b, c
+
+    spec = tf.TensorSpec([2, SEQ, HEADS, DEPTH])
+    original = convert_function(gptj, spec, spec)
+    result = optimize_twice(original, ["fuse_rotary"])
+    fused = custom_ops(result.model, ROTARY)
+    assert len(fused) == 2
+    assert all(
+        op.custom_options == custom_options({"interleaved": True, "rotary_dim": 0}) for op in fused
+    )
+    assert_same_outputs(original, result.model)
+
+    # The same bytes as fusekit.ops.rotary_embedding(interleaved=True) writes.
+    class Module(tf.Module):
+        @tf.function(input_signature=[spec])
+        def __call__(self, x):
+            return fusekit.ops.rotary_embedding(x, cos, sin, interleaved=True)
+
+    tf.saved_model.save(Module(), str(tmp_path))
+    (op,) = custom_ops(fusekit.convert(str(tmp_path)).model, ROTARY)
+    assert op.custom_options == fused[0].custom_options
 
 
 def test_near_misses_are_left_alone():

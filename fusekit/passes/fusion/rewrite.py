@@ -258,12 +258,12 @@ def fuse_attention_pass(model: ModelView, options: PassOptions, name: str) -> li
 
 def fuse_rotary(graph: Graph, match: RotaryMatch) -> str:
     """Replaces a proven rotary embedding by ``fusekit_rotary_embedding``."""
-    attrs = {"interleaved": False, "rotary_dim": 0}
+    attrs = {"interleaved": match.interleaved, "rotary_dim": 0}
     inputs = [match.x, match.cos, match.sin]
     replace_with_custom(graph, "fusekit_rotary_embedding", inputs, match.output, attrs, match.ops)
     return (
         f"fusekit_rotary_embedding at {graph.name(match.output)!r} ({len(match.ops)} ops; "
-        f"interleaved=False, rotary_dim=0, cos/sin {graph.signature(match.cos)})"
+        f"interleaved={match.interleaved}, rotary_dim=0, cos/sin {graph.signature(match.cos)})"
     )
 
 

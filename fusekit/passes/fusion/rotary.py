@@ -1,10 +1,16 @@
-"""Finding rotary position embeddings (RoPE, "rotate half") as the TF
-converter emits them (keras-hub's RotaryEmbedding, hand-written code)::
+"""Finding rotary position embeddings (RoPE) as the TF converter emits
+them (keras-hub's RotaryEmbedding, hand-written code).  Rotate-half (Llama,
+GPT-NeoX, Gemma)::
 
     x1, x2 = SPLIT(x, 2, axis=-1)
     rot    = RESHAPE(PACK([NEG(x2), x1], axis=-2), x.shape)     (or
              CONCATENATION([NEG(x2), x1], axis=-1); NEG or MUL by -1)
     y      = ADD(MUL(x, cos), MUL(rot, sin))                     (any operand order)
+
+or interleaved pairs (GPT-J: ``x[..., 0::2]``, ``x[..., 1::2]``)::
+
+    even, odd = STRIDED_SLICE(x, start 0 / 1, stride 2 on the last axis)
+    rot    = RESHAPE(PACK([NEG(odd), even], axis=-1), x.shape)
 
 x is [B, S, H, D] float32 and cos/sin one shape [B|1, S|1, H|1, D]: the
 rank-4 layouts where TFLite's broadcasting and the kernel's reading of
@@ -29,6 +35,7 @@ class RotaryMatch:
     sin: int
     output: int
     ops: list[schema.OperatorT] = field(default_factory=list)
+    interleaved: bool = False
 
 
 def _last_axis(graph: Graph, tensor: int, rank: int) -> bool:
@@ -67,8 +74,59 @@ def _halves(graph: Graph, first: int, second: int) -> tuple[int, schema.Operator
     return x, split
 
 
-def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT]] | None:
-    """(x, ops) when ``tensor`` is concat(-x2, x1) of x's halves."""
+def _every_other(graph: Graph, tensor: int) -> tuple[int, int, schema.OperatorT] | None:
+    """(x, start, op) when ``tensor`` is x[..., start::2] (start 0 or 1): a
+    STRIDED_SLICE of stride 2 on the last axis of an even-sized x, whole on
+    every other axis."""
+    op = graph.producer(tensor)
+    if op is None or graph.builtin(op) != OP.STRIDED_SLICE or len(op.inputs) != 4:
+        return None
+    options = op.builtinOptions
+    x = int(op.inputs[0])
+    shape = graph.signature(x)
+    rank = len(shape)
+    if options is None or rank == 0 or shape[-1] <= 0 or shape[-1] % 2:
+        return None
+    if options.ellipsisMask or options.newAxisMask or options.shrinkAxisMask:
+        return None
+    operands = [int(t) for t in op.inputs[1:]]
+    if not all(graph.is_constant(t) for t in operands):
+        return None
+    begin, end, strides = (graph.constant(t).reshape(-1).tolist() for t in operands)
+    if strides != [1] * (rank - 1) + [2] or len(begin) != rank or len(end) != rank:
+        return None
+    whole = (1 << (rank - 1)) - 1  # every axis but the last
+    if options.beginMask & whole != whole or options.endMask & whole != whole:
+        return None
+    start = 0 if options.beginMask >> (rank - 1) & 1 else begin[-1]
+    if start not in (0, 1) or not (options.endMask >> (rank - 1) & 1 or end[-1] >= shape[-1]):
+        return None
+    return x, start, op
+
+
+def _interleaved(
+    graph: Graph, pack: schema.OperatorT, rank: int
+) -> tuple[int, list[schema.OperatorT]] | None:
+    """(x, ops) when ``pack`` is PACK([-x[..., 1::2], x[..., 0::2]], axis=-1)."""
+    options = pack.builtinOptions
+    if options.valuesCount != 2 or options.axis not in (rank, -1):
+        return None
+    negated = _negated(graph, int(pack.inputs[0]))
+    if negated is None:
+        return None
+    odd, neg = negated
+    halves = [_every_other(graph, t) for t in (odd, int(pack.inputs[1]))]
+    if any(h is None for h in halves):
+        return None
+    (x, one, odd_op), (x_even, zero, even_op) = halves
+    if x != x_even or (one, zero) != (1, 0):
+        return None
+    return x, [pack, neg, odd_op, even_op]
+
+
+def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT], bool] | None:
+    """(x, ops, interleaved) when ``tensor`` is concat(-x2, x1) of x's
+    halves, or the interleaved pairs (-x[2i+1], x[2i])."""
     op = graph.producer(tensor)
     if op is None:
         return None
@@ -79,6 +137,12 @@ def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT]
         options = pack.builtinOptions if pack is not None else None
         if pack is None or graph.builtin(pack) != OP.PACK or options is None:
             return None
+        pairs = _interleaved(graph, pack, rank)
+        if pairs is not None:
+            x, pair_ops = pairs
+            if graph.signature(tensor) != graph.signature(x):
+                return None
+            return x, ops + pair_ops, True
         # PACK on the new second-to-last axis, then the reshape merges it
         # with the last: the concatenation of the two along the last axis.
         if options.valuesCount != 2 or options.axis not in (rank - 1, -2):
@@ -101,7 +165,7 @@ def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT]
     x, split = halves
     if graph.signature(tensor) != graph.signature(x):
         return None
-    return x, ops + [neg, split]
+    return x, ops + [neg, split], False
 
 
 def _table_ok(graph: Graph, x: int, cos: int, sin: int) -> bool:
@@ -141,7 +205,7 @@ def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
             found = _rotate_half(graph, rot)
             if found is None:
                 continue
-            x, rot_ops = found
+            x, rot_ops, interleaved = found
             inputs = [int(t) for t in direct.inputs]
             if x not in inputs:
                 continue
@@ -161,12 +225,12 @@ def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
             ops = [add, direct, rotated] + rot_ops
             if _outside_reader(graph, ops, output):
                 return f"rotary embedding at {where!r}: an intermediate is read outside it"
-            return RotaryMatch(x, cos, sin, output, ops)
+            return RotaryMatch(x, cos, sin, output, ops, interleaved)
     return None
 
 
 def find_rotary(graph: Graph, near_misses: list[str]) -> list[RotaryMatch]:
-    """Every proven rotate-half rotary embedding in ``graph``."""
+    """Every proven rotary embedding (rotate-half or interleaved) in ``graph``."""
     matches = []
     for op in list(graph.ops):
         if graph.builtin(op) != OP.ADD:
