@@ -49,19 +49,18 @@ def text(backbone: keras.Model, names: tuple[str, ...] = TEXT) -> keras.Model:
         )
         for name in names
     }
-    return keras.Model(list(inputs.values()), _first(backbone(inputs)))
+    return keras.Model(list(inputs.values()), _outputs(backbone(inputs)))
 
 
 def image(backbone: keras.Model) -> keras.Model:
     x = keras.Input(IMAGE, batch_size=BATCH)
-    return keras.Model(x, _first(backbone(x)))
+    return keras.Model(x, _outputs(backbone(x)))
 
 
-def _first(outputs):
-    # Encoders return dicts; the sequence output (or the first) is kept.
-    if isinstance(outputs, dict):
-        return outputs.get("sequence_output", next(iter(outputs.values())))
-    return outputs
+def _outputs(outputs):
+    # Encoders and encoder-decoders return dicts: every output is kept (T5's
+    # and BART's decoders included).
+    return list(outputs.values()) if isinstance(outputs, dict) else outputs
 
 
 FAMILIES: dict[str, Callable[[], keras.Model]] = {

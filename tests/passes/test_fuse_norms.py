@@ -144,6 +144,26 @@ def test_norms_sharing_statistics():
     assert_same_outputs(original, result.model)
 
 
+def test_norm_read_before_its_gamma():
+    """An RMS norm whose result is read both scaled by gamma (an output) and
+    unscaled (a matmul: the converter folds gamma into its weights, as in
+    keras-hub's T5): two fused norms, the second with ones for gamma."""
+    rng = np.random.default_rng(6)
+    gamma = tf.constant(rng.random(32).astype(np.float32) + 0.5)
+    weights = tf.constant(rng.standard_normal((32, 16)).astype(np.float32))
+
+    @tf.function
+    def final_norm(x):
+        normalized = x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), -1, keepdims=True) + 1e-6)
+        return normalized * gamma, tf.matmul(normalized * gamma, weights)
+
+    original = convert_function(final_norm, tf.TensorSpec([2, 16, 32]))
+    result = optimize_twice(original, NORMS)
+    assert len(custom_ops(result.model, RMS)) == 2, result.report.line("fuse_rms_norm")
+    assert not result.report.line("fuse_rms_norm").notes
+    assert_same_outputs(original, result.model)
+
+
 def test_near_misses_are_left_alone_with_the_reason():
     """A layer norm over axis 1 and an RMS norm whose mean of squares is also
     a model output are not fused; a norm scaled by a [16, 32] table fuses

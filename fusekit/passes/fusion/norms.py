@@ -389,20 +389,27 @@ def _finals(
 ) -> list[tuple[int, tuple, list[schema.OperatorT]]] | None:
     """The norms computed from one set of statistics: each candidate output
     (a tensor equal to the fused formula) that no other candidate is
-    computed from, with its operands and region.  Usually one; several when
-    the converter shared the statistics of norms over the same x (GPT-NeoX's
-    parallel attention and feed-forward norms).  None when a region reads
-    something else than x and constants."""
+    computed from, or that is also read outside them, with its operands and
+    region.  Usually one; several when the converter shared the statistics
+    of norms over the same x (GPT-NeoX's parallel attention and feed-forward
+    norms).  None when a region reads something else than x and constants."""
     regions = {}
     for _, tensor, operands in sorted(candidates):
         ops = _region(graph, anchor, tensor)
         if ops is None:
             return None
         regions[tensor] = (operands, ops)
+    inside = {id(op) for _, ops in regions.values() for op in ops}
     finals = []
     for tensor, (operands, ops) in regions.items():
         producer = id(graph.producer(tensor))
-        if not any(
+        # A candidate computed on the way to another is a norm of its own
+        # when it is also read elsewhere (T5's final norm without its gamma,
+        # which the converter folded into the next matmuls' weights).
+        escapes = graph.is_output(tensor) or any(
+            id(reader) not in inside for reader in graph.consumers(tensor)
+        )
+        if escapes or not any(
             other != tensor and producer in {id(op) for op in other_ops}
             for other, (_, other_ops) in regions.items()
         ):
