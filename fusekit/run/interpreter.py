@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -85,27 +84,30 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
         kwargs["model_path"] = str(model_path)
     if num_threads is not None:
         kwargs["num_threads"] = num_threads
-    interpreter = module.Interpreter(experimental_delegates=delegates, **kwargs)
-    _explain_dropped_delegates(interpreter, name)
-    return interpreter
+    return _explaining(module.Interpreter, name)(experimental_delegates=delegates, **kwargs)
 
 
-def _explain_dropped_delegates(interpreter: Any, runtime: str) -> None:
-    """When the runtime's default XNNPACK delegate fails to prepare a model
-    (tflite-runtime 2.14's does on some int32 reshapes and transposes), TFLite
-    undoes every delegate, fusekit's kernels with it, and allocate_tensors
-    only says "unresolved custom op": say what happened and the way out.
-    (The runtime's Interpreter is returned as it is; only this one method of
-    this one object is wrapped.  The wrapper holds the interpreter weakly:
-    a bound method in its own __dict__ would be a reference cycle, keeping
-    every dropped interpreter, its buffers and its kernels' threads alive
-    until the garbage collector runs.)"""
-    allocate = type(interpreter).allocate_tensors
-    owner = weakref.ref(interpreter)
+_EXPLAINING: dict[type, type] = {}
 
-    def allocate_tensors() -> None:
+
+def _explaining(interpreter_class: type, runtime: str) -> type:
+    """The runtime's Interpreter class with one method changed: when the
+    runtime's default XNNPACK delegate fails to prepare a model (tflite-runtime
+    2.14's does on some int32 reshapes and transposes), TFLite undoes every
+    delegate, fusekit's kernels with it, and allocate_tensors only says
+    "unresolved custom op"; this one says what happened and the way out.  A
+    subclass rather than a wrapper stored on the object: that would be a
+    reference cycle (or, held weakly, would lose a temporary interpreter in
+    ``fusekit.Interpreter(...).allocate_tensors()``).  It keeps the runtime's
+    name and module, so ``isinstance`` and ``type(...).__module__`` read as
+    the runtime's own."""
+    explaining = _EXPLAINING.get(interpreter_class)
+    if explaining is not None:
+        return explaining
+
+    def allocate_tensors(self: Any) -> Any:
         try:
-            allocate(owner())
+            return interpreter_class.allocate_tensors(self)
         except RuntimeError as error:
             text = str(error)
             if "XNNPACK" not in text or "unresolved custom op" not in text:
@@ -119,4 +121,16 @@ def _explain_dropped_delegates(interpreter: Any, runtime: str) -> None:
                 "another runtime (ai-edge-litert)."
             ) from error
 
-    interpreter.allocate_tensors = allocate_tensors
+    allocate_tensors.__doc__ = interpreter_class.allocate_tensors.__doc__
+    explaining = type(
+        interpreter_class.__name__,
+        (interpreter_class,),
+        {
+            "allocate_tensors": allocate_tensors,
+            "__module__": interpreter_class.__module__,
+            "__qualname__": interpreter_class.__qualname__,
+            "__doc__": interpreter_class.__doc__,
+        },
+    )
+    _EXPLAINING[interpreter_class] = explaining
+    return explaining
