@@ -13,7 +13,7 @@ operators and tensors.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -245,6 +245,19 @@ class Graph:
     def is_output(self, tensor: int) -> bool:
         return tensor in self.outputs()
 
+    def read_outside(self, ops: Sequence[schema.OperatorT], results: Collection[int]) -> int | None:
+        """A tensor written by ``ops``, other than their ``results``, that a
+        graph output or an operator outside ``ops`` reads (a matched region
+        cannot be replaced then); None when there is none."""
+        inside = {id(op) for op in ops}
+        for op in ops:
+            for t in _indices(op.outputs):
+                if t in results:
+                    continue
+                if self.is_output(t) or any(id(r) not in inside for r in self.consumers(t)):
+                    return t
+        return None
+
     def shape(self, tensor: int) -> list[int]:
         t = self.tensor(tensor)
         return [int(d) for d in t.shape] if t.shape is not None else []
@@ -423,11 +436,12 @@ class Graph:
         self.changed()
 
     # -- finishing ---------------------------------------------------------
-    def finish(self) -> tuple[int, int]:
-        """Execution order restored, dead pure operators and unreferenced
-        tensors removed; returns (operators removed, tensors removed)."""
+    def finish(self, also_pure: frozenset[int] = frozenset()) -> tuple[int, int]:
+        """Execution order restored, dead pure operators (PURE_OPS and the
+        builtin codes in ``also_pure``) and unreferenced tensors removed;
+        returns (operators removed, tensors removed)."""
         self._toposort()
-        ops_removed = self._remove_dead_ops()
+        ops_removed = self._remove_dead_ops(PURE_OPS | also_pure)
         tensors_removed = self._remove_dead_tensors()
         return ops_removed, tensors_removed
 
@@ -460,7 +474,7 @@ class Graph:
         self.sg.operators = order
         self.changed()
 
-    def _remove_dead_ops(self) -> int:
+    def _remove_dead_ops(self, pure: frozenset[int]) -> int:
         removed = 0
         while True:
             self._index()
@@ -468,7 +482,7 @@ class Graph:
             dead = [
                 op
                 for op in self.ops
-                if self.builtin(op) in PURE_OPS
+                if self.builtin(op) in pure
                 and not any(t in outputs or self._consumers.get(t) for t in _indices(op.outputs))
             ]
             if not dead:

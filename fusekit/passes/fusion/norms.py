@@ -345,19 +345,6 @@ def _region(graph: Graph, anchor: _Anchor, output: int) -> list[schema.OperatorT
     return list(ops.values())
 
 
-def _outside_readers(graph: Graph, ops: list[schema.OperatorT], outputs: set[int]) -> str | None:
-    """The name of an intermediate (a tensor of ``ops`` not in ``outputs``)
-    read outside ``ops`` or a graph output."""
-    inside = {id(op) for op in ops}
-    for op in ops:
-        for t in (int(t) for t in op.outputs):
-            if t in outputs:
-                continue
-            if graph.is_output(t) or any(id(r) not in inside for r in graph.consumers(t)):
-                return graph.name(t)
-    return None
-
-
 def _reshapes_of(graph: Graph, output: int) -> list[schema.OperatorT] | None:
     """The readers of a group norm's grouped result when every one is a
     RESHAPE of it (a reshape reads the elements in order, so it may read
@@ -487,11 +474,11 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
             )
         else:
             every = [op for match in found for op in match.ops]
-            leak = _outside_readers(graph, every, outputs)
+            leak = graph.read_outside(every, outputs)
             if leak is not None:
                 notes.append(
-                    f"{label} at {graph.name(found[-1].output)!r}: intermediate {leak!r} is also "
-                    "read outside the norm"
+                    f"{label} at {graph.name(found[-1].output)!r}: intermediate "
+                    f"{graph.name(leak)!r} is also read outside the norm"
                 )
                 continue
             if claimed & taken:

@@ -12,31 +12,19 @@ from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
 from fusekit.passes.fusion.values import FLOAT32
-from fusekit.passes.graph import OP, OPTIONS, PURE_OPS, Graph, ModelView
+from fusekit.passes.graph import OP, OPTIONS, Graph, ModelView
 from fusekit.passes.registry import PassOptions
 
 # Side-effect free operators a fused pattern leaves dead that graph.finish
 # does not know as pure (GQA's head repeat, RoPE's PACK, Keras' mask AND, the
-# SHAPE a dynamic-batch group norm reshapes back with).
+# SHAPE a dynamic-batch group norm reshapes back with).  Kept out of
+# PURE_OPS: the other passes leave such operators as they found them.
 _ALSO_PURE = frozenset((OP.TILE, OP.PACK, OP.LOGICAL_AND, OP.SELECT_V2, OP.BROADCAST_TO, OP.SHAPE))
 
 
 def finish(graph: Graph) -> None:
     """``graph.finish()``, also dropping dead operators of _ALSO_PURE."""
-    while True:
-        graph.finish()
-        outputs = set(graph.outputs())
-        dead = [
-            op
-            for op in graph.ops
-            if graph.builtin(op) in _ALSO_PURE
-            and graph.builtin(op) not in PURE_OPS
-            and not any(int(t) in outputs or graph.consumers(int(t)) for t in op.outputs)
-        ]
-        if not dead:
-            return
-        for op in dead:
-            graph.remove_op(op)
+    graph.finish(also_pure=_ALSO_PURE)
 
 
 def vector_view(graph: Graph, tensor: int) -> int:

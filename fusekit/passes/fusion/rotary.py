@@ -180,17 +180,6 @@ def _table_ok(graph: Graph, x: int, cos: int, sin: int) -> bool:
     return all(c == 1 or (c == d and d > 0) for c, d in zip(cos_shape[:3], shape[:3]))
 
 
-def _outside_reader(graph: Graph, ops: list[schema.OperatorT], output: int) -> bool:
-    inside = {id(op) for op in ops}
-    for op in ops:
-        for t in (int(t) for t in op.outputs):
-            if t != output and (
-                graph.is_output(t) or any(id(r) not in inside for r in graph.consumers(t))
-            ):
-                return True
-    return False
-
-
 def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
     if not no_activation(add):
         return None
@@ -223,7 +212,7 @@ def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
                     f"{graph.signature(sin)} are not one [B|1, S|1, H|1, D] shape"
                 )
             ops = [add, direct, rotated] + rot_ops
-            if _outside_reader(graph, ops, output):
+            if graph.read_outside(ops, {output}) is not None:
                 return f"rotary embedding at {where!r}: an intermediate is read outside it"
             return RotaryMatch(x, cos, sin, output, ops, interleaved)
     return None
