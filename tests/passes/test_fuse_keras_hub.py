@@ -40,89 +40,20 @@ def token_model(backbone: keras.Model, segments: bool = False) -> keras.Model:
     return model
 
 
-def bert() -> keras.Model:
-    keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=100,
-        num_layers=LAYERS,
-        num_heads=2,
-        hidden_dim=32,
-        intermediate_dim=64,
-        max_sequence_length=64,
-    )
-    return token_model(backbone, segments=True)
+def text_backbone(
+    backbone_class: type, segments: bool = False, **config
+) -> Callable[[], keras.Model]:
+    """A builder of a keras-hub text backbone with the shared small sizes
+    and the family's own ``config``, over token inputs (token_model)."""
 
+    def build() -> keras.Model:
+        keras.utils.set_random_seed(0)
+        backbone = backbone_class(
+            vocabulary_size=100, num_layers=LAYERS, hidden_dim=32, intermediate_dim=64, **config
+        )
+        return token_model(backbone, segments)
 
-def llama() -> keras.Model:
-    """RMS norms, rotary embeddings, grouped-query attention (4 query heads
-    over 2 kv heads), causal and padding masks."""
-    keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.LlamaBackbone(
-        vocabulary_size=100,
-        num_layers=LAYERS,
-        num_query_heads=4,
-        num_key_value_heads=2,
-        hidden_dim=32,
-        intermediate_dim=64,
-    )
-    return token_model(backbone)
-
-
-def gemma() -> keras.Model:
-    """RMS norms scaled by 1 + w, rotary embeddings, multi-query attention
-    in the grouped 5-D form (4 query heads, 1 kv head)."""
-    keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.GemmaBackbone(
-        vocabulary_size=100,
-        num_layers=LAYERS,
-        num_query_heads=4,
-        num_key_value_heads=1,
-        hidden_dim=32,
-        intermediate_dim=64,
-        head_dim=8,
-    )
-    return token_model(backbone)
-
-
-def gpt_neox() -> keras.Model:
-    """Parallel attention and feed-forward blocks whose two layer norms of
-    one x share their statistics in the converted graph, partial rotary
-    embeddings (a quarter of each head), scores scaled before Keras'
-    einsum transpose."""
-    keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.GPTNeoXBackbone(
-        vocabulary_size=100,
-        num_layers=LAYERS,
-        num_heads=2,
-        hidden_dim=32,
-        intermediate_dim=64,
-        max_sequence_length=64,
-    )
-    return token_model(backbone)
-
-
-def bloom() -> keras.Model:
-    """ALiBi attention: a constant per-key bias besides the merged padding
-    and causal mask."""
-    keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.BloomBackbone(
-        vocabulary_size=100, num_layers=LAYERS, num_heads=2, hidden_dim=32, intermediate_dim=64
-    )
-    return token_model(backbone)
-
-
-def falcon() -> keras.Model:
-    """ALiBi computed from the padding mask at run time, added before the
-    scale."""
-    keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.FalconBackbone(
-        vocabulary_size=100,
-        num_layers=LAYERS,
-        num_attention_heads=2,
-        hidden_dim=32,
-        intermediate_dim=64,
-    )
-    return token_model(backbone)
+    return build
 
 
 def vit() -> keras.Model:
@@ -174,40 +105,53 @@ CAUSAL_PADDING = ("causal=True", "bool mask")
 # Per layer: two norms (and BERT's, ViT's and Gemma's final or embedding
 # norm), one attention, rotary on q and k.
 DECODER = {RMS: 2 * LAYERS + 1, ROPE: 2 * LAYERS, ATTENTION: LAYERS}
+M = keras_hub.models
 FAMILIES = {
     "bert": Family(
-        bert,
+        text_backbone(M.BertBackbone, segments=True, num_heads=2, max_sequence_length=64),
         {LN: 2 * LAYERS + 1, ATTENTION: LAYERS},
         ("SOFTMAX", "BATCH_MATMUL", "RSQRT", "MEAN"),
         ("bool mask",),
     ),
+    # RMS norms, rotary embeddings, grouped-query attention (4 query heads
+    # over 2 kv heads), causal and padding masks.
     "llama": Family(
-        llama,
+        text_backbone(M.LlamaBackbone, num_query_heads=4, num_key_value_heads=2),
         DECODER,
         ("SOFTMAX", "TILE", "PACK", "RSQRT", "MEAN", "TRANSPOSE", "MINIMUM"),
         CAUSAL_PADDING,
     ),
-    # (Gemma's merged mask also zeroes padded rows after the attention: its
-    # MINIMUM stays for that.)
+    # RMS norms scaled by 1 + w, rotary embeddings, multi-query attention in
+    # the grouped 5-D form (4 query heads, 1 kv head).  (Its merged mask also
+    # zeroes padded rows after the attention: its MINIMUM stays for that.)
     "gemma": Family(
-        gemma, DECODER, ("SOFTMAX", "BATCH_MATMUL", "SQRT", "MEAN", "TRANSPOSE"), CAUSAL_PADDING
+        text_backbone(M.GemmaBackbone, num_query_heads=4, num_key_value_heads=1, head_dim=8),
+        DECODER,
+        ("SOFTMAX", "BATCH_MATMUL", "SQRT", "MEAN", "TRANSPOSE"),
+        CAUSAL_PADDING,
     ),
+    # Parallel attention and feed-forward blocks whose two layer norms of one
+    # x share their statistics in the converted graph, partial rotary
+    # embeddings (a quarter of each head), scores scaled before Keras'
+    # einsum transpose.
     "gpt_neox": Family(
-        gpt_neox,
+        text_backbone(M.GPTNeoXBackbone, num_heads=2, max_sequence_length=64),
         {LN: 2 * LAYERS + 1, ROPE: 2 * LAYERS, ATTENTION: LAYERS},
         ("SOFTMAX", "BATCH_MATMUL", "RSQRT", "MEAN"),
         CAUSAL_PADDING,
     ),
-    # ALiBi: the bias and the padding selected into one small float mask
-    # ([B, H, 1, Skv]), the band as causal=True.
+    # ALiBi (Bloom: a constant per-key bias; Falcon: computed from the
+    # padding mask at run time, added before the scale) besides the merged
+    # padding and causal mask: the bias and the padding selected into one
+    # small float mask ([B, H, 1, Skv]), the band as causal=True.
     "bloom": Family(
-        bloom,
+        text_backbone(M.BloomBackbone, num_heads=2),
         {LN: 2 * LAYERS + 2, ATTENTION: LAYERS},
         ("SOFTMAX", "BATCH_MATMUL", "RSQRT", "MEAN", "MINIMUM"),
         ("causal=True", "float mask (bias and keep)"),
     ),
     "falcon": Family(
-        falcon,
+        text_backbone(M.FalconBackbone, num_attention_heads=2),
         {LN: 2 * LAYERS + 1, ATTENTION: LAYERS},
         ("SOFTMAX", "BATCH_MATMUL", "RSQRT", "MEAN"),
         ("causal=True", "float mask (bias and keep)"),
