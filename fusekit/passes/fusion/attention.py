@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.passes.fusion.pattern import NearMiss, only_reader
 from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
 from fusekit.passes.graph import OP, Graph
 
@@ -88,14 +89,10 @@ class AttentionMatch:
     q_perm: list[int] | None = None
     k_perm: list[int] | None = None
     v_perm: list[int] | None = None
+    # The op's result [B, Sq, H, Dv] goes through this transpose to the
+    # graph's output tensor (P.V's result when nothing takes it back).
+    output_perm: list[int] | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
-
-
-def _only_reader(graph: Graph, tensor: int) -> schema.OperatorT | None:
-    readers = graph.consumers(tensor)
-    if len(readers) != 1 or graph.is_output(tensor):
-        return None
-    return readers[0]
 
 
 def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float] | None:
@@ -115,7 +112,10 @@ def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float]
             scale *= c
             tensor = a
             continue
-        if code == OP.TRANSPOSE and graph.perm_of(op) == perm:
+        reshaped = code == OP.RESHAPE and reshape_is_transpose(
+            graph.signature(int(op.inputs[0])), graph.signature(tensor), perm
+        )
+        if (code == OP.TRANSPOSE and graph.perm_of(op) == perm) or reshaped:
             source = int(op.inputs[0])
             # A scalar MUL of the source (q * scale before the transpose).
             inner = graph.producer(source)
@@ -126,6 +126,17 @@ def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float]
             return source, scale
         return None
     return None
+
+
+def reshape_is_transpose(source: list[int], target: list[int], perm: list[int]) -> bool:
+    """RESHAPE from ``source`` to ``target`` moves the elements as TRANSPOSE
+    by ``perm`` would: ``target`` is ``source`` permuted and the axes the
+    permutation reorders among themselves are of size 1 (a decode step's
+    Sq = 1: [B, 1, H, D] -> [B, H, 1, D]).  Unknown dims count as > 1."""
+    if len(source) != len(perm) or target != [source[p] for p in perm]:
+        return False
+    moving = [p for p in perm if source[p] != 1]
+    return moving == sorted(moving)
 
 
 def _unrepeat(graph: Graph, tensor: int) -> tuple[int, list[int] | None]:
@@ -315,7 +326,7 @@ def _single_head(graph: Graph, tensor: int) -> tuple[int, list[int] | None] | No
 
 def _heads_back(graph: Graph, pv: schema.OperatorT) -> list[schema.OperatorT] | None:
     """[TRANSPOSE] when P.V's result goes back to [B, Sq, H, Dv] by one."""
-    out = _only_reader(graph, int(pv.outputs[0]))
+    out = only_reader(graph, int(pv.outputs[0]))
     if out is None or graph.perm_of(out) != HEADS_FIRST:
         return None
     return [out]
@@ -327,16 +338,16 @@ def _grouped_out(
     """The grouped form's way back from [B, Hkv, G*Sq, Dv] to [B, Sq, H, Dv]:
     RESHAPE to [B,Hkv,G,Sq,Dv], TRANSPOSE [0,3,1,2,4], RESHAPE."""
     b, hkv, group, q_len, _ = scores
-    split = _only_reader(graph, int(pv.outputs[0]))
+    split = only_reader(graph, int(pv.outputs[0]))
     if split is None or graph.builtin(split) != OP.RESHAPE:
         return None
     five = graph.signature(int(split.outputs[0]))
     if len(five) != 5 or five[:4] != [b, hkv, group, q_len]:
         return None
-    moved = _only_reader(graph, int(split.outputs[0]))
+    moved = only_reader(graph, int(split.outputs[0]))
     if moved is None or graph.perm_of(moved) != [0, 3, 1, 2, 4]:
         return None
-    merge = _only_reader(graph, int(moved.outputs[0]))
+    merge = only_reader(graph, int(moved.outputs[0]))
     if merge is None or graph.builtin(merge) != OP.RESHAPE:
         return None
     if graph.signature(int(merge.outputs[0])) != [b, q_len, hkv * group, five[4]]:
@@ -465,235 +476,371 @@ def _transposed_back(graph: Graph, reader: schema.OperatorT) -> bool:
     return graph.builtin(reader) == OP.BATCH_MATMUL and bool(getattr(options, "adjX", False))
 
 
-def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | None:
-    """An AttentionMatch, a near-miss reason, or None (not attention)."""
+# -- the matcher: one small step per part of the attention ------------------
+
+
+def _miss(code: str, message: str, advice: str = "") -> NearMiss:
+    return NearMiss(f"attention.{code}", message, advice)
+
+
+_QUERY_AXIS_MISS = _miss("query_axis", _QUERY_AXIS)
+_SHARED_SCORES = "an intermediate score tensor is also read outside the attention"
+_SHARED_PROBS = "the attention probabilities are also read outside the attention"
+
+# The parts between Q.K^T and the SOFTMAX, in the order the walk back from
+# the SOFTMAX meets them; each at most once, none out of order (scalar
+# scales may sit anywhere below the keep-mask).
+_SELECT, _BIAS, _SWAP = 0, 1, 2
+
+
+@dataclass
+class _Scores:
+    """The walk from the SOFTMAX back to Q.K^T."""
+
+    shape: list[int]
+    chain: list[schema.OperatorT]
+    stage: int = -1  # the last part met (_SELECT, _BIAS, _SWAP)
+    scaled: bool = False
+    select_keep: int = -1
+    select_fill: float = 0.0
+
+    @property
+    def grouped(self) -> bool:
+        """Rank 5: the grouped form [B, Hkv, G, Sq, Skv] (module docstring)."""
+        return len(self.shape) == 5
+
+    @property
+    def swapped(self) -> bool:
+        return self.stage == _SWAP
+
+
+def _take_select(
+    graph: Graph, op: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> NearMiss | None:
+    """A keep-mask ``SELECT_V2(keep, s, fill)``: constant (causal, nothing
+    or a constant mask) or a runtime bool tensor."""
+    if scores.scaled:
+        return _miss("scaled_after_mask", "the scores are scaled after the mask is applied")
+    keep, fill = int(op.inputs[0]), scalar(graph, int(op.inputs[2]))
+    scores.select_keep = keep
+    if fill is None:
+        return _miss("select_fill", "SELECT_V2 on the scores with a non-constant masked value")
+    scores.select_fill = fill
+    if graph.is_constant(keep):
+        reason = _constant_keep(graph.constant(keep), scores.shape[-2], scores.shape[-1], match)
+        return _miss("constant_mask", reason) if reason else None
+    match.keep, match.peeled = _peel_true(graph, keep)
+    shape = graph.signature(match.keep)
+    match.keep_reshape = _mask_shape(shape, scores.shape)
+    if not _broadcasts(shape, scores.shape) or (scores.grouped and not match.keep_reshape):
+        return _miss("mask_shape", f"a mask of shape {shape} the kernel does not take")
+    return None
+
+
+def _take_bias(
+    graph: Graph, op: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> tuple[int, NearMiss | None]:
+    """An additive mask or bias (ALiBi), possibly scaled after it is added
+    and below a keep-mask: the op's mask is then the bias times those
+    scales, with the keep-mask's fill selected in.  Returns the scores
+    tensor the walk goes on from."""
+    a, b = (int(t) for t in op.inputs)
+    tensor, mask = (b, a) if _is_scores(graph, b, scores.shape) else (a, b)
+    shape = graph.signature(mask)
+    if scores.stage == _SELECT and scores.grouped:
+        return tensor, _miss("grouped_bias", "a bias besides a mask in the grouped form")
+    match.mask_reshape = _mask_shape(shape, scores.shape)
+    if (
+        graph.tensor(mask).type != FLOAT32
+        or not _broadcasts(shape, scores.shape)
+        or (scores.grouped and not match.mask_reshape)
+    ):
+        return tensor, _miss(
+            "mask_shape", f"an additive mask of shape {shape} the kernel does not take"
+        )
+    match.mask, match.mask_scale = mask, match.scale
+    return tensor, None
+
+
+def _grouped_scores(graph: Graph, op: schema.OperatorT, scores: _Scores) -> bool:
+    """The grouped form's RESHAPE of Q.K^T [B, Hkv, G*Sq, Skv] to 5-D."""
+    b, hkv, group, q_len, kv_len = scores.shape
+    inner = graph.producer(int(op.inputs[0]))
+    flat = graph.signature(int(op.inputs[0]))
+    return (
+        flat == [b, hkv, group * q_len, kv_len]
+        and q_len > 0
+        and group > 0
+        and inner is not None
+        and graph.builtin(inner) == OP.BATCH_MATMUL
+    )
+
+
+def _walk_scores(
+    graph: Graph, softmax: schema.OperatorT, match: AttentionMatch
+) -> tuple[_Scores, schema.OperatorT] | NearMiss | None:
+    """From the SOFTMAX back to the Q.K^T matmul through (walking back) a
+    keep-mask, scalar scales, an additive mask or bias, scales, the einsum
+    swap and scales; (the walk, Q.K^T), a near-miss, or None."""
     probs = int(softmax.outputs[0])
-    beta = float(getattr(softmax.builtinOptions, "beta", 1.0) or 1.0)
-    chain = [softmax]
     tensor = int(softmax.inputs[0])
-    match = AttentionMatch(-1, -1, -1, -1, beta)
-    scores_shape = graph.signature(tensor)
-    if len(scores_shape) not in (4, 5) or graph.tensor(tensor).type != FLOAT32:
+    scores = _Scores(graph.signature(tensor), [softmax])
+    if len(scores.shape) not in (4, 5) or graph.tensor(tensor).type != FLOAT32:
         return None
-    # Rank 5: the grouped form [B, Hkv, G, Sq, Skv] (see the module docstring).
-    grouped = len(scores_shape) == 5
-    # Walking back from the softmax: the mask (once), then scalar scales,
-    # then the Q.K^T matmul.
-    masked = biased = scaled = swapped = False
-    select_keep, select_fill = -1, 0.0
     while True:
         op = graph.producer(tensor)
         if op is None:
             return None
-        reader_ok = _only_reader(graph, tensor) is chain[-1]
+        reader_ok = only_reader(graph, tensor) is scores.chain[-1]
         code = graph.builtin(op)
-        if code == OP.BATCH_MATMUL and not grouped:
+        if code == OP.BATCH_MATMUL and not scores.grouped:
             break
-        if grouped and code == OP.RESHAPE and reader_ok:
-            flat = graph.signature(int(op.inputs[0]))
-            b, hkv, group, q_len, kv_len = scores_shape
-            inner = graph.producer(int(op.inputs[0]))
-            if flat != [b, hkv, group * q_len, kv_len] or q_len <= 0 or group <= 0:
+        if scores.grouped and code == OP.RESHAPE and reader_ok:
+            if not _grouped_scores(graph, op, scores):
                 return None
-            if inner is None or graph.builtin(inner) != OP.BATCH_MATMUL:
-                return None
-            chain.append(op)
+            scores.chain.append(op)
             tensor = int(op.inputs[0])
-            op = inner
-            reader_ok = _only_reader(graph, tensor) is chain[-1]
+            op = graph.producer(tensor)
+            reader_ok = only_reader(graph, tensor) is scores.chain[-1]
             break
-        if code == OP.TRANSPOSE and graph.perm_of(op) == SWAP_LAST and not swapped:
-            reader = _only_reader(graph, probs)
-            if len(chain) == 1 and reader is not None and _transposed_back(graph, reader):
-                return _QUERY_AXIS
+        if code == OP.TRANSPOSE and graph.perm_of(op) == SWAP_LAST and scores.stage < _SWAP:
+            reader = only_reader(graph, probs)
+            if len(scores.chain) == 1 and reader is not None and _transposed_back(graph, reader):
+                return _QUERY_AXIS_MISS
             inner, _ = _unscaled(graph, int(op.inputs[0]))
             producer = graph.producer(inner)
             if producer is not None and graph.builtin(producer) == OP.BATCH_MATMUL and reader_ok:
                 # scores = (K.Q^T)^T: the converter's lowering of Keras' einsum
                 # (the scale may come before the swap: GPT-NeoX).  A mask is
                 # no longer expected below it.
-                swapped = True
-                chain.append(op)
+                scores.stage = _SWAP
+                scores.chain.append(op)
                 tensor = int(op.inputs[0])
                 continue
-        if code == OP.TRANSPOSE and len(chain) == 1:
-            return _QUERY_AXIS
+        if code == OP.TRANSPOSE and len(scores.chain) == 1:
+            return _QUERY_AXIS_MISS
         if not reader_ok:
-            return "an intermediate score tensor is also read outside the attention"
-        inputs = [int(t) for t in op.inputs]
+            return _miss("shared_scores", _SHARED_SCORES)
         if code in (OP.MUL, OP.DIV) and no_activation(op):
-            c = scalar(graph, inputs[1])
+            c = scalar(graph, int(op.inputs[1]))
             if c is None or c == 0.0:
                 return None
-            scaled = True
+            scores.scaled = True
             match.scale *= c if code == OP.MUL else 1.0 / c
-            tensor = inputs[0]
-        elif code in (OP.SELECT_V2, OP.ADD) and swapped:
-            return "a mask applied to the transposed scores"
-        elif code == OP.SELECT_V2 and scaled:
-            return "the scores are scaled after the mask is applied"
-        elif code == OP.SELECT_V2 and biased:
-            return "an additive mask on top of a selected one"
-        elif code == OP.SELECT_V2 and not masked:
-            keep, fill = inputs[0], scalar(graph, inputs[2])
-            select_keep = keep
-            if fill is None:
-                return "SELECT_V2 on the scores with a non-constant masked value"
-            select_fill = fill
-            if graph.is_constant(keep):
-                reason = _constant_keep(
-                    graph.constant(keep), scores_shape[-2], scores_shape[-1], match
-                )
-                if reason:
-                    return reason
-            else:
-                match.keep, match.peeled = _peel_true(graph, keep)
-                shape = graph.signature(match.keep)
-                match.keep_reshape = _mask_shape(shape, scores_shape)
-                if not _broadcasts(shape, scores_shape) or (grouped and not match.keep_reshape):
-                    return f"a mask of shape {shape} the kernel does not take"
-            masked = True
-            tensor = inputs[1]
-        elif code == OP.ADD and no_activation(op) and not biased:
-            # An additive mask or bias (ALiBi), possibly scaled after it is
-            # added and below a SELECT_V2 mask: the op's mask is then the
-            # bias times those scales, with the keep-mask's fill selected in.
-            a, b = inputs
-            tensor, mask = (b, a) if _is_scores(graph, b, scores_shape) else (a, b)
-            shape = graph.signature(mask)
-            if masked and grouped:
-                return "a bias besides a mask in the grouped form"
-            match.mask_reshape = _mask_shape(shape, scores_shape)
-            if (
-                graph.tensor(mask).type != FLOAT32
-                or not _broadcasts(shape, scores_shape)
-                or (grouped and not match.mask_reshape)
-            ):
-                return f"an additive mask of shape {shape} the kernel does not take"
-            match.mask, match.mask_scale = mask, match.scale
-            biased = True
+            tensor = int(op.inputs[0])
+        elif code in (OP.SELECT_V2, OP.ADD) and scores.swapped:
+            return _miss("mask_after_swap", "a mask applied to the transposed scores")
+        elif code == OP.SELECT_V2 and scores.stage < _SELECT:
+            miss = _take_select(graph, op, scores, match)
+            if miss:
+                return miss
+            scores.stage = _SELECT
+            tensor = int(op.inputs[1])
+        elif code == OP.SELECT_V2 and scores.scaled:
+            return _miss("scaled_after_mask", "the scores are scaled after the mask is applied")
+        elif code == OP.SELECT_V2 and scores.stage == _BIAS:
+            return _miss("bias_over_select", "an additive mask on top of a selected one")
+        elif code == OP.ADD and no_activation(op) and scores.stage < _BIAS:
+            tensor, miss = _take_bias(graph, op, scores, match)
+            if miss:
+                return miss
+            scores.stage = _BIAS
         elif code in (OP.SELECT_V2, OP.ADD):
-            return "a second mask on the scores: the kernel takes one and a bias"
+            return _miss(
+                "second_mask", "a second mask on the scores: the kernel takes one and a bias"
+            )
         elif _reaches_matmul(graph, tensor):
-            return f"the scores pass through {graph.model.op_name(op)} before the SOFTMAX"
+            return _miss(
+                "scores_through",
+                f"the scores pass through {graph.model.op_name(op)} before the SOFTMAX",
+            )
         else:
             return None
-        chain.append(op)
-    qk = op
-    if not reader_ok:
-        return "the attention scores are also read outside the attention"
-    chain.append(qk)
+        scores.chain.append(op)
+    if op is None or not reader_ok:
+        return _miss("shared_scores", "the attention scores are also read outside the attention")
+    scores.chain.append(op)
+    return scores, op
+
+
+def _qk_operands(
+    graph: Graph, qk: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> NearMiss | None:
+    """q and k (and their scales) behind Q.K^T: transposed from [B, S, H, D]
+    (or a reshape that is that transpose), the grouped form's q, or
+    heads-first operands read as they are (the op gets their transposes)."""
     options = qk.builtinOptions
     if getattr(options, "adjX", False):
-        return None
-    first = (_grouped_q if grouped else _transposed)(graph, int(qk.inputs[0]), HEADS_FIRST)
+        return _miss("adj_x", "Q.K^T reads its first operand transposed (adj_x)")
+    first = (_grouped_q if scores.grouped else _transposed)(graph, int(qk.inputs[0]), HEADS_FIRST)
     second_perm = HEADS_FIRST if getattr(options, "adjY", False) else KEYS_LAST
     second = _transposed(graph, int(qk.inputs[1]), second_perm)
     # Operands made heads-first some other way (Swin unstacks a fused qkv
     # tensor): read as they are, the op gets their [B, S, H, D] transposes.
     first_perm = second_back = None
-    if first is None and not grouped:
+    if first is None and not scores.grouped:
         first, first_perm = _as_is(graph, int(qk.inputs[0])), HEADS_FIRST
-    if second is None and not grouped:
+    if second is None and not scores.grouped:
         back = HEADS_FIRST if second_perm == HEADS_FIRST else [0, 3, 1, 2]
         second, second_back = _as_is(graph, int(qk.inputs[1])), back
     if first is None or second is None:
-        return "Q.K^T does not read q and k transposed from [B, S, H, D]"
+        return _miss("qk_layout", "Q.K^T does not read q and k transposed from [B, S, H, D]")
+    swapped = scores.swapped
     q_side, k_side = (second, first) if swapped else (first, second)
     match.q_perm, match.k_perm = (second_back, first_perm) if swapped else (first_perm, second_back)
     (match.q, q_scale), (match.k, k_scale) = q_side, k_side
     if match.k_perm is None:
         match.k, match.k_reshape = _unrepeat(graph, match.k)
     match.scale *= q_scale * k_scale
-    # Forward: (masked probabilities zeroed,) probs @ V, back to [B, Sq, H, Dv].
-    pv = _only_reader(graph, probs)
+    return None
+
+
+def _pv_matmul(
+    graph: Graph, softmax: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> schema.OperatorT | NearMiss | None:
+    """Forward from the SOFTMAX: (masked probabilities zeroed,) the grouped
+    form's reshape back to 4-D, then the P.V matmul."""
+    probs = int(softmax.outputs[0])
+    pv = only_reader(graph, probs)
     if pv is None:
-        return "the attention probabilities are also read outside the attention"
-    if swapped and _transposed_back(graph, pv):
-        return _QUERY_AXIS
+        return _miss("shared_probs", _SHARED_PROBS)
+    if scores.swapped and _transposed_back(graph, pv):
+        return _QUERY_AXIS_MISS
     if graph.builtin(pv) == OP.SELECT_V2 and int(pv.inputs[1]) == probs:
-        if int(pv.inputs[0]) != select_keep or scalar(graph, int(pv.inputs[2])) != 0.0:
-            return "probabilities zeroed after the softmax by another mask than the scores'"
+        if int(pv.inputs[0]) != scores.select_keep or scalar(graph, int(pv.inputs[2])) != 0.0:
+            return _miss(
+                "zeroed_by_other_mask",
+                "probabilities zeroed after the softmax by another mask than the scores'",
+            )
         match.zero_masked_rows = True
-        chain.append(pv)
+        scores.chain.append(pv)
         probs = int(pv.outputs[0])
-        pv = _only_reader(graph, probs)
+        pv = only_reader(graph, probs)
         if pv is None:
-            return "the attention probabilities are also read outside the attention"
-    if grouped:
-        # Back to [B, Hkv, G*Sq, Skv] for the P.V matmul.
-        b, hkv, group, q_len, kv_len = scores_shape
-        merge = pv
-        if graph.builtin(merge) != OP.RESHAPE or graph.signature(int(merge.outputs[0])) != [
+            return _miss("shared_probs", _SHARED_PROBS)
+    if scores.grouped:
+        b, hkv, group, q_len, kv_len = scores.shape
+        if graph.builtin(pv) != OP.RESHAPE or graph.signature(int(pv.outputs[0])) != [
             b,
             hkv,
             group * q_len,
             kv_len,
         ]:
             return None
-        chain.append(merge)
-        probs = int(merge.outputs[0])
-        pv = _only_reader(graph, probs)
+        scores.chain.append(pv)
+        probs = int(pv.outputs[0])
+        pv = only_reader(graph, probs)
         if pv is None:
-            return "the attention probabilities are also read outside the attention"
+            return _miss("shared_probs", _SHARED_PROBS)
     if graph.builtin(pv) != OP.BATCH_MATMUL or int(pv.inputs[0]) != probs:
         return None
     if getattr(pv.builtinOptions, "adjX", False) or getattr(pv.builtinOptions, "adjY", False):
         return None
-    v_side = _transposed(graph, int(pv.inputs[1]), HEADS_FIRST)
-    single = _single_head(graph, int(pv.inputs[1])) if v_side is None else None
+    return pv
+
+
+def _v_operand(
+    graph: Graph, pv: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> NearMiss | None:
+    """v behind P.V: transposed from [B, S, H, D] (before a GQA repeat), one
+    kv head reshaped, or heads-first as it is."""
+    values = int(pv.inputs[1])
+    v_side = _transposed(graph, values, HEADS_FIRST)
+    single = _single_head(graph, values) if v_side is None else None
     if v_side is not None:
         if v_side[1] != 1.0:
-            return None
+            return _miss("scaled_v", "v is scaled before P.V")
         match.v, match.v_reshape = _unrepeat(graph, v_side[0])
     elif single is not None:
         match.v, match.v_reshape = single
-    elif not grouped and len(graph.signature(int(pv.inputs[1]))) == 4:
-        match.v, match.v_perm = int(pv.inputs[1]), HEADS_FIRST
+    elif not scores.grouped and len(graph.signature(values)) == 4:
+        match.v, match.v_perm = values, HEADS_FIRST
     else:
-        return "P.V does not read v transposed from [B, S, H, D]"
-    ending = _grouped_out(graph, pv, scores_shape) if grouped else _heads_back(graph, pv)
-    if ending is None:
-        return "the attention result is not transposed back to [B, Sq, H, D]"
-    chain += [pv, *ending]
-    match.output = int(ending[-1].outputs[0])
+        return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
+    return None
+
+
+def _ending(
+    graph: Graph, pv: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> list[schema.OperatorT] | NearMiss:
+    """The operators taking P.V's [B, H, Sq, Dv] back to [B, Sq, H, Dv] (the
+    grouped form's three; one TRANSPOSE), or none: the op's result then
+    goes through a transpose back to P.V's layout (``output_perm``)."""
+    if scores.grouped:
+        ending = _grouped_out(graph, pv, scores.shape)
+        if ending is None:
+            return _miss(
+                "output_layout", "the attention result is not transposed back to [B, Sq, H, D]"
+            )
+        return ending
+    ending = _heads_back(graph, pv)
+    if ending is not None:
+        return ending
+    if len(graph.signature(int(pv.outputs[0]))) != 4:
+        return _miss("output_layout", "the attention result is not of rank 4")
+    match.output_perm = HEADS_FIRST
+    return []
+
+
+def _check_operands(match: AttentionMatch, graph: Graph, scores: _Scores) -> NearMiss | None:
+    """What the kernel takes: float32 rank-4 q, k, v with whole kv groups,
+    a finite scale, a fill it reproduces."""
     q = _permuted(graph.signature(match.q), match.q_perm)
     k = match.k_reshape or _permuted(graph.signature(match.k), match.k_perm)
     v = match.v_reshape or _permuted(graph.signature(match.v), match.v_perm)
     if any(len(s) != 4 for s in (q, k, v)) or any(
         graph.tensor(t).type != FLOAT32 for t in (match.q, match.k, match.v)
     ):
-        return "q, k, v are not float32 of rank 4"
+        return _miss("dtype_rank", "q, k, v are not float32 of rank 4")
     if q[2] <= 0 or q[3] <= 0 or k[2] <= 0 or q[2] % k[2] or v[2] != k[2] or k[3] != q[3]:
-        return f"head shapes q {q}, k {k}, v {v} the kernel does not take"
+        return _miss("head_shapes", f"head shapes q {q}, k {k}, v {v} the kernel does not take")
     if not np.isfinite(match.scale):
-        return "a scale that is not finite"
-    if select_keep >= 0:
-        reason = _fill_reason(select_fill, match)
+        return _miss("scale", "a scale that is not finite")
+    if scores.select_keep >= 0:
+        reason = _fill_reason(scores.select_fill, match)
         if reason:
-            return reason
-    if match.keep is not None and match.zero_masked_rows and kv_len_ok(scores_shape):
-        # Causal in the op (it skips the masked half) and the padding as the
-        # mask, instead of the merged [Sq, Skv] mask: the same keys kept,
-        # and rows left without keys are zeros either way.
-        padding = _padding_and_band(graph, match.keep, scores_shape[-2], scores_shape[-1])
-        if padding is not None:
-            match.causal = True
-            match.keep = padding
-            match.keep_reshape = [graph.signature(padding)[0], 1, 1, scores_shape[-1]]
-    match.ops = chain
+            return _miss("fill", reason)
+    return None
+
+
+def _split_padding(graph: Graph, match: AttentionMatch, scores: list[int]) -> None:
+    """Causal in the op (it skips the masked half) and the padding as the
+    mask, instead of the merged [Sq, Skv] mask: the same keys kept, and rows
+    left without keys are zeros either way."""
+    if match.keep is None or not match.zero_masked_rows or not kv_len_ok(scores):
+        return
+    padding = _padding_and_band(graph, match.keep, scores[-2], scores[-1])
+    if padding is not None:
+        match.causal = True
+        match.keep = padding
+        match.keep_reshape = [graph.signature(padding)[0], 1, 1, scores[-1]]
+
+
+def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
+    """An AttentionMatch, a near-miss, or None (not attention)."""
+    beta = float(getattr(softmax.builtinOptions, "beta", 1.0) or 1.0)
+    match = AttentionMatch(-1, -1, -1, -1, beta)
+    walked = _walk_scores(graph, softmax, match)
+    if walked is None or isinstance(walked, NearMiss):
+        return walked
+    scores, qk = walked
+    miss = _qk_operands(graph, qk, scores, match)
+    if miss:
+        return miss
+    pv = _pv_matmul(graph, softmax, scores, match)
+    if pv is None or isinstance(pv, NearMiss):
+        return pv
+    miss = _v_operand(graph, pv, scores, match)
+    if miss:
+        return miss
+    ending = _ending(graph, pv, scores, match)
+    if isinstance(ending, NearMiss):
+        return ending
+    scores.chain += [pv, *ending]
+    match.output = int((ending[-1] if ending else pv).outputs[0])
+    miss = _check_operands(match, graph, scores)
+    if miss:
+        return miss
+    _split_padding(graph, match, scores.shape)
+    match.ops = scores.chain
     return match
-
-
-def find_attention(graph: Graph, near_misses: list[str]) -> list[AttentionMatch]:
-    """Every proven attention core in ``graph``; near-misses get a reason."""
-    matches = []
-    for op in list(graph.ops):
-        if graph.builtin(op) != OP.SOFTMAX:
-            continue
-        found = _match(graph, op)
-        if isinstance(found, str):
-            near_misses.append(f"attention at {graph.name(int(op.outputs[0]))!r}: {found}")
-        elif found is not None:
-            matches.append(found)
-    return matches
