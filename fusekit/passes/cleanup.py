@@ -1,6 +1,7 @@
 """``cleanup``: constant transposes folded, transpose chains merged and
-identity transposes dropped, identity and chained reshapes removed, dead
-operators, tensors and buffers removed."""
+identity transposes dropped, identity and chained reshapes removed, unit-stride STRIDED_SLICEs with
+constant bounds made SLICEs (strided_slice.py), dead operators, tensors and
+buffers removed."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from fusekit.passes.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
 from fusekit.passes.registry import PassOptions, register
+from fusekit.passes.strided_slice import strided_slices_as_slices
 
 
 def fold_constant_transposes(graph: Graph) -> int:
@@ -107,6 +109,7 @@ def cleanup(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str
         dropped, merged = remove_identity_reshapes(graph)
         counts["identity reshapes dropped"] += dropped
         counts["reshape chains merged"] += merged
+        counts["strided slices made slices"] += strided_slices_as_slices(graph)
         ops_removed, tensors_removed = graph.finish()
         counts["dead operators removed"] += ops_removed
         counts["dead tensors removed"] += tensors_removed
