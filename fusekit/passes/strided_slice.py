@@ -64,6 +64,43 @@ def _bounds(graph: Graph, op: schema.OperatorT) -> tuple[list[int], list[int]] |
     return starts, sizes
 
 
+def _shrunk(op: schema.OperatorT, rank: int) -> list[bool]:
+    mask = op.builtinOptions.shrinkAxisMask
+    return [bool(mask & (1 << axis)) for axis in range(rank)]
+
+
+def _composed(
+    graph: Graph, op: schema.OperatorT, starts: list[int], sizes: list[int]
+) -> tuple[int, list[int], list[int]]:
+    """(source, starts, sizes) of ``op``'s slice taken from the first tensor
+    of a chain of unit-stride STRIDED_SLICEs (``cache[:, i][:, 0]`` is
+    ``cache[:, i, 0]``): one copy instead of one per slice.  An inner slice
+    left without readers goes at the pass's ``finish``."""
+    source = int(op.inputs[0])
+    while (inner := graph.producer(source)) is not None and graph.builtin(
+        inner
+    ) == OP.STRIDED_SLICE:
+        bounds = _bounds(graph, inner)
+        if bounds is None or -1 in sizes:
+            break
+        inner_starts, inner_sizes = bounds
+        if -1 in inner_sizes:
+            break
+        kept = iter(zip(starts, sizes))
+        new_starts, new_sizes = [], []
+        for shrink, b in zip(_shrunk(inner, len(inner_starts)), inner_starts):
+            if shrink:
+                new_starts.append(b)
+                new_sizes.append(1)
+            else:
+                outer_b, outer_n = next(kept)
+                new_starts.append(b + outer_b)
+                new_sizes.append(outer_n)
+        starts, sizes = new_starts, new_sizes
+        source = int(inner.inputs[0])
+    return source, starts, sizes
+
+
 def _merged(dims: list[int], starts: list[int], sizes: list[int]):
     """The slice over ``dims`` with every axis read whole merged into the
     axis before it: (dims, starts, sizes) of that view; None when the
@@ -98,14 +135,18 @@ def strided_slices_as_slices(graph: Graph) -> int:
     ``graph``; returns how many."""
     done = 0
     views: dict[tuple[int, tuple[int, ...]], int] = {}
-    for op in list(graph.ops):
+    # Last first: a slice of a slice reads the inner one's source before
+    # the inner one is rewritten (then left without readers).
+    for op in reversed(list(graph.ops)):
         if graph.builtin(op) != OP.STRIDED_SLICE:
+            continue
+        if not graph.consumers(int(op.outputs[0])) and not graph.is_output(int(op.outputs[0])):
             continue
         bounds = _bounds(graph, op)
         if bounds is None:
             continue
-        source, output = int(op.inputs[0]), int(op.outputs[0])
-        starts, sizes = bounds
+        output = int(op.outputs[0])
+        source, starts, sizes = _composed(graph, op, *bounds)
         dims = graph.signature(source)
         out_dims = graph.signature(output)
         if dims == out_dims and sizes == dims and not any(starts):
