@@ -47,8 +47,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.passes.fusion import attention_operands as operands
+from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
 from fusekit.passes.fusion.pattern import NearMiss, only_reader
-from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
+from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
 from fusekit.passes.graph import OP, Graph
 
 HEADS_FIRST = [0, 2, 1, 3]
@@ -92,6 +94,9 @@ class AttentionMatch:
     # The op's result [B, Sq, H, Dv] goes through this transpose to the
     # graph's output tensor (P.V's result when nothing takes it back).
     output_perm: list[int] | None = None
+    # The op's result shape when the graph's output is not 4-D (a merged
+    # [B*H, 1, Dv] read back by a reshape).
+    result_shape: list[int] | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
 
 
@@ -126,17 +131,6 @@ def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float]
             return source, scale
         return None
     return None
-
-
-def reshape_is_transpose(source: list[int], target: list[int], perm: list[int]) -> bool:
-    """RESHAPE from ``source`` to ``target`` moves the elements as TRANSPOSE
-    by ``perm`` would: ``target`` is ``source`` permuted and the axes the
-    permutation reorders among themselves are of size 1 (a decode step's
-    Sq = 1: [B, 1, H, D] -> [B, H, 1, D]).  Unknown dims count as > 1."""
-    if len(source) != len(perm) or target != [source[p] for p in perm]:
-        return False
-    moving = [p for p in perm if source[p] != 1]
-    return moving == sorted(moving)
 
 
 def _unrepeat(graph: Graph, tensor: int) -> tuple[int, list[int] | None]:
@@ -283,7 +277,7 @@ def _grouped_q(graph: Graph, tensor: int, _perm: list[int]) -> tuple[int, float]
     split = graph.producer(int(moved.inputs[0]))
     if split is None or graph.builtin(split) != OP.RESHAPE:
         return None
-    q, scale = _unscaled(graph, int(split.inputs[0]))
+    q, scale = unscaled(graph, int(split.inputs[0]))
     q_shape, five = graph.signature(q), graph.signature(int(split.outputs[0]))
     if len(q_shape) != 4 or len(five) != 5 or any(d <= 0 for d in five[1:]):
         return None
@@ -292,18 +286,6 @@ def _grouped_q(graph: Graph, tensor: int, _perm: list[int]) -> tuple[int, float]
     if graph.signature(tensor) != [five[0], five[2], five[3] * five[1], five[4]]:
         return None
     return q, scale
-
-
-def _unscaled(graph: Graph, tensor: int) -> tuple[int, float]:
-    """(t, c) for ``tensor`` = t times scalar constants c (c = 1: none)."""
-    scale = 1.0
-    while (op := graph.producer(tensor)) is not None and graph.builtin(op) == OP.MUL:
-        c = scalar(graph, int(op.inputs[1])) if no_activation(op) else None
-        if c is None:
-            break
-        scale *= c
-        tensor = int(op.inputs[0])
-    return tensor, scale
 
 
 def _single_head(graph: Graph, tensor: int) -> tuple[int, list[int] | None] | None:
@@ -455,13 +437,6 @@ def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
     return False
 
 
-def _as_is(graph: Graph, tensor: int) -> tuple[int, float] | None:
-    """(t, scale) for a rank-4 operand t times scalar constants, taken as
-    it is (heads-first already)."""
-    source, scale = _unscaled(graph, tensor)
-    return (source, scale) if len(graph.signature(source)) == 4 else None
-
-
 def _permuted(shape: list[int], perm: list[int] | None) -> list[int]:
     return shape if perm is None else [shape[p] for p in perm]
 
@@ -484,6 +459,9 @@ def _miss(code: str, message: str, advice: str = "") -> NearMiss:
 
 
 _QUERY_AXIS_MISS = _miss("query_axis", _QUERY_AXIS)
+# Dynamic shapes make the converter compute reshapes' shapes at run time,
+# which hides what they do.
+_STATIC_BATCH = "give the model a static batch: keras.Input(batch_size=1, ...)"
 _SHARED_SCORES = "an intermediate score tensor is also read outside the attention"
 _SHARED_PROBS = "the attention probabilities are also read outside the attention"
 
@@ -503,6 +481,11 @@ class _Scores:
     scaled: bool = False
     select_keep: int = -1
     select_fill: float = 0.0
+    # Q.K^T is a 3-D matmul of batch and heads merged ([B*H, Sq, Skv]: the
+    # torch lowering), broadcast or reshaped back to the 4-D scores.
+    merged: bool = False
+    # The masked value of a constant additive mask read as a keep-mask.
+    constant_fill: float | None = None
 
     @property
     def grouped(self) -> bool:
@@ -549,6 +532,18 @@ def _take_bias(
     shape = graph.signature(mask)
     if scores.stage == _SELECT and scores.grouped:
         return tensor, _miss("grouped_bias", "a bias besides a mask in the grouped form")
+    folded = _constant_mask(graph, mask)
+    if folded is not None and not scores.grouped and scores.stage < _SELECT:
+        # A constant mask of 0 and one fill value (torch's unfolded
+        # SELECT_V2(causal, 0, -inf)) is a constant keep-mask.
+        values = np.unique(folded)
+        fill = float(values.min())
+        if values.size == 2 and values.max() == 0.0 and fill < 0.0:
+            reason = _constant_keep(folded == 0.0, scores.shape[-2], scores.shape[-1], match)
+            if reason:
+                return tensor, _miss("constant_mask", reason)
+            scores.constant_fill = fill
+            return tensor, None
     match.mask_reshape = _mask_shape(shape, scores.shape)
     if (
         graph.tensor(mask).type != FLOAT32
@@ -560,6 +555,30 @@ def _take_bias(
         )
     match.mask, match.mask_scale = mask, match.scale
     return tensor, None
+
+
+def _constant_mask(graph: Graph, tensor: int) -> np.ndarray | None:
+    """The value of a float mask computed from constants only: a constant,
+    or SELECT_V2 of constants (through RESHAPEs), as torch exports leave
+    them unfolded; None for anything else."""
+    value = constant_value(graph, tensor)
+    if value is not None:
+        return value
+    op = graph.producer(tensor)
+    if op is None:
+        return None
+    if graph.builtin(op) == OP.RESHAPE and graph.is_static(tensor):
+        inner = _constant_mask(graph, int(op.inputs[0]))
+        return None if inner is None else inner.reshape(graph.signature(tensor))
+    if graph.builtin(op) != OP.SELECT_V2:
+        return None
+    keep = int(op.inputs[0])
+    if not graph.is_constant(keep):
+        return None
+    a, b = (constant_value(graph, int(t)) for t in op.inputs[1:3])
+    if a is None or b is None:
+        return None
+    return np.where(graph.constant(keep), a, b).astype(np.float32)
 
 
 def _grouped_scores(graph: Graph, op: schema.OperatorT, scores: _Scores) -> bool:
@@ -595,6 +614,12 @@ def _walk_scores(
         code = graph.builtin(op)
         if code == OP.BATCH_MATMUL and not scores.grouped:
             break
+        if code == OP.RESHAPE and not scores.grouped and reader_ok and _merge_back(graph, op):
+            scores.chain.append(op)
+            tensor = int(op.inputs[0])
+            op = graph.producer(tensor)
+            reader_ok = only_reader(graph, tensor) is scores.chain[-1]
+            break
         if scores.grouped and code == OP.RESHAPE and reader_ok:
             if not _grouped_scores(graph, op, scores):
                 return None
@@ -607,7 +632,7 @@ def _walk_scores(
             reader = only_reader(graph, probs)
             if len(scores.chain) == 1 and reader is not None and _transposed_back(graph, reader):
                 return _QUERY_AXIS_MISS
-            inner, _ = _unscaled(graph, int(op.inputs[0]))
+            inner, _ = unscaled(graph, int(op.inputs[0]))
             producer = graph.producer(inner)
             if producer is not None and graph.builtin(producer) == OP.BATCH_MATMUL and reader_ok:
                 # scores = (K.Q^T)^T: the converter's lowering of Keras' einsum
@@ -653,45 +678,77 @@ def _walk_scores(
             return _miss(
                 "scores_through",
                 f"the scores pass through {graph.model.op_name(op)} before the SOFTMAX",
+                _STATIC_BATCH if -1 in scores.shape else "",
             )
         else:
             return None
         scores.chain.append(op)
     if op is None or not reader_ok:
         return _miss("shared_scores", "the attention scores are also read outside the attention")
+    flat = graph.signature(int(op.outputs[0]))
+    if not scores.grouped and len(flat) == 3:
+        if flat != [scores.shape[0] * scores.shape[1], *scores.shape[2:]]:
+            return _miss(
+                "merged_scores",
+                f"3-D scores {flat} that are not the 4-D scores {scores.shape} merged",
+            )
+        scores.merged = True
     scores.chain.append(op)
     return scores, op
+
+
+def _merge_back(graph: Graph, op: schema.OperatorT) -> bool:
+    """``op`` is a RESHAPE of a 3-D Q.K^T [B*H, Sq, Skv] to [B, H, Sq, Skv]."""
+    source = int(op.inputs[0])
+    inner = graph.producer(source)
+    have, want = graph.signature(source), graph.signature(int(op.outputs[0]))
+    return (
+        inner is not None
+        and graph.builtin(inner) == OP.BATCH_MATMUL
+        and len(have) == 3
+        and len(want) == 4
+        and all(d > 0 for d in want)
+        and have == [want[0] * want[1], *want[2:]]
+    )
 
 
 def _qk_operands(
     graph: Graph, qk: schema.OperatorT, scores: _Scores, match: AttentionMatch
 ) -> NearMiss | None:
-    """q and k (and their scales) behind Q.K^T: transposed from [B, S, H, D]
-    (or a reshape that is that transpose), the grouped form's q, or
-    heads-first operands read as they are (the op gets their transposes)."""
+    """q and k (and their scales) behind Q.K^T (attention_operands.py):
+    through scales, transposes, a batch-and-heads merge and a grouped-query
+    repeat of k; the grouped form's q.  Operands in another layout than
+    [B, S, H, D] get a TRANSPOSE before the op."""
     options = qk.builtinOptions
     if getattr(options, "adjX", False):
         return _miss("adj_x", "Q.K^T reads its first operand transposed (adj_x)")
-    first = (_grouped_q if scores.grouped else _transposed)(graph, int(qk.inputs[0]), HEADS_FIRST)
-    second_perm = HEADS_FIRST if getattr(options, "adjY", False) else KEYS_LAST
-    second = _transposed(graph, int(qk.inputs[1]), second_perm)
-    # Operands made heads-first some other way (Swin unstacks a fused qkv
-    # tensor): read as they are, the op gets their [B, S, H, D] transposes.
-    first_perm = second_back = None
-    if first is None and not scores.grouped:
-        first, first_perm = _as_is(graph, int(qk.inputs[0])), HEADS_FIRST
-    if second is None and not scores.grouped:
-        back = HEADS_FIRST if second_perm == HEADS_FIRST else [0, 3, 1, 2]
-        second, second_back = _as_is(graph, int(qk.inputs[1])), back
-    if first is None or second is None:
+    second_layout = "bhsd" if getattr(options, "adjY", False) else "bhds"
+    if scores.grouped:
+        first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST)
+        second = _transposed(
+            graph, int(qk.inputs[1]), KEYS_LAST if second_layout == "bhds" else HEADS_FIRST
+        )
+        if first is None or second is None:
+            return _miss("qk_layout", "Q.K^T does not read q and k transposed from [B, S, H, D]")
+        (match.q, q_scale), (k, k_scale) = first, second
+        match.k, match.k_reshape = _unrepeat(graph, k)
+        match.scale *= q_scale * k_scale
+        return None
+    inputs = [int(t) for t in qk.inputs[:2]]
+    layouts = ["bhsd", second_layout]
+    # (K.Q^T)^T: the first operand is k.
+    q_at = 1 if scores.swapped else 0
+    q = operands.q_operand(graph, inputs[q_at], layouts[q_at], scores.merged)
+    k = operands.kv_operand(graph, inputs[1 - q_at], layouts[1 - q_at], scores.merged, _unrepeat)
+    if (
+        q is None
+        or k is None
+        or any(len(t.reshape or graph.signature(t.tensor)) != 4 for t in (q, k))
+    ):
         return _miss("qk_layout", "Q.K^T does not read q and k transposed from [B, S, H, D]")
-    swapped = scores.swapped
-    q_side, k_side = (second, first) if swapped else (first, second)
-    match.q_perm, match.k_perm = (second_back, first_perm) if swapped else (first_perm, second_back)
-    (match.q, q_scale), (match.k, k_scale) = q_side, k_side
-    if match.k_perm is None:
-        match.k, match.k_reshape = _unrepeat(graph, match.k)
-    match.scale *= q_scale * k_scale
+    match.q, match.q_perm = q.tensor, q.perm
+    match.k, match.k_perm, match.k_reshape = k.tensor, k.perm, k.reshape
+    match.scale *= q.scale * k.scale
     return None
 
 
@@ -713,6 +770,15 @@ def _pv_matmul(
                 "probabilities zeroed after the softmax by another mask than the scores'",
             )
         match.zero_masked_rows = True
+        scores.chain.append(pv)
+        probs = int(pv.outputs[0])
+        pv = only_reader(graph, probs)
+        if pv is None:
+            return _miss("shared_probs", _SHARED_PROBS)
+    if scores.merged:
+        flat = [scores.shape[0] * scores.shape[1], *scores.shape[2:]]
+        if graph.builtin(pv) != OP.RESHAPE or graph.signature(int(pv.outputs[0])) != flat:
+            return None
         scores.chain.append(pv)
         probs = int(pv.outputs[0])
         pv = only_reader(graph, probs)
@@ -742,19 +808,29 @@ def _pv_matmul(
 def _v_operand(
     graph: Graph, pv: schema.OperatorT, scores: _Scores, match: AttentionMatch
 ) -> NearMiss | None:
-    """v behind P.V: transposed from [B, S, H, D] (before a GQA repeat), one
-    kv head reshaped, or heads-first as it is."""
+    """v behind P.V: through transposes, a batch-and-heads merge and a
+    grouped-query repeat (attention_operands.py), or one kv head reshaped."""
     values = int(pv.inputs[1])
-    v_side = _transposed(graph, values, HEADS_FIRST)
-    single = _single_head(graph, values) if v_side is None else None
-    if v_side is not None:
-        if v_side[1] != 1.0:
-            return _miss("scaled_v", "v is scaled before P.V")
-        match.v, match.v_reshape = _unrepeat(graph, v_side[0])
-    elif single is not None:
+    if scores.grouped:
+        v_side = _transposed(graph, values, HEADS_FIRST)
+        single = _single_head(graph, values) if v_side is None else None
+        if v_side is not None and v_side[1] == 1.0:
+            match.v, match.v_reshape = _unrepeat(graph, v_side[0])
+        elif single is not None:
+            match.v, match.v_reshape = single
+        else:
+            return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
+        return None
+    v = operands.kv_operand(graph, values, "bhsd", scores.merged, _unrepeat)
+    if v is None:
+        return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
+    if v.scale != 1.0:
+        return _miss("scaled_v", "v is scaled before P.V")
+    single = _single_head(graph, v.tensor) if v.layout == "bhsd" else None
+    if single is not None:
         match.v, match.v_reshape = single
-    elif not scores.grouped and len(graph.signature(values)) == 4:
-        match.v, match.v_perm = values, HEADS_FIRST
+    elif len(v.reshape or graph.signature(v.tensor)) == 4:
+        match.v, match.v_perm, match.v_reshape = v.tensor, v.perm, v.reshape
     else:
         return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
     return None
@@ -773,9 +849,28 @@ def _ending(
                 "output_layout", "the attention result is not transposed back to [B, Sq, H, D]"
             )
         return ending
+    merge = []
+    if scores.merged:
+        # [B*H, Sq, Dv] back to [B, H, Sq, Dv] first; with Sq = 1 any
+        # reshape of it reads the elements in the op's own order.
+        b, h, q_len = scores.shape[:3]
+        reshape = only_reader(graph, int(pv.outputs[0]))
+        out = graph.signature(int(reshape.outputs[0])) if reshape is not None else []
+        is_reshape = reshape is not None and graph.builtin(reshape) == OP.RESHAPE
+        if is_reshape and len(out) == 4 and out[:3] == [b, h, q_len]:
+            merge, pv = [reshape], reshape
+        elif q_len == 1:
+            match.output_perm = HEADS_FIRST
+            match.result_shape = [b, 1, h, graph.signature(int(pv.outputs[0]))[-1]]
+            return []
+        else:
+            return _miss("output_layout", "the merged attention result is not reshaped to 4-D")
     ending = _heads_back(graph, pv)
     if ending is not None:
-        return ending
+        return merge + ending
+    if merge:
+        match.output_perm = HEADS_FIRST
+        return merge
     if len(graph.signature(int(pv.outputs[0]))) != 4:
         return _miss("output_layout", "the attention result is not of rank 4")
     match.output_perm = HEADS_FIRST
@@ -796,10 +891,16 @@ def _check_operands(match: AttentionMatch, graph: Graph, scores: _Scores) -> Nea
         return _miss("head_shapes", f"head shapes q {q}, k {k}, v {v} the kernel does not take")
     if not np.isfinite(match.scale):
         return _miss("scale", "a scale that is not finite")
-    if scores.select_keep >= 0:
-        reason = _fill_reason(scores.select_fill, match)
+    for fill in (scores.select_fill if scores.select_keep >= 0 else None, scores.constant_fill):
+        reason = None if fill is None else _fill_reason(fill, match)
         if reason:
             return _miss("fill", reason)
+    if scores.merged and [q[0], q[2]] != scores.shape[:2]:
+        return _miss(
+            "merged_heads",
+            f"3-D matmuls of batch and heads merged whose scores {scores.shape} are not "
+            f"[B, H, Sq, Skv] of q {q}",
+        )
     return None
 
 

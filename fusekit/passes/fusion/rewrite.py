@@ -179,9 +179,10 @@ def _permuted(shape: list[int]) -> list[int]:
 
 def _heads_first(graph: Graph, source: int, output: int) -> None:
     """``output`` [B, H, S, D] = ``source`` [B, S, H, D] transposed; a
-    RESHAPE when S or H is 1 (the same element order, no copy by axes)."""
+    RESHAPE when S or H is 1 (the same element order, no copy by axes), or
+    when ``output`` is not 4-D (the matcher proved the order the same)."""
     shape = graph.signature(output)
-    if (shape[1] == 1 or shape[2] == 1) and shape.count(-1) <= 1:
+    if (len(shape) != 4 or shape[1] == 1 or shape[2] == 1) and shape.count(-1) <= 1:
         new_shape = graph.add_constant(np.array(shape, np.int32), graph.name(output) + "/shape")
         options = schema.ReshapeOptionsT()
         options.newShape = list(shape)
@@ -240,11 +241,9 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
     attrs = {"causal": match.causal, "scale": match.scale}
     output = match.output
     if match.output_perm is not None:
+        shape = match.result_shape or _permuted(graph.signature(match.output))
         output = graph.like(
-            match.output,
-            _permuted(graph.shape(match.output)),
-            "/heads_last",
-            signature=_permuted(graph.signature(match.output)),
+            match.output, [max(d, 1) for d in shape], "/heads_last", signature=shape
         )
     replace_with_custom(graph, "fusekit_attention", inputs, output, attrs, match.ops)
     if match.output_perm is not None:
