@@ -66,6 +66,20 @@ def merge_transpose_chains(graph: Graph) -> tuple[int, int]:
     return merged, dropped
 
 
+def _same_dynamic_shape(graph: Graph, op, source: int) -> bool:
+    """A RESHAPE whose constant new shape is its input's signature with one
+    unknown dim (-1 in both places): the output has the input's shape
+    whatever that dim is at run time (a dynamic batch's no-op reshapes)."""
+    if graph.builtin(op) != OP.RESHAPE or len(op.inputs) < 2:
+        return False
+    shape = int(op.inputs[1])
+    if shape < 0 or not graph.is_constant(shape):
+        return False
+    signature = graph.signature(source)
+    wanted = [int(d) for d in graph.constant(shape).reshape(-1)]
+    return wanted == signature and signature.count(-1) == 1
+
+
 def remove_identity_reshapes(graph: Graph) -> tuple[int, int]:
     """A RESHAPE (or SQUEEZE) to its input's own shape is dropped; a reshape
     of a reshape reads the first one's input.  Returns (dropped, merged)."""
@@ -86,7 +100,7 @@ def remove_identity_reshapes(graph: Graph) -> tuple[int, int]:
             merged += 1
         static = graph.is_static(source) and graph.is_static(out)
         if (
-            static
+            (static or _same_dynamic_shape(graph, op, source))
             and graph.shape(source) == graph.shape(out)
             and graph.tensor(source).type == graph.tensor(out).type
             and graph.replace_tensor(out, source)

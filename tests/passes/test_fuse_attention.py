@@ -207,3 +207,20 @@ def test_near_misses_are_left_alone_with_the_reason():
     text = "\n".join(result.report.line("fuse_attention").notes)
     assert "SOFTMAX over an axis other than the keys" in text
     assert "masked scores set to -100:" in text
+
+
+def test_keras_transformer_with_a_dynamic_batch():
+    """The default keras.Input (batch unknown until run time): the
+    converter's no-op RESHAPEs of the scores and P.V's result (new shape
+    [-1, H, S, S]) go in cleanup and the attention fuses; outputs equal at
+    batch 1 and 3 on all three runtimes."""
+    x = keras.Input((16, 32))
+    y = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)(x, x)
+    model = keras.Model(x, keras.layers.LayerNormalization()(y + x))
+    randomize(model)
+    original = convert_keras(model)
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    assert len(custom_ops(result.model, ATTENTION)) == 1, result.report.line("fuse").notes
+    rng = np.random.default_rng(0)
+    runs = [[rng.standard_normal((b, 16, 32)).astype(np.float32)] for b in (1, 3)]
+    assert_same_outputs(original, result.model, runs=runs)
