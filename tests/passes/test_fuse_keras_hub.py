@@ -73,6 +73,52 @@ def vit() -> keras.Model:
     return model
 
 
+def image_model(backbone: keras.Model) -> keras.Model:
+    """An image backbone over a batch of 2 32x32 images, random weights."""
+    image = keras.Input((32, 32, 3), batch_size=2)
+    outputs = backbone(image)
+    model = keras.Model(image, list(outputs.values()) if isinstance(outputs, dict) else outputs)
+    randomize(model)
+    return model
+
+
+def siglip() -> keras.Model:
+    """SigLIP's vision encoder: ViT blocks and the multi-head attention
+    pooling head, whose one learned query attends over the patches (its
+    result is not transposed back: the op gets a reshape after it)."""
+    keras.utils.set_random_seed(0)
+    return image_model(
+        keras_hub.models.SigLIPVisionEncoder(
+            patch_size=8,
+            hidden_dim=32,
+            num_layers=LAYERS,
+            num_heads=2,
+            intermediate_dim=64,
+            image_shape=(32, 32, 3),
+        )
+    )
+
+
+def mit() -> keras.Model:
+    """MiT (SegFormer's encoder): efficient attention whose keys and values
+    come from a strided convolution of the tokens, a one-head first stage
+    (its result is not transposed back: the op gets a reshape after it)."""
+    keras.utils.set_random_seed(0)
+    return image_model(
+        keras_hub.models.MiTBackbone(
+            layerwise_depths=[1, 1],
+            num_layers=2,
+            layerwise_num_heads=[1, 2],
+            layerwise_sr_ratios=[2, 1],
+            max_drop_path_rate=0.0,
+            layerwise_patch_sizes=[7, 3],
+            layerwise_strides=[4, 2],
+            hidden_dims=[16, 32],
+            image_shape=(32, 32, 3),
+        )
+    )
+
+
 def token_inputs(model: bytes) -> list[list[np.ndarray]]:
     """Two sequences: the first with its last quarter padded, the second
     all padding (every key masked: the rows Keras zeroes); in the model's
@@ -158,6 +204,24 @@ FAMILIES = {
     ),
     "vit": Family(
         vit, {LN: 2 * LAYERS + 1, ATTENTION: LAYERS}, ("SOFTMAX", "MEAN"), (), tokens=False
+    ),
+    # Two blocks, the final norm, and the pooling head (its own norm and
+    # one attention).
+    "siglip": Family(
+        siglip,
+        {LN: 2 * LAYERS + 2, ATTENTION: LAYERS + 1},
+        ("SOFTMAX", "BATCH_MATMUL", "MEAN"),
+        ("no mask",),
+        tokens=False,
+    ),
+    # Per stage: the patch embedding's norm, two in the block, the
+    # reduction's norm where keys are downsampled (stage 1), the stage norm.
+    "mit": Family(
+        mit,
+        {LN: 9, ATTENTION: 2},
+        ("SOFTMAX", "BATCH_MATMUL", "MEAN"),
+        ("no mask",),
+        tokens=False,
     ),
 }
 CASES = [(name, float16) for name in FAMILIES for float16 in (False, True)]
