@@ -291,3 +291,30 @@ def test_survey_example():
     gpt2 = next(line for line in lines if line.startswith("gpt2"))
     assert "fused {'fusekit_attention': 2, 'fusekit_layer_norm': 5}; SOFTMAX left 0" in gpt2
     assert "near-miss x1: the scores pass through RESHAPE before the SOFTMAX" in proc.stdout
+
+
+def test_smollm3_attention_is_causal_with_the_padding_mask():
+    """SmolLM3 (grouped-query, rotary written with slices): its merged
+    causal + padding mask becomes causal=True and the padding as the bool
+    mask, as in the other decoders, not one full [Sq, Skv] mask."""
+    build = text_backbone(
+        keras_hub.models.SmolLM3Backbone,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attention_bias=False,
+        attention_dropout=0.0,
+        rope_layer_enabled_list=[True] * LAYERS,
+        layer_types=["attention"] * LAYERS,
+        mlp_bias=False,
+        layer_norm_epsilon=1e-6,
+        max_position_embeddings=64,
+        rope_theta=10000.0,
+        partial_rotary_factor=1.0,
+    )
+    original = convert_keras(build())
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    line = result.report.line("fuse")
+    attention = [c for c in line.changes if c.startswith(ATTENTION)]
+    assert len(attention) == LAYERS, line.notes
+    assert all(t in c for c in attention for t in CAUSAL_PADDING), attention
+    assert_same_outputs(original, result.model, runs=token_inputs(original))
