@@ -224,3 +224,22 @@ def test_keras_transformer_with_a_dynamic_batch():
     rng = np.random.default_rng(0)
     runs = [[rng.standard_normal((b, 16, 32)).astype(np.float32)] for b in (1, 3)]
     assert_same_outputs(original, result.model, runs=runs)
+
+
+def test_softmax_of_two_activations_is_never_left_silently():
+    """A SOFTMAX over q.k^T whose probabilities are not multiplied by v gets
+    a note; a classifier's SOFTMAX after a dense layer gets none."""
+
+    w = tf.constant(np.random.default_rng(0).standard_normal((512, 10)), tf.float32)
+
+    @tf.function
+    def odd(q, k):
+        scores = tf.matmul(q, k, transpose_b=True)
+        logits = tf.matmul(tf.reshape(q, [2, -1]), w)
+        return tf.reduce_sum(tf.nn.softmax(scores), axis=-1), tf.nn.softmax(logits)
+
+    specs = [tf.TensorSpec([2, 4, 16, 8])] * 2
+    original = convert_function(odd, *specs)
+    result = fusekit.optimize(original, passes=["fuse_attention"])
+    (note,) = result.report.line("fuse_attention").notes
+    assert "a matmul of two activations, but not in a form of attention" in note

@@ -8,21 +8,31 @@ MultiHeadAttention's einsums, ``tf.matmul`` code)::
     p  = SOFTMAX(s)         (or SELECT_V2(keep, p, 0): masked rows zeroed)
     o  = BATCH_MATMUL(p, TRANSPOSE(v, [0,2,1,3])) -> TRANSPOSE(o, [0,2,1,3])
 
-q, k and v made heads-first another way (Swin unstacks them from one qkv
-tensor) are read as they are; the op gets their [B, S, H, D] transposes.
-k and v repeated for grouped-query attention (RESHAPE/TILE/RESHAPE, as
-keras-hub's decoders write ``repeat``) are read before the repeat: the
-kernel maps query head h to kv head h // G itself.  The grouped form
+q, k and v are traced to their sources (fusion/attention_operands.py):
+through scalar MULs (the scale, or sqrt(scale) on q and on k), TRANSPOSEs
+and RESHAPEs that move only unit axes (a decode step's Sq = 1), the torch
+lowering's 3-D matmuls of batch and heads merged ([B*H, S, D] reshapes of
+[B, H, S, D]), and grouped-query repeats of k and v (RESHAPE/TILE/RESHAPE
+after the heads as keras-hub writes ``repeat``; RESHAPE/BROADCAST_TO/RESHAPE
+after the kv heads as torch does): the kernel maps query head h to kv head
+h // G itself.  A source in another layout than [B, S, H, D] (Swin
+unstacks heads-first q, k, v from one tensor; rotary applied heads-first)
+gets a TRANSPOSE before the op.  The grouped form
 (keras-hub's Gemma) keeps the G query heads of a kv head as rows of one
 matmul: q RESHAPE [B,Sq,Hkv,G,D] -> TRANSPOSE [0,2,3,1,4] -> RESHAPE
 [B,Hkv,G*Sq,D], scores and softmax in 5-D [B,Hkv,G,Sq,Skv], and back through
 RESHAPE / TRANSPOSE [0,3,1,2,4] / RESHAPE; one kv head's heads-first
-transposes are reshapes.
+transposes are reshapes.  A result not transposed back to [B, Sq, H, Dv]
+(SigLIP's pooling head, MiT's one-head stage, a decode step) gets a
+TRANSPOSE after the op, or a RESHAPE where that moves only unit axes.
 
 mask: ``SELECT_V2(keep, s, c)`` (Keras: c is -1e9 or the dtype's lowest
 value) or ``ADD(s, mask)`` (times any scale after it), or both -- a bias
 such as ALiBi under a keep-mask, which become one float mask
-``SELECT_V2(keep, bias, fill)``.  A constant ``keep`` becomes ``causal`` (the
+``SELECT_V2(keep, bias, fill)``.  An additive mask computed from
+constants only, of 0 and one negative value (torch's unfolded
+``SELECT_V2(causal, 0, -inf)``), is read as a constant keep-mask with that
+fill.  A constant ``keep`` becomes ``causal`` (the
 bottom-right band), nothing (all true) or a constant mask; a runtime
 ``keep`` becomes the additive mask ``SELECT_V2(keep, 0, M)`` with M = -1e38
 -- or ``keep`` itself as the op's bool mask when the probabilities of masked
@@ -37,7 +47,11 @@ c + 104 -- which is why c must be at most -1e4 (Keras writes -1e9, the
 dtype's lowest value, or float16's -65504 in float16 models; the one
 assumption: no kept attention logit below c + 104).  -inf fills (a fully masked row is NaN
 in TFLite, zeros in the kernel) and anything else the kernel cannot
-reproduce are near-misses with the reason.
+reproduce are near-misses with the reason.  A runtime float mask (added
+to the scores, as torch's exports and hand-written code do) goes to the op
+as it is: the same weights, except in a row whose every key is -inf (NaN
+in TFLite, zeros in the kernel), which only an input without a single
+valid key produces.
 """
 
 from __future__ import annotations
@@ -426,12 +440,17 @@ _QUERY_AXIS = "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
 
 
 def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
-    """A BATCH_MATMUL within ``hops`` operators above ``tensor``: the SOFTMAX
-    is an attention's (worth a near-miss note), not a classifier's."""
+    """A BATCH_MATMUL of two activations within ``hops`` operators above
+    ``tensor``: the SOFTMAX is an attention's (worth a near-miss note), not
+    a classifier's."""
     frontier = [tensor]
     for _ in range(hops):
         ops = [op for t in frontier if (op := graph.producer(t)) is not None]
-        if any(graph.builtin(op) == OP.BATCH_MATMUL for op in ops):
+        if any(
+            graph.builtin(op) == OP.BATCH_MATMUL
+            and not any(graph.is_constant(int(t)) for t in op.inputs[:2])
+            for op in ops
+        ):
             return True
         frontier = [int(t) for op in ops for t in op.inputs if t >= 0]
     return False
@@ -918,7 +937,19 @@ def _split_padding(graph: Graph, match: AttentionMatch, scores: list[int]) -> No
 
 
 def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
-    """An AttentionMatch, a near-miss, or None (not attention)."""
+    """An AttentionMatch, a near-miss, or None (not attention): a SOFTMAX
+    reached from a matmul of two activations is never silently left."""
+    found = _match_attention(graph, softmax)
+    if found is None and _reaches_matmul(graph, int(softmax.inputs[0])):
+        return _miss(
+            "unknown_form",
+            "the SOFTMAX reads a matmul of two activations, but not in a form of "
+            "attention fusekit can prove (see fusion/attention.py for the forms)",
+        )
+    return found
+
+
+def _match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
     beta = float(getattr(softmax.builtinOptions, "beta", 1.0) or 1.0)
     match = AttentionMatch(-1, -1, -1, -1, beta)
     walked = _walk_scores(graph, softmax, match)
