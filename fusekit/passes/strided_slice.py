@@ -18,6 +18,11 @@ from fusekit.passes.graph import OP, OPTIONS, Graph
 
 # The largest rank SLICE and STRIDED_SLICE load with on every runtime.
 MAX_RANK = 5
+_T = schema.TensorType
+# Element types SLICE and GATHER_ND take on every runtime (tflite-runtime
+# 2.14 included).
+SLICE_TYPES = frozenset((_T.FLOAT32, _T.INT8, _T.UINT8, _T.INT16, _T.INT32, _T.INT64, _T.BOOL))
+GATHER_TYPES = SLICE_TYPES - {_T.BOOL}
 
 
 def _bounds(graph: Graph, op: schema.OperatorT) -> tuple[list[int], list[int]] | None:
@@ -181,7 +186,13 @@ def strided_slices_as_slices(graph: Graph) -> int:
                 graph.remove_op(op)
                 done += 1
             continue
+        element = graph.tensor(source).type
+        if element not in SLICE_TYPES or 0 in sizes:
+            # An empty result is left as the converter wrote it.
+            continue
         point = _point_prefix(dims, starts, sizes) if len(dims) > MAX_RANK else None
+        if element not in GATHER_TYPES:
+            point = None
         if point is not None:
             graph.remove_op(op)
             gathered = _gather_point(graph, source, starts, point, output)
