@@ -561,16 +561,23 @@ def _take_bias(
     if scores.stage == _SELECT and scores.grouped:
         return tensor, _miss("grouped_bias", "a bias besides a mask in the grouped form")
     folded = _constant_mask(graph, mask)
-    if folded is not None and not scores.grouped and scores.stage < _SELECT:
+    if (
+        folded is not None
+        and not scores.grouped
+        and scores.stage < _SELECT
+        and match.scale > 0.0
+        and _broadcasts(list(folded.shape), scores.shape)
+    ):
         # A constant mask of 0 and one fill value (torch's unfolded
-        # SELECT_V2(causal, 0, -inf)) is a constant keep-mask.
+        # SELECT_V2(causal, 0, -inf)) is a constant keep-mask; the fill the
+        # softmax sees is scaled by what multiplies the scores after it.
         values = np.unique(folded)
         fill = float(values.min())
         if values.size == 2 and values.max() == 0.0 and fill < 0.0:
             reason = _constant_keep(folded == 0.0, scores.shape[-2], scores.shape[-1], match)
             if reason:
                 return tensor, _miss("constant_mask", reason)
-            scores.constant_fill = fill
+            scores.constant_fill = fill * match.scale
             return tensor, None
     match.mask_reshape = _mask_shape(shape, scores.shape)
     if (
