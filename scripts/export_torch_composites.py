@@ -1,0 +1,117 @@
+"""Exports tiny litert-torch models that carry StableHLO composites, for the
+composite-mapping tests (run with the torch environment's Python; needs
+torch and litert-torch, no downloads: tiny configs, seeded random weights).
+
+Each model is a small decoder block written with litert-torch's own
+high-level-function-boundary layers (``odml.rms_norm``, ``odml.group_norm``
+from its LayerNorm, ``odml.scaled_dot_product_attention``), with a prefill
+and a decode signature over an external KV cache, so the converter writes
+the composites exactly as it does for its generative models.  Written to
+``<out>/<name>.tflite`` with ``<name>.npz`` holding, per signature, the
+inputs and the outputs PyTorch computed.
+
+Usage: python scripts/export_torch_composites.py [out_dir]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import litert_torch
+import numpy as np
+import torch
+from litert_torch.generative.layers import normalization
+from litert_torch.generative.layers import scaled_dot_product_attention as sdpa
+
+DIM, HEADS, KV_HEADS, HEAD_DIM, CACHE = 64, 4, 2, 16, 32
+PREFILL, DECODE = 8, 1
+
+
+class Block(torch.nn.Module):
+    """One decoder block: RMS norm, GQA attention over an external cache
+    (updated with index_copy, the cache as input and output), output
+    projection, residual, LayerNorm."""
+
+    def __init__(self, softcap: float | None = None, layer_norm: bool = True):
+        super().__init__()
+        self.softcap = softcap
+        self.norm = normalization.RMSNorm(DIM, eps=1e-6, enable_hlfb=True)
+        self.q = torch.nn.Linear(DIM, HEADS * HEAD_DIM, bias=False)
+        self.k = torch.nn.Linear(DIM, KV_HEADS * HEAD_DIM, bias=False)
+        self.v = torch.nn.Linear(DIM, KV_HEADS * HEAD_DIM, bias=False)
+        self.o = torch.nn.Linear(HEADS * HEAD_DIM, DIM, bias=False)
+        self.post = normalization.LayerNorm(DIM, eps=1e-5, enable_hlfb=True) if layer_norm else None
+
+    def forward(self, x, k_cache, v_cache, input_pos, mask):
+        b, s, _ = x.shape
+        h = self.norm(x)
+        q = self.q(h).view(b, s, HEADS, HEAD_DIM)
+        k = self.k(h).view(b, s, KV_HEADS, HEAD_DIM)
+        v = self.v(h).view(b, s, KV_HEADS, HEAD_DIM)
+        k_cache = k_cache.index_copy(1, input_pos.long(), k)
+        v_cache = v_cache.index_copy(1, input_pos.long(), v)
+        y = sdpa.scaled_dot_product_attention_with_hlfb(
+            q, k_cache, v_cache, HEAD_DIM, mask=mask, softcap=self.softcap
+        )
+        out = x + self.o(y.reshape(b, s, HEADS * HEAD_DIM))
+        if self.post is not None:
+            out = self.post(out)
+        return out, k_cache, v_cache
+
+
+def _weights(module: torch.nn.Module, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.2 + (1.0 if p.ndim == 1 else 0.0))
+
+
+def _args(seq: int, start: int, seed: int) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, seq, DIM, generator=generator)
+    k_cache = torch.randn(1, CACHE, KV_HEADS, HEAD_DIM, generator=generator) * 0.5
+    v_cache = torch.randn(1, CACHE, KV_HEADS, HEAD_DIM, generator=generator) * 0.5
+    pos = torch.arange(start, start + seq, dtype=torch.int32)
+    # Causal over the cache: query at position p sees keys 0..p.
+    keys = torch.arange(CACHE)[None, :]
+    mask = torch.where(keys <= pos[:, None], 0.0, float("-inf"))[None, None]
+    return x, k_cache, v_cache, pos, mask
+
+
+MODELS = {
+    "block": dict(softcap=None, layer_norm=True),
+    "block_softcap": dict(softcap=30.0, layer_norm=False),
+}
+NAMES = ("x", "k_cache", "v_cache", "input_pos", "mask")
+
+
+def export(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for seed, (name, config) in enumerate(MODELS.items()):
+        model = Block(**config).eval()
+        _weights(model, seed)
+        signatures = {
+            "prefill": _args(PREFILL, 0, 10 + seed),
+            "decode": _args(DECODE, 9, 20 + seed),
+        }
+        converter = None
+        for signature, args in signatures.items():
+            call = litert_torch.signature if converter is None else converter.signature
+            converter = call(signature, model, args)
+        edge = converter.convert()
+        edge.export(str(out_dir / f"{name}.tflite"))
+        arrays = {}
+        with torch.no_grad():
+            for signature, args in signatures.items():
+                outs = model(*args)
+                for key, value in zip(NAMES, args):
+                    arrays[f"{signature}/in/{key}"] = value.numpy()
+                for i, value in enumerate(outs):
+                    arrays[f"{signature}/out/{i}"] = value.numpy()
+        np.savez(out_dir / f"{name}.npz", **arrays)
+        print("wrote", out_dir / f"{name}.tflite")
+
+
+if __name__ == "__main__":
+    export(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/torch/composites"))
