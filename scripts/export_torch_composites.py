@@ -10,7 +10,10 @@ the composites exactly as it does for its generative models.  Written to
 ``<out>/<name>.tflite`` with ``<name>.npz`` holding, per signature, the
 inputs and the outputs PyTorch computed.
 
-Usage: python scripts/export_torch_composites.py [out_dir]
+``--bench`` writes instead the larger models benchmarks/bench_composites.py
+times (several blocks, each with its own cache; not committed).
+
+Usage: python scripts/export_torch_composites.py [--bench] [out_dir]
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ import torch
 from litert_torch.generative.layers import normalization
 from litert_torch.generative.layers import scaled_dot_product_attention as sdpa
 
+# The test fixtures' sizes; --bench sets larger ones (see BENCH).
 DIM, HEADS, KV_HEADS, HEAD_DIM, CACHE = 64, 4, 2, 16, 32
 PREFILL, DECODE = 8, 1
+BENCH = dict(DIM=512, HEADS=8, KV_HEADS=2, HEAD_DIM=64, CACHE=1024, PREFILL=128)
+BENCH_LAYERS = 4
 
 
 class Block(torch.nn.Module):
@@ -58,6 +64,23 @@ class Block(torch.nn.Module):
         if self.post is not None:
             out = self.post(out)
         return out, k_cache, v_cache
+
+
+class Stack(torch.nn.Module):
+    """Blocks in a row, each with its own external cache: inputs x,
+    input_pos, mask, then k and v caches per block; outputs the result and
+    the updated caches."""
+
+    def __init__(self, layers: int):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(layers))
+
+    def forward(self, x, input_pos, mask, *caches):
+        updated = []
+        for i, block in enumerate(self.blocks):
+            x, k, v = block(x, caches[2 * i], caches[2 * i + 1], input_pos, mask)
+            updated += [k, v]
+        return (x, *updated)
 
 
 def _weights(module: torch.nn.Module, seed: int) -> None:
@@ -113,5 +136,32 @@ def export(out_dir: Path) -> None:
         print("wrote", out_dir / f"{name}.tflite")
 
 
+def export_bench(out_dir: Path) -> None:
+    """The benchmark's model: BENCH_LAYERS blocks at the BENCH sizes."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = Stack(BENCH_LAYERS).eval()
+    _weights(model, 7)
+    for block in model.blocks:
+        with torch.no_grad():  # keep the residual stream's scale steady
+            block.o.weight.mul_(0.1)
+    converter = None
+    for signature, (seq, start) in {"prefill": (PREFILL, 0), "decode": (1, PREFILL)}.items():
+        x, _, _, pos, mask = _args(seq, start, 3)
+        caches = []
+        for i in range(BENCH_LAYERS):
+            _, k, v, _, _ = _args(seq, start, 100 + i)
+            caches += [k, v]
+        call = litert_torch.signature if converter is None else converter.signature
+        converter = call(signature, model, (x, pos, mask, *caches))
+    name = f"stack{BENCH_LAYERS}_d{DIM}_l{CACHE}"
+    converter.convert().export(str(out_dir / f"{name}.tflite"))
+    print("wrote", out_dir / f"{name}.tflite")
+
+
 if __name__ == "__main__":
-    export(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/torch/composites"))
+    args = sys.argv[1:]
+    if args and args[0] == "--bench":
+        globals().update(BENCH)
+        export_bench(Path(args[1] if len(args) > 1 else "benchmarks/data/composites"))
+    else:
+        export(Path(args[0] if args else "tests/data/torch/composites"))

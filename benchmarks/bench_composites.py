@@ -1,0 +1,205 @@
+"""litert-torch models with StableHLO composites: plain LiteRT (its default
+XNNPACK delegate, which runs odml.scaled_dot_product_attention as one node
+of its own) against the same model after ``fusekit.optimize`` (the
+composites mapped to fusekit's ops), prefill and decode signatures, 1 and 2
+threads, interleaved medians (benchmarks/suite.time_interleaved).
+
+The models come from ``scripts/export_torch_composites.py --bench DIR``
+(torch and litert-torch; not needed here): each is a stack of decoder
+blocks with an external KV cache per block.  Each signature is prepared
+once (inputs set, tensors allocated) and then only invoked: the cache's
+set_tensor copies, the same for both, are left out.
+
+Usage: python benchmarks/bench_composites.py [--models DIR] [--threads 1 2]
+       [--rounds N] [--out benchmarks/results/composites.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import suite  # noqa: E402
+
+import fusekit  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def signature_feeds(runner: Any, seed: int) -> dict[str, np.ndarray]:
+    """Inputs for one signature: random floats (scaled like the export's),
+    positions 0.. (prefill) or the position after the prefill (decode), and
+    a causal additive mask over the cache for those positions."""
+    rng = np.random.default_rng(seed)
+    details = runner.get_input_details()
+    # Exported as (x, input_pos, mask, caches...): args_1 and args_2.
+    seq = int(details["args_1"]["shape"][0])
+    cache = int(details["args_2"]["shape"][-1])
+    start = 0 if seq > 1 else cache // 8
+    pos = np.arange(start, start + seq, dtype=np.int32)
+    keys = np.arange(cache)[None, :]
+    mask = np.where(keys <= pos[:, None], 0.0, -np.inf).astype(np.float32)[None, None]
+    feeds = {}
+    for name, d in details.items():
+        if name == "args_1":
+            feeds[name] = pos
+        elif name == "args_2":
+            feeds[name] = mask
+        else:
+            feeds[name] = (rng.standard_normal(d["shape"]) * 0.5).astype(np.float32)
+    return feeds
+
+
+def prepared(interp: Any, signature: str, feeds: dict[str, np.ndarray]) -> tuple[Any, dict]:
+    """The signature's invoke with ``feeds`` set once, and its outputs."""
+    runner = interp.get_signature_runner(signature)
+    outputs = {k: np.array(v) for k, v in runner(**feeds).items()}
+    # The runner's own call would copy every input again per call.
+    wrapper, index = runner._interpreter_wrapper, runner._subgraph_index  # noqa: SLF001
+
+    def invoke() -> None:
+        wrapper.Invoke(index)
+
+    return invoke, outputs
+
+
+def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, Any]]:
+    plain = path.read_bytes()
+    result = fusekit.optimize(plain)
+    fused = result.model
+    counts = {k: v for k, v in result.report.ops_after.items() if k.startswith("CUSTOM:")}
+    if "CUSTOM:fusekit_attention" not in counts:
+        raise SystemExit(
+            f"{path.name}: fusekit.optimize mapped no attention composite (is this fusekit "
+            "older than its fuse_composites pass?)"
+        )
+    rows = []
+    for signature in ("prefill", "decode"):
+        for n in threads:
+            a = suite.plain_interpreter(plain, n, "litert")
+            b = fusekit.Interpreter(model_content=fused, num_threads=n)
+            # Control: the plain model through fusekit.Interpreter (same
+            # delegates as the fused one, nothing of fusekit's to run).
+            c = fusekit.Interpreter(model_content=plain, num_threads=n)
+            feeds = signature_feeds(a.get_signature_runner(signature), seed=1)
+            plain_invoke, want = prepared(a, signature, feeds)
+            fused_invoke, got = prepared(b, signature, feeds)
+            control_invoke, _ = prepared(c, signature, feeds)
+            diff = max(float(np.max(np.abs(want[k] - got[k]))) for k in want)
+            scale = max(float(np.max(np.abs(want[k]))) for k in want)
+            timings = suite.time_interleaved(
+                {"plain": plain_invoke, "fused": fused_invoke, "control": control_invoke},
+                rounds=rounds,
+                batch_seconds=0.2,
+            )
+            seq = int(feeds["args_1"].shape[0])
+            plain_us, fused_us = timings["plain"].median_us, timings["fused"].median_us
+            rows.append(
+                {
+                    "model": path.stem,
+                    "signature": signature,
+                    "tokens": seq,
+                    "cache": int(feeds["args_2"].shape[-1]),
+                    "threads": n,
+                    "plain_us": plain_us,
+                    "fused_us": fused_us,
+                    "plain_iqr_us": timings["plain"].iqr_us,
+                    "fused_iqr_us": timings["fused"].iqr_us,
+                    "speedup": plain_us / fused_us,
+                    "tokens_per_s_plain": seq / plain_us * 1e6,
+                    "tokens_per_s_fused": seq / fused_us * 1e6,
+                    "max_abs_diff": diff,
+                    "max_abs_value": scale,
+                    "control_us": timings["control"].median_us,
+                    "fused_ops": counts,
+                    "ops_before": sum(result.report.ops_before.values()),
+                    "ops_after": sum(result.report.ops_after.values()),
+                }
+            )
+            print(
+                f"{path.stem} {signature} threads={n}: plain {plain_us:,.0f} us, "
+                f"fused {fused_us:,.0f} us ({plain_us / fused_us:.2f}x), control "
+                f"{timings['control'].median_us:,.0f} us, max diff {diff:.2g}",
+                flush=True,
+            )
+    return rows
+
+
+def write(out: Path, rows: list[dict[str, Any]], command: str) -> None:
+    lines = [
+        "# litert-torch composites: plain LiteRT (XNNPACK) vs fusekit optimize",
+        "",
+        f"Machine: {suite.cpu_model()}; commit {suite.git_commit()}; ai-edge-litert "
+        f"interpreters; medians of interleaved runs (IQR in brackets).",
+        f"Reproduce: `{command}`.",
+        "",
+        "Models: `scripts/export_torch_composites.py --bench` (litert-torch layers with "
+        "odml.rms_norm, odml.group_norm (LayerNorm), odml.scaled_dot_product_attention; "
+        "each block has its own external KV cache, float32). Plain: the runtime's default "
+        "XNNPACK delegate, which takes the SDPA composite as one node; fused: after "
+        "`fusekit.optimize` (every composite mapped), fusekit's kernels for the fused ops "
+        "and XNNPACK for the rest. Timed: invoke only (inputs set once).",
+        "",
+        "Control: the plain model through `fusekit.Interpreter` (same delegates as the "
+        "fused run, nothing fused): how far the two interpreters differ with equal work.",
+        "",
+        "| model | signature | tokens | cache | threads | plain us | fused us | speedup "
+        "| control us | tokens/s plain | tokens/s fused | max abs diff (max abs value) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['signature']} | {r['tokens']} | {r['cache']} | {r['threads']} "
+            f"| {r['plain_us']:,.0f} ({r['plain_iqr_us']:,.0f}) "
+            f"| {r['fused_us']:,.0f} ({r['fused_iqr_us']:,.0f}) | {r['speedup']:.2f}x "
+            f"| {r['control_us']:,.0f} "
+            f"| {r['tokens_per_s_plain']:,.1f} | {r['tokens_per_s_fused']:,.1f} "
+            f"| {r['max_abs_diff']:.1e} ({r['max_abs_value']:.1f}) |"
+        )
+    if rows:
+        ops = ", ".join(f"{k.removeprefix('CUSTOM:')} {v}" for k, v in rows[0]["fused_ops"].items())
+        lines += [
+            "",
+            f"Fused ops per model: {ops}; operators {rows[0]['ops_before']} -> "
+            f"{rows[0]['ops_after']} (decomposition subgraphs included).",
+        ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, default=HERE / "data" / "composites")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "composites.md")
+    args = parser.parse_args(argv)
+    models = sorted(args.models.glob("*.tflite"))
+    if not models:
+        print(
+            f"no models in {args.models}: make them with `python "
+            f"scripts/export_torch_composites.py --bench {args.models}` (torch environment)",
+            file=sys.stderr,
+        )
+        return 2
+    rows = []
+    for path in models:
+        rows += measure(path, args.threads, args.rounds)
+    command = "python benchmarks/bench_composites.py " + " ".join(
+        ["--threads", *map(str, args.threads), "--rounds", str(args.rounds)]
+    )
+    write(args.out, rows, command)
+    print("wrote", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
