@@ -80,7 +80,10 @@ class ExternalKvCache {
     for (int64_t i = 0; i < position.dim(0); ++i) {
       const int64_t p = static_cast<int64_t>(pos[i]);
       if (p < last) break;
-      FUSEKIT_ENSURE(ctx, p < length, "position[%lld] = %lld is outside the cache [0, %lld)",
+      // -1 passes the "smaller than the one before" test (the runtime's
+      // kernel then writes before the cache): refused here.
+      FUSEKIT_ENSURE(ctx, p >= 0 && p < length,
+                     "position[%lld] = %lld is outside the cache [0, %lld)",
                      static_cast<long long>(i), static_cast<long long>(p),
                      static_cast<long long>(length));
       last = p;

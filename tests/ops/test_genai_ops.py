@@ -217,6 +217,13 @@ def test_external_kv_cache_rejects_positions_outside_the_cache():
     interp = fusekit.Interpreter(model_content=model)
     with pytest.raises(RuntimeError, match="odml.update_external_kv_cache.*outside the cache"):
         run(interp, kv_feeds(16, [3, 16]))
+    # -1 is not smaller than the start (-1): it would be written before the
+    # cache; smaller values end the positions, as in the runtime's kernel.
+    with pytest.raises(RuntimeError, match="position\\[0\\] = -1 is outside the cache"):
+        run(fusekit.Interpreter(model_content=model), kv_feeds(16, [-1, 2]))
+    cache = kv_feeds(16, [-2, 2])
+    out = fusekit_run(model, cache)
+    np.testing.assert_array_equal(out[0], cache[0])
 
 
 def test_external_kv_cache_rejects_batch_2():
