@@ -181,3 +181,48 @@ def test_composite_options_schema_facts():
     second options union."""
     assert OP.STABLEHLO_COMPOSITE == 206
     assert schema.BuiltinOptions2.StableHLOCompositeOptions
+
+
+# litert-torch's own DecoderOnlyModel (tests/data/torch, made by
+# scripts/export_torch_models.py): RMS norms and SDPA as composites, RoPE as
+# plain ops, prefill_16 and decode over an external KV cache.
+DECODER = DATA.parent / "gen_decoder"
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    plain = DECODER.with_suffix(".tflite").read_bytes()
+    return plain, fusekit.optimize(plain)
+
+
+def test_decoder_composites_are_all_mapped(decoder):
+    plain, result = decoder
+    before = op_counts(ModelView(plain).m)
+    after = op_counts(ModelView(result.model).m)
+    assert before["STABLEHLO_COMPOSITE"] == 14 and "STABLEHLO_COMPOSITE" not in after
+    assert after["CUSTOM:fusekit_rms_norm"] == 10 and after["CUSTOM:fusekit_attention"] == 4
+    assert not result.report.line("fuse_composites").notes
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tf"])
+@pytest.mark.parametrize("signature", ["prefill_16", "decode"])
+def test_decoder_outputs_match_plain_and_torch(decoder, runtime, signature):
+    plain, result = decoder
+    with np.load(DECODER.with_suffix(".npz")) as data:
+        arrays = {k: data[k] for k in data.files}
+    feeds = {
+        k.removeprefix(f"{signature}/in/"): v
+        for k, v in arrays.items()
+        if k.startswith(f"{signature}/in/")
+    }
+    outputs = []
+    for model in (plain, result.model):
+        interp = fusekit.Interpreter(model_content=model, runtime=runtime, num_threads=1)
+        out = interp.get_signature_runner(signature)(**feeds)
+        outputs.append({k: np.array(v) for k, v in out.items()})
+    want, got = outputs
+    assert set(got) == {"kv_cache_k_0", "kv_cache_k_1", "kv_cache_v_0", "kv_cache_v_1", "logits"}
+    for name in got:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-4, rtol=0, err_msg=name)
+        torch_out = arrays[f"{signature}/out/{name}"]
+        np.testing.assert_allclose(got[name], torch_out, atol=1e-4, rtol=0, err_msg=name)
