@@ -66,6 +66,22 @@ class Block(torch.nn.Module):
         return out, k_cache, v_cache
 
 
+class ExporterComposites(torch.nn.Module):
+    """A composite of the Hugging Face exporter fusekit leaves alone (its
+    refusal note is tested): odml.rope on a projection shaped [1, HEADS, S,
+    HEAD_DIM]. Inputs x [1, S, DIM], positions [S]."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(DIM, HEADS * HEAD_DIM, bias=False)
+
+    def forward(self, x, positions):
+        from litert_torch.generative.export_hf.experimental.composites import rope
+
+        y = self.proj(x).view(1, x.shape[1], HEADS, HEAD_DIM).transpose(1, 2)
+        return rope.apply_mldrift_compatible_rope(y, positions)
+
+
 class Stack(torch.nn.Module):
     """Blocks in a row, each with its own external cache: inputs x,
     input_pos, mask, then k and v caches per block; outputs the result and
@@ -134,6 +150,20 @@ def export(out_dir: Path) -> None:
                     arrays[f"{signature}/out/{i}"] = value.numpy()
         np.savez(out_dir / f"{name}.npz", **arrays)
         print("wrote", out_dir / f"{name}.tflite")
+    export_exporter_composites(out_dir)
+
+
+def export_exporter_composites(out_dir: Path) -> None:
+    model = ExporterComposites().eval()
+    _weights(model, 5)
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(1, PREFILL, DIM, generator=generator)
+    positions = torch.arange(PREFILL, dtype=torch.int32)
+    litert_torch.convert(model, (x, positions)).export(str(out_dir / "exporter.tflite"))
+    with torch.no_grad():
+        out = model(x, positions)
+    np.savez(out_dir / "exporter.npz", x=x.numpy(), positions=positions.numpy(), out=out.numpy())
+    print("wrote", out_dir / "exporter.tflite")
 
 
 def export_bench(out_dir: Path) -> None:

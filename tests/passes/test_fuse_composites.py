@@ -226,3 +226,18 @@ def test_decoder_outputs_match_plain_and_torch(decoder, runtime, signature):
         np.testing.assert_allclose(got[name], want[name], atol=1e-4, rtol=0, err_msg=name)
         torch_out = arrays[f"{signature}/out/{name}"]
         np.testing.assert_allclose(got[name], torch_out, atol=1e-4, rtol=0, err_msg=name)
+
+
+def test_rope_composite_is_left_with_its_reason():
+    """The Hugging Face exporter's odml.rope computes its cos/sin tables from
+    positions inside the decomposition: no fusekit op reads positions."""
+    plain = model_bytes("exporter")
+    result = fusekit.optimize(plain)
+    assert [name for name, _ in composites(result.model)] == ["odml.rope"]
+    (note,) = result.report.line("fuse_composites").notes
+    assert note.startswith("odml.rope at ") and "cos/sin" in note
+    feeds = arrays("exporter")
+    interp = fusekit.Interpreter(model_content=result.model, num_threads=1)
+    runner = interp.get_signature_runner()
+    out = runner(args_0=feeds["x"], args_1=feeds["positions"])["output_0"]
+    np.testing.assert_allclose(out, feeds["out"], atol=1e-5, rtol=0)
