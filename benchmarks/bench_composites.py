@@ -11,7 +11,7 @@ once (inputs set, tensors allocated) and then only invoked: the cache's
 set_tensor copies, the same for both, are left out.
 
 Usage: python benchmarks/bench_composites.py [--models DIR] [--threads 1 2]
-       [--rounds N] [--out benchmarks/results/composites.md]
+       [--rounds N] [--out benchmarks/results] [--quick]
 """
 
 from __future__ import annotations
@@ -31,28 +31,31 @@ import suite  # noqa: E402
 import fusekit  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+QUICK_MODELS = HERE.parent / "tests" / "data" / "torch" / "composites"
 
 
 def signature_feeds(runner: Any, seed: int) -> dict[str, np.ndarray]:
-    """Inputs for one signature: random floats (scaled like the export's),
-    positions 0.. (prefill) or the position after the prefill (decode), and
-    a causal additive mask over the cache for those positions."""
+    """Inputs for one signature: the int32 input is the positions (0..
+    for a prefill, L/8.. for a decode step), the [1, 1, S, L] float input
+    the causal additive mask over the cache for those positions, every
+    other input random (the caches, the hidden states)."""
     rng = np.random.default_rng(seed)
     details = runner.get_input_details()
-    # Exported as (x, input_pos, mask, caches...): args_1 and args_2.
-    seq = int(details["args_1"]["shape"][0])
-    cache = int(details["args_2"]["shape"][-1])
+    (pos_name,) = [n for n, d in details.items() if d["dtype"] == np.int32]
+    seq = int(details[pos_name]["shape"][0])
+    (mask_name,) = [
+        n
+        for n, d in details.items()
+        if len(d["shape"]) == 4 and list(d["shape"][:3]) == [1, 1, seq] and n != pos_name
+    ]
+    cache = int(details[mask_name]["shape"][-1])
     start = 0 if seq > 1 else cache // 8
     pos = np.arange(start, start + seq, dtype=np.int32)
     keys = np.arange(cache)[None, :]
     mask = np.where(keys <= pos[:, None], 0.0, -np.inf).astype(np.float32)[None, None]
-    feeds = {}
+    feeds = {pos_name: pos, mask_name: mask}
     for name, d in details.items():
-        if name == "args_1":
-            feeds[name] = pos
-        elif name == "args_2":
-            feeds[name] = mask
-        else:
+        if name not in feeds:
             feeds[name] = (rng.standard_normal(d["shape"]) * 0.5).astype(np.float32)
     return feeds
 
@@ -99,14 +102,14 @@ def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, A
                 rounds=rounds,
                 batch_seconds=0.2,
             )
-            seq = int(feeds["args_1"].shape[0])
+            seq = int(next(v for v in feeds.values() if v.dtype == np.int32).shape[0])
             plain_us, fused_us = timings["plain"].median_us, timings["fused"].median_us
             rows.append(
                 {
                     "model": path.stem,
                     "signature": signature,
                     "tokens": seq,
-                    "cache": int(feeds["args_2"].shape[-1]),
+                    "cache": int(max(v.shape[-1] for v in feeds.values() if v.ndim == 4)),
                     "threads": n,
                     "plain_us": plain_us,
                     "fused_us": fused_us,
@@ -180,9 +183,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=HERE / "data" / "composites")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "composites.md")
+    parser.add_argument("--out", type=Path, default=HERE / "results", help="output folder")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: the test fixture, 1 thread, 2 rounds"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.models, args.threads, args.rounds = QUICK_MODELS, [1], 2
     models = sorted(args.models.glob("*.tflite"))
+    if args.quick:
+        models = [args.models / "block.tflite"]
     if not models:
         print(
             f"no models in {args.models}: make them with `python "
@@ -196,8 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python benchmarks/bench_composites.py " + " ".join(
         ["--threads", *map(str, args.threads), "--rounds", str(args.rounds)]
     )
-    write(args.out, rows, command)
-    print("wrote", args.out)
+    write(args.out / "composites.md", rows, "--quick" if args.quick else command)
+    print("wrote", args.out / "composites.md")
     return 0
 
 
