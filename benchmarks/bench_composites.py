@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,25 @@ def prepared(interp: Any, signature: str, feeds: dict[str, np.ndarray]) -> tuple
     return invoke, outputs
 
 
+def cpu_medians(
+    candidates: dict[str, Any], rounds: int, calls: int = 3, seed: int = 1
+) -> dict[str, float]:
+    """Median process CPU time per call (all threads), in microseconds, in
+    shuffled interleaved rounds: on a shared machine this counts the work a
+    call does rather than the time it waited for a core."""
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    rng = np.random.default_rng(seed)
+    names = list(candidates)
+    for _ in range(rounds):
+        for i in rng.permutation(len(names)):
+            fn = candidates[names[i]]
+            for _ in range(calls):
+                start = time.process_time_ns()
+                fn()
+                samples[names[i]].append((time.process_time_ns() - start) / 1e3)
+    return {name: float(np.median(v)) for name, v in samples.items()}
+
+
 def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, Any]]:
     plain = path.read_bytes()
     result = fusekit.optimize(plain)
@@ -102,6 +122,7 @@ def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, A
                 rounds=rounds,
                 batch_seconds=0.2,
             )
+            cpu = cpu_medians({"plain": plain_invoke, "fused": fused_invoke}, rounds)
             seq = int(next(v for v in feeds.values() if v.dtype == np.int32).shape[0])
             plain_us, fused_us = timings["plain"].median_us, timings["fused"].median_us
             rows.append(
@@ -121,6 +142,8 @@ def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, A
                     "max_abs_diff": diff,
                     "max_abs_value": scale,
                     "control_us": timings["control"].median_us,
+                    "plain_cpu_us": cpu["plain"],
+                    "fused_cpu_us": cpu["fused"],
                     "fused_ops": counts,
                     "ops_before": sum(result.report.ops_before.values()),
                     "ops_after": sum(result.report.ops_after.values()),
@@ -129,7 +152,8 @@ def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, A
             print(
                 f"{path.stem} {signature} threads={n}: plain {plain_us:,.0f} us, "
                 f"fused {fused_us:,.0f} us ({plain_us / fused_us:.2f}x), control "
-                f"{timings['control'].median_us:,.0f} us, max diff {diff:.2g}",
+                f"{timings['control'].median_us:,.0f} us; CPU plain {cpu['plain']:,.0f} us, "
+                f"fused {cpu['fused']:,.0f} us; max diff {diff:.2g}",
                 flush=True,
             )
     return rows
@@ -153,16 +177,21 @@ def write(out: Path, rows: list[dict[str, Any]], command: str) -> None:
         "Control: the plain model through `fusekit.Interpreter` (same delegates as the "
         "fused run, nothing fused): how far the two interpreters differ with equal work.",
         "",
+        "CPU us: median process CPU time per call (all threads), in interleaved rounds of "
+        "their own; on a loaded machine it counts the work rather than the wait for a core.",
+        "",
         "| model | signature | tokens | cache | threads | plain us | fused us | speedup "
-        "| control us | tokens/s plain | tokens/s fused | max abs diff (max abs value) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| control us | plain CPU us | fused CPU us | CPU ratio | tokens/s plain "
+        "| tokens/s fused | max abs diff (max abs value) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['signature']} | {r['tokens']} | {r['cache']} | {r['threads']} "
             f"| {r['plain_us']:,.0f} ({r['plain_iqr_us']:,.0f}) "
             f"| {r['fused_us']:,.0f} ({r['fused_iqr_us']:,.0f}) | {r['speedup']:.2f}x "
-            f"| {r['control_us']:,.0f} "
+            f"| {r['control_us']:,.0f} | {r['plain_cpu_us']:,.0f} | {r['fused_cpu_us']:,.0f} "
+            f"| {r['plain_cpu_us'] / r['fused_cpu_us']:.2f}x "
             f"| {r['tokens_per_s_plain']:,.1f} | {r['tokens_per_s_fused']:,.1f} "
             f"| {r['max_abs_diff']:.1e} ({r['max_abs_value']:.1f}) |"
         )
