@@ -82,6 +82,34 @@ class ExporterComposites(torch.nn.Module):
         return rope.apply_mldrift_compatible_rope(y, positions)
 
 
+class ConvGroupNorm(torch.nn.Module):
+    """Conv -> GroupNorm(2 groups) -> SiLU -> Conv on NCHW [1, 4, 6, 10]: with
+    litert-torch's group-norm composite on, its layout pass makes the
+    model NHWC and marks the norm as odml.group_norm {num_groups: 2,
+    channel_axis: 3}."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+        self.norm = torch.nn.GroupNorm(2, 8)
+        self.out = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.out(torch.nn.functional.silu(self.norm(self.conv(x))))
+
+
+def export_group_norm(out_dir: Path) -> None:
+    litert_torch.config.enable_group_norm_composite = True
+    model = ConvGroupNorm().eval()
+    _weights(model, 8)
+    x = torch.randn(1, 4, 6, 10, generator=torch.Generator().manual_seed(9))
+    litert_torch.convert(model, (x,)).export(str(out_dir / "group_norm.tflite"))
+    with torch.no_grad():
+        out = model(x)
+    np.savez(out_dir / "group_norm.npz", x=x.numpy(), out=out.numpy())
+    print("wrote", out_dir / "group_norm.tflite")
+
+
 class Stack(torch.nn.Module):
     """Blocks in a row, each with its own external cache: inputs x,
     input_pos, mask, then k and v caches per block; outputs the result and
@@ -151,6 +179,7 @@ def export(out_dir: Path) -> None:
         np.savez(out_dir / f"{name}.npz", **arrays)
         print("wrote", out_dir / f"{name}.tflite")
     export_exporter_composites(out_dir)
+    export_group_norm(out_dir)
 
 
 def export_exporter_composites(out_dir: Path) -> None:

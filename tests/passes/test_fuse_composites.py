@@ -241,3 +241,21 @@ def test_rope_composite_is_left_with_its_reason():
     runner = interp.get_signature_runner()
     out = runner(args_0=feeds["x"], args_1=feeds["positions"])["output_0"]
     np.testing.assert_allclose(out, feeds["out"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tf"])
+def test_group_norm_composite_with_groups_becomes_fusekit_group_norm(runtime):
+    """litert-torch's layout pass marks a conv net's GroupNorm as
+    odml.group_norm {num_groups: 2, channel_axis: 3} on NHWC [1, 6, 10, 8]."""
+    plain = model_bytes("group_norm")
+    result = fusekit.optimize(plain)
+    assert [a["num_groups"] for _, a in composites(plain)] == [2]
+    counts = op_counts(ModelView(result.model).m)
+    assert counts["CUSTOM:fusekit_group_norm"] == 1 and "STABLEHLO_COMPOSITE" not in counts
+    data = arrays("group_norm")
+    outs = []
+    for model in (plain, result.model):
+        interp = fusekit.Interpreter(model_content=model, runtime=runtime, num_threads=1)
+        outs.append(np.array(interp.get_signature_runner()(args_0=data["x"])["output_0"]))
+    np.testing.assert_allclose(outs[1], outs[0], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(outs[1], data["out"], atol=1e-4, rtol=0)
