@@ -170,6 +170,12 @@ def _attention(graph: Graph, op, attrs: dict) -> Mapping | str:
     return Mapping("fusekit_attention", positions, mapped)
 
 
+# What a note adds: nothing breaks, the composite runs as exported.
+_KEPT = (
+    "; it keeps running as exported (its decomposition, or the delegate's own kernel "
+    "where one takes it, as XNNPACK does odml.scaled_dot_product_attention)"
+)
+
 _UNMAPPED = {
     "odml.sdpa_transposed": (
         "K/V in the exporter's cache layouts with the mask and softcap in the body: "
@@ -240,12 +246,12 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
             attrs = composite_attrs(composite)
             mapping = propose(graph, op, name, attrs)
             if isinstance(mapping, str):
-                options.note(pass_name, f"{name} at {where!r} left as is: {mapping}")
+                options.note(pass_name, f"{name} at {where!r} left as is: {mapping}{_KEPT}")
                 continue
             args = operands(graph, op)
             reference = decomposition_model(graph, composite.decompositionSubgraphIndex, args)
             if isinstance(reference, str):
-                options.note(pass_name, f"{name} at {where!r} left as is: {reference}")
+                options.note(pass_name, f"{name} at {where!r} left as is: {reference}{_KEPT}")
                 continue
             out = int(op.outputs[0])
             fused = fused_model(
@@ -258,7 +264,11 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
             )
             reason = checker.differs(reference, fused, args, mapping.trials)
             if reason:
-                options.note(pass_name, f"{name} at {where!r} not mapped to {mapping.op}: {reason}")
+                options.note(
+                    pass_name,
+                    f"{name} at {where!r} not mapped to {mapping.op}: {reason} (with these "
+                    f"attributes it does not compute what the decomposition does){_KEPT}",
+                )
                 continue
             inputs = [int(op.inputs[p]) if p >= 0 else -1 for p in mapping.positions]
             replace_with_custom(graph, mapping.op, inputs, out, mapping.attrs, [op])
