@@ -259,3 +259,23 @@ def test_group_norm_composite_with_groups_becomes_fusekit_group_norm(runtime):
         outs.append(np.array(interp.get_signature_runner()(args_0=data["x"])["output_0"]))
     np.testing.assert_allclose(outs[1], outs[0], atol=1e-5, rtol=0)
     np.testing.assert_allclose(outs[1], data["out"], atol=1e-4, rtol=0)
+
+
+def test_generation_example():
+    """examples/generate_litert_torch.py: greedy tokens through the fused
+    decoder equal the plain model's."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, str(root / "examples" / "generate_litert_torch.py"), "--tokens", "8"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "fused ops: {'fusekit_attention': 4, 'fusekit_rms_norm': 10}" in proc.stdout
+    assert "composites left: 0" in proc.stdout and "same tokens" in proc.stdout
