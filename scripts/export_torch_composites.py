@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from litert_torch.generative.layers import normalization
 from litert_torch.generative.layers import scaled_dot_product_attention as sdpa
+from litert_torch.hlfb import StableHLOCompositeBuilder
 
 # The test fixtures' sizes; --bench sets larger ones (see BENCH).
 DIM, HEADS, KV_HEADS, HEAD_DIM, CACHE = 64, 4, 2, 16, 32
@@ -80,6 +81,50 @@ class ExporterComposites(torch.nn.Module):
 
         y = self.proj(x).view(1, x.shape[1], HEADS, HEAD_DIM).transpose(1, 2)
         return rope.apply_mldrift_compatible_rope(y, positions)
+
+
+class CausalAttention(torch.nn.Module):
+    """odml.scaled_dot_product_attention marked on q, k, v only, its body
+    causal SDPA (aligned top-left), as litert-torch's Hugging Face speech
+    exporter writes it: queries from x [1, S, DIM], keys and values from
+    memory [1, M, DIM]."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = torch.nn.Linear(DIM, HEADS * HEAD_DIM, bias=False)
+        self.kv = torch.nn.Linear(DIM, 2 * KV_HEADS * HEAD_DIM, bias=False)
+
+    def forward(self, x, memory):
+        q = self.q(x).view(1, x.shape[1], HEADS, HEAD_DIM)
+        k, v = self.kv(memory).view(1, memory.shape[1], 2, KV_HEADS, HEAD_DIM).unbind(2)
+        builder = StableHLOCompositeBuilder(
+            "odml.scaled_dot_product_attention", {"scale": HEAD_DIM**-0.5}
+        )
+        q, k, v = builder.mark_inputs(q, k, v)
+        k = k.repeat_interleave(HEADS // KV_HEADS, dim=2)
+        v = v.repeat_interleave(HEADS // KV_HEADS, dim=2)
+        y = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        ).transpose(1, 2)
+        return builder.mark_outputs(y)
+
+
+def export_causal_attention(out_dir: Path) -> None:
+    """Self-attention (M = S: top-left and bottom-right causality agree) and
+    attention to a longer memory (M > S: they do not)."""
+    model = CausalAttention().eval()
+    _weights(model, 10)
+    generator = torch.Generator().manual_seed(11)
+    for name, memory_len in (("causal_self", PREFILL), ("causal_memory", PREFILL + 4)):
+        x = torch.randn(1, PREFILL, DIM, generator=generator)
+        memory = (
+            x if memory_len == PREFILL else torch.randn(1, memory_len, DIM, generator=generator)
+        )
+        litert_torch.convert(model, (x, memory)).export(str(out_dir / f"{name}.tflite"))
+        with torch.no_grad():
+            out = model(x, memory)
+        np.savez(out_dir / f"{name}.npz", x=x.numpy(), memory=memory.numpy(), out=out.numpy())
+        print("wrote", out_dir / f"{name}.tflite")
 
 
 class ConvGroupNorm(torch.nn.Module):
@@ -180,6 +225,7 @@ def export(out_dir: Path) -> None:
         print("wrote", out_dir / f"{name}.tflite")
     export_exporter_composites(out_dir)
     export_group_norm(out_dir)
+    export_causal_attention(out_dir)
 
 
 def export_exporter_composites(out_dir: Path) -> None:

@@ -279,3 +279,23 @@ def test_generation_example():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "fused ops: {'fusekit_attention': 4, 'fusekit_rms_norm': 10}" in proc.stdout
     assert "composites left: 0" in proc.stdout and "same tokens" in proc.stdout
+
+
+def test_maskless_attention_is_causal_when_its_body_is():
+    """odml.scaled_dot_product_attention on q, k, v alone (causal body):
+    over as many keys as queries fusekit's causal attention is the same;
+    over a longer memory the body is aligned top-left and fusekit's causal
+    bottom-right, so neither candidate holds and it stays, with both
+    reasons."""
+    result = fusekit.optimize(model_bytes("causal_self"))
+    (change,) = [c for c in result.report.line("fuse_composites").changes if "->" in c]
+    assert "fusekit_attention" in change and "causal=True" in change
+    data = arrays("causal_self")
+    interp = fusekit.Interpreter(model_content=result.model, num_threads=1)
+    out = interp.get_signature_runner()(args_0=data["x"], args_1=data["memory"])["output_0"]
+    np.testing.assert_allclose(out, data["out"], atol=1e-5, rtol=0)
+
+    result = fusekit.optimize(model_bytes("causal_memory"))
+    assert [name for name, _ in composites(result.model)] == ["odml.scaled_dot_product_attention"]
+    (note,) = result.report.line("fuse_composites").notes
+    assert "causal=True" in note and "causal=False" in note and "differ by" in note

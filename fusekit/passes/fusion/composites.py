@@ -133,7 +133,7 @@ def _group_norm(graph: Graph, op, attrs: dict) -> Mapping | str:
     return _norm_mapping(graph, op, "group_norm", attrs)
 
 
-def _attention(graph: Graph, op, attrs: dict) -> Mapping | str:
+def _attention(graph: Graph, op, attrs: dict) -> Mapping | list[Mapping] | str:
     logit_cap = attrs.get("logit_cap")
     if logit_cap is not None and logit_cap != 0:
         return (
@@ -165,8 +165,10 @@ def _attention(graph: Graph, op, attrs: dict) -> Mapping | str:
             return "its mask is neither float32 nor bool"
         positions.append(3)
     else:
-        # No mask: the decomposition's SDPA is causal (is_causal).
-        mapped["causal"] = True
+        # No mask: litert-torch's layers make SDPA causal (is_causal), the
+        # Hugging Face exporter passes its own is_causal: the check picks.
+        causal = Mapping("fusekit_attention", positions, {**mapped, "causal": True})
+        return [causal, Mapping("fusekit_attention", positions, mapped)]
     return Mapping("fusekit_attention", positions, mapped)
 
 
@@ -192,8 +194,11 @@ _UNMAPPED = {
 }
 
 
-def propose(graph: Graph, op: schema.OperatorT, name: str, attrs: dict) -> Mapping | str:
-    """The fused op proposed for a composite, or why there is none."""
+def propose(
+    graph: Graph, op: schema.OperatorT, name: str, attrs: dict
+) -> Mapping | list[Mapping] | str:
+    """The fused op proposed for a composite (or candidates, tried in
+    order), or why there is none."""
     if name == "odml.rms_norm":
         return _norm_mapping(graph, op, "rms_norm", attrs)
     if name == "odml.group_norm":
@@ -254,20 +259,26 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
                 options.note(pass_name, f"{name} at {where!r} left as is: {reference}{_KEPT}")
                 continue
             out = int(op.outputs[0])
-            fused = fused_model(
-                mapping.op,
-                args,
-                mapping.positions,
-                mapping.attrs,
-                graph.shape(out),
-                graph.tensor(out).type,
-            )
-            reason = checker.differs(reference, fused, args, mapping.trials)
-            if reason:
+            candidates = mapping if isinstance(mapping, list) else [mapping]
+            reasons = []
+            for mapping in candidates:
+                fused = fused_model(
+                    mapping.op,
+                    args,
+                    mapping.positions,
+                    mapping.attrs,
+                    graph.shape(out),
+                    graph.tensor(out).type,
+                )
+                reason = checker.differs(reference, fused, args, mapping.trials)
+                if not reason:
+                    break
+                reasons.append(f"{mapping.op} ({_shown(mapping.attrs)}): {reason}")
+            else:
                 options.note(
                     pass_name,
-                    f"{name} at {where!r} not mapped to {mapping.op}: {reason} (with these "
-                    f"attributes it does not compute what the decomposition does){_KEPT}",
+                    f"{name} at {where!r} not mapped: {'; '.join(reasons)} (the fused op with "
+                    f"these attributes does not compute what the decomposition does){_KEPT}",
                 )
                 continue
             inputs = [int(op.inputs[p]) if p >= 0 else -1 for p in mapping.positions]
