@@ -25,7 +25,7 @@ from fusekit.errors import (
     RuntimeNotAvailableError,
     RuntimeTooOldError,
 )
-from fusekit.generation import DecodeLoop
+from fusekit.generation import DecodeLoop, DecodeLoopError
 from fusekit.run.delegate import load_delegate
 from fusekit.run.interpreter import Interpreter
 from fusekit.run.plugin import kernel_names, library_path, simd_target
@@ -65,6 +65,7 @@ __all__ = [
     "ConversionError",
     "ConversionResult",
     "DecodeLoop",
+    "DecodeLoopError",
     "FusekitError",
     "Interpreter",
     "InvalidModelError",
