@@ -67,7 +67,9 @@ def build_lm(config: LlamaConfig, seed: int = 0) -> object:
     return lm
 
 
-def export_generation_model(lm: object, config: LlamaConfig, prompt_width: int, cache_len: int) -> bytes:
+def export_generation_model(
+    lm: object, config: LlamaConfig, prompt_width: int, cache_len: int
+) -> bytes:
     """One TFLite model with ``prefill`` (tokens [1, prompt_width]) and
     ``decode`` (token [1, 1], index []) signatures, both with the cache
     [1, layers, 2, cache_len, kv_heads, head_dim] in and out."""
@@ -91,7 +93,9 @@ def export_generation_model(lm: object, config: LlamaConfig, prompt_width: int, 
     archive = keras.export.ExportArchive()
     archive.track(lm)
     archive.add_endpoint(
-        "prefill", prefill, input_signature=[tf.TensorSpec((1, prompt_width), tf.int32, name="tokens"), cache_spec]
+        "prefill",
+        prefill,
+        input_signature=[tf.TensorSpec((1, prompt_width), tf.int32, name="tokens"), cache_spec],
     )
     archive.add_endpoint(
         "decode",
@@ -104,7 +108,9 @@ def export_generation_model(lm: object, config: LlamaConfig, prompt_width: int, 
     )
     with tempfile.TemporaryDirectory() as folder:
         archive.write_out(folder, verbose=False)
-        converter = tf.lite.TFLiteConverter.from_saved_model(folder, signature_keys=["prefill", "decode"])
+        converter = tf.lite.TFLiteConverter.from_saved_model(
+            folder, signature_keys=["prefill", "decode"]
+        )
         return converter.convert()
 
 
@@ -122,7 +128,9 @@ def keras_generate(lm: object, prompt: list[int], count: int) -> list[int]:
     return [int(t) for t in np.asarray(out["token_ids"])[0, len(prompt) :]]
 
 
-def tflite_generate(model: bytes, prompt: list[int], count: int, threads: int = 1) -> tuple[list[int], float]:
+def tflite_generate(
+    model: bytes, prompt: list[int], count: int, threads: int = 1
+) -> tuple[list[int], float]:
     """Greedy tokens from the TFLite model through ``fusekit.DecodeLoop``
     (prefill, then a decode step per token) and the seconds per decode step."""
     import fusekit
@@ -138,7 +146,9 @@ def tflite_generate(model: bytes, prompt: list[int], count: int, threads: int = 
     generated = [int(np.argmax(logits[0, len(prompt) - 1]))]
     start = time.perf_counter()
     for position in range(len(prompt), len(prompt) + count - 1):
-        out = loop.step(position, token=np.array([[generated[-1]]], np.int32), index=np.int32(position))
+        out = loop.step(
+            position, token=np.array([[generated[-1]]], np.int32), index=np.int32(position)
+        )
         generated.append(int(np.argmax(out["logits"][0, -1])))
     return generated, (time.perf_counter() - start) / max(count - 1, 1)
 
@@ -155,9 +165,13 @@ def main() -> None:
     prompt = [1, 17, 42, 7, 99, 3, 58, 23]
     lm = build_lm(config)
     want = keras_generate(lm, prompt, args.tokens)
-    plain = export_generation_model(lm, config, prompt_width=16, cache_len=len(prompt) + args.tokens)
+    plain = export_generation_model(
+        lm, config, prompt_width=16, cache_len=len(prompt) + args.tokens
+    )
     result = fusekit.optimize(plain)
-    fused = {k.removeprefix("CUSTOM:"): n for k, n in result.report.ops_after.items() if "fusekit_" in k}
+    fused = {
+        k.removeprefix("CUSTOM:"): n for k, n in result.report.ops_after.items() if "fusekit_" in k
+    }
     print(f"fused ops: {fused}")
     got, seconds = tflite_generate(result.model, prompt, args.tokens, args.threads)
     print("keras  :", want)

@@ -32,7 +32,10 @@ def _reference(model: bytes, runtime: str, count: int) -> tuple[list[int], dict[
     """The plain loop: every cache through the signature runners' outputs
     and inputs (get_tensor / set_tensor)."""
     interp = fusekit.Interpreter(model_content=model, runtime=runtime, num_threads=1)
-    prefill, decode = interp.get_signature_runner("prefill_16"), interp.get_signature_runner("decode")
+    prefill, decode = (
+        interp.get_signature_runner("prefill_16"),
+        interp.get_signature_runner("decode"),
+    )
     details = prefill.get_input_details()
     cache = {n: np.zeros(d["shape"], d["dtype"]) for n, d in details.items() if n.startswith("kv_")}
     tokens = np.zeros((1, 16), np.int32)
@@ -82,7 +85,9 @@ def test_decode_loop_refuses_a_wrong_position_axis(fused_decoder: bytes) -> None
     loop = fusekit.DecodeLoop(interp, prefill="prefill_16", position_axis=2)
     tokens = np.zeros((1, 16), np.int32)
     loop.prefill(tokens=tokens, input_pos=np.arange(16, dtype=np.int32))
-    with pytest.raises(DecodeLoopError, match="changed cache 'kv_cache_[kv]_[01]' outside position 1 on axis 2"):
+    with pytest.raises(
+        DecodeLoopError, match="changed cache 'kv_cache_[kv]_[01]' outside position 1 on axis 2"
+    ):
         loop.step(1, **_feed_inputs(20, 7))
 
 
@@ -91,7 +96,9 @@ def test_decode_loop_refuses_bad_calls(fused_decoder: bytes) -> None:
     with pytest.raises(DecodeLoopError, match="no signature 'prefill'"):
         fusekit.DecodeLoop(interp)
     loop = fusekit.DecodeLoop(interp, prefill="prefill_16")
-    with pytest.raises(DecodeLoopError, match=r"takes \['input_pos', 'tokens'\] besides the caches"):
+    with pytest.raises(
+        DecodeLoopError, match=r"takes \['input_pos', 'tokens'\] besides the caches"
+    ):
         loop.step(3, tokens=np.zeros((1, 1), np.int32))
     with pytest.raises(DecodeLoopError, match="input 'tokens': shape \\(1, 2\\)"):
         loop.step(3, tokens=np.zeros((1, 2), np.int32), input_pos=np.array([3], np.int32))
@@ -112,5 +119,8 @@ def test_generate_example_equals_keras() -> None:
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "fused ops: {'fusekit_attention': 4, 'fusekit_rms_norm': 10, 'fusekit_rotary_embedding': 8}" in proc.stdout
+    assert (
+        "fused ops: {'fusekit_attention': 4, 'fusekit_rms_norm': 10, 'fusekit_rotary_embedding': 8}"
+        in proc.stdout
+    )
     assert "same 32 tokens" in proc.stdout
