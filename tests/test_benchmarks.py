@@ -163,3 +163,16 @@ def test_fusion_benchmark_quick_run(tmp_path):
     for row in rows.values():
         assert row["max_abs_diff"] < 1e-4, row
         assert row["median_ms"]["plain"] > 0 and row["median_ms"]["optimized"] > 0
+
+
+def test_decode_loop_benchmark_quick_run(tmp_path):
+    """bench_decode_loop.py --quick: bytes written per step counted (the
+    functional cache's operators, get/set vs DecodeLoop's rows) and every
+    way of carrying the cache timed."""
+    payload = run_quick("bench_decode_loop.py", tmp_path, "decode_loop.json", "decode_loop.md")
+    (row,) = payload["rows"]
+    assert row["python_bytes_written"]["get/set"] == 2 * row["cache_bytes"]
+    # One position of the [1, 2, 2, 64, 2, 16] cache.
+    assert row["python_bytes_written"]["DecodeLoop"] == row["cache_bytes"] // 64
+    assert row["model_bytes_written"]["cache_moves"] >= 3 * row["cache_bytes"]
+    assert set(row["cpu_median_us"]) == {"invoke", "get/set", "runner", "DecodeLoop", "cache get+set"}
