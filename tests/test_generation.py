@@ -3,6 +3,7 @@ one interpreter, the cache kept in the decode step's input buffer."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -106,6 +107,32 @@ def test_decode_loop_refuses_bad_calls(fused_decoder: bytes) -> None:
         loop.step(32, **_feed_inputs(31, 1))
     with pytest.raises(DecodeLoopError, match="no axis 4"):
         fusekit.DecodeLoop(interp, prefill=None, position_axis=4)
+
+
+def test_decode_loop_on_tflite_runtime(fused_decoder: bytes, tmp_path: Path) -> None:
+    """On tflite-runtime (its own venv): the same tokens as the copying loop
+    and the same cache bits, and the same tokens as ai-edge-litert."""
+    from runtimes import tflite_runtime_python
+
+    model = tmp_path / "decoder.tflite"
+    model.write_bytes(fused_decoder)
+    proc = subprocess.run(
+        [
+            str(tflite_runtime_python()),
+            str(ROOT / "tests" / "decode_loop_worker.py"),
+            str(model),
+            "12",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["decode_loop"] == result["copying"]
+    assert result["same_cache"]
+    assert result["decode_loop"] == _reference(fused_decoder, "litert", 12)[0]
 
 
 def test_generate_example_equals_keras() -> None:
