@@ -61,9 +61,12 @@ def build_lm(config: LlamaConfig, seed: int = 0) -> object:
     )
     lm = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
     # Random weights of a moderate scale: the default init's unit norms give
-    # nearly uniform logits, where greedy choices hinge on rounding.
+    # nearly uniform logits, where greedy choices hinge on rounding; scaled
+    # with the width so a wider model does not saturate into repeating one
+    # or two tokens (which would make the comparison weak).
     rng = np.random.default_rng(seed)
-    lm.set_weights([rng.uniform(-0.2, 0.2, w.shape).astype(w.dtype) for w in lm.get_weights()])
+    scale = 0.2 * (64 / config.hidden) ** 0.5
+    lm.set_weights([rng.uniform(-scale, scale, w.shape).astype(w.dtype) for w in lm.get_weights()])
     return lm
 
 
