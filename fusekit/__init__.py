@@ -25,6 +25,7 @@ from fusekit.errors import (
     RuntimeNotAvailableError,
     RuntimeTooOldError,
 )
+from fusekit.generation import DecodeLoop, DecodeLoopError
 from fusekit.run.delegate import load_delegate
 from fusekit.run.interpreter import Interpreter
 from fusekit.run.plugin import kernel_names, library_path, simd_target
@@ -63,6 +64,8 @@ __all__ = [
     "CompositeDefinitionError",
     "ConversionError",
     "ConversionResult",
+    "DecodeLoop",
+    "DecodeLoopError",
     "FusekitError",
     "Interpreter",
     "InvalidModelError",

@@ -175,3 +175,17 @@ def test_generate_benchmark_quick_run(tmp_path):
     }
     assert row["max_abs_diff"] < 1e-4
     assert all(row["median_ms"][v] > 0 for v in ("plain", "optimized", "floor"))
+
+
+def test_decode_loop_benchmark_quick_run(tmp_path):
+    """bench_decode_loop.py --quick: bytes written per step counted (the
+    functional cache's operators, get/set vs DecodeLoop's rows) and every
+    way of carrying the cache timed."""
+    payload = run_quick("bench_decode_loop.py", tmp_path, "decode_loop.json", "decode_loop.md")
+    (row,) = payload["rows"]
+    assert row["python_bytes_written"]["get/set"] == 2 * row["cache_bytes"]
+    # One position of the [1, 2, 2, 64, 2, 16] cache.
+    assert row["python_bytes_written"]["DecodeLoop"] == row["cache_bytes"] // 64
+    assert row["model_bytes_written"]["cache_moves"] >= 3 * row["cache_bytes"]
+    timed = {"invoke", "get/set", "runner", "DecodeLoop", "cache get+set"}
+    assert set(row["cpu_median_us"]) == timed

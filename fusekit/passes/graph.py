@@ -110,6 +110,11 @@ class ModelView:
                 self._graphs[index] = Graph(self, index)
             yield self._graphs[index]
 
+    def forget_graphs(self) -> None:
+        """Drops the cached subgraph views (after subgraphs were removed or
+        renumbered: ``graphs()`` builds fresh ones)."""
+        self._graphs = {}
+
     def builtin(self, op: schema.OperatorT) -> int:
         return builtin_code(self.m.operatorCodes[op.opcodeIndex])
 

@@ -1,0 +1,238 @@
+"""Prefill then decode steps on one interpreter, the KV cache kept in the
+decode step's own input buffers.
+
+A TFLite decode step with a functional cache takes the whole cache as an
+input and returns the updated cache as an output.  The usual Python loop
+carries it over with ``get_tensor`` (a new array: one copy of the cache) and
+``set_tensor`` (a second copy) per token.  :class:`DecodeLoop` instead writes
+into the interpreter's input buffer through a numpy view, and only the
+positions the step wrote: a step whose cache output differs from its cache
+input only at its own position moves one row per cache (a few KB), not the
+cache.  That property is checked on the first step of every generation, so a
+model for which it does not hold is refused instead of decoded wrongly.
+
+Runtime side: no TensorFlow import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fusekit.errors import FusekitError
+
+
+class DecodeLoopError(FusekitError, ValueError):
+    """A model or a call that :class:`DecodeLoop` cannot run exactly."""
+
+
+@dataclass(frozen=True)
+class _Signature:
+    key: str
+    subgraph: int
+    inputs: dict[str, int]
+    outputs: dict[str, int]
+
+
+def _signature(interp: Any, key: str) -> _Signature:
+    signatures = interp.get_signature_list()
+    if key not in signatures:
+        raise DecodeLoopError(f"the model has no signature {key!r} (it has {sorted(signatures)})")
+    runner = interp.get_signature_runner(key)
+    inputs = {name: int(d["index"]) for name, d in runner.get_input_details().items()}
+    outputs = {name: int(d["index"]) for name, d in runner.get_output_details().items()}
+    subgraph = int(interp._interpreter.GetSubgraphIndexFromSignature(key))
+    return _Signature(key, subgraph, inputs, outputs)
+
+
+class DecodeLoop:
+    """Runs a model's prefill and decode signatures with the KV cache kept
+    in the decode signature's input buffers.
+
+    Args:
+      interpreter: a ``fusekit.Interpreter`` (or any ai-edge-litert,
+        ``tf.lite`` or tflite-runtime Interpreter) of a model with a decode
+        signature and optionally a prefill signature.
+      decode: the decode signature's key.
+      prefill: the prefill signature's key, or None (then the cache starts
+        as zeros, or as set with :meth:`set_cache`).
+      position_axis: the cache axis that indexes positions, one int for
+        every cache or a mapping from cache name to axis (litert-torch's
+        Hugging Face exporter keeps V as [B, KV, H, S] beside K as
+        [B, KV, S, H]).
+      caches: the cache names: each is both an input and an output of the
+        decode signature.  None: every name that is both.
+
+    Raises:
+      DecodeLoopError: a signature is missing, a cache name is not both an
+        input and an output of decode (and of prefill, when given), or a
+        cache's shape or type differs between them.
+    """
+
+    def __init__(
+        self,
+        interpreter: Any,
+        decode: str = "decode",
+        prefill: str | None = "prefill",
+        position_axis: int | Mapping[str, int] = 1,
+        caches: list[str] | None = None,
+    ) -> None:
+        self._interp = interpreter
+        # Before any signature runner exists: the runtime's allocate_tensors
+        # refuses to run while other objects hold its wrapper.
+        interpreter.allocate_tensors()
+        self._decode = _signature(interpreter, decode)
+        self._prefill = None if prefill is None else _signature(interpreter, prefill)
+        if caches is None:
+            caches = [n for n in self._decode.inputs if n in self._decode.outputs]
+        if not caches:
+            raise DecodeLoopError(
+                f"signature {decode!r} has no cache: no name is both an input and an output"
+            )
+        self.caches = list(caches)
+        for sig in (self._decode, self._prefill):
+            if sig is None:
+                continue
+            missing = [n for n in self.caches if n not in sig.inputs or n not in sig.outputs]
+            if missing:
+                raise DecodeLoopError(
+                    f"signature {sig.key!r}: caches {missing} are not both inputs and outputs"
+                )
+        wrapper = interpreter._interpreter
+        for sig in (self._decode, self._prefill):
+            if sig is not None:
+                wrapper.AllocateTensors(sig.subgraph)
+        self._axis: dict[str, int] = {}
+        for name in self.caches:
+            view = self._view(self._decode, self._decode.inputs[name])
+            axis = position_axis[name] if isinstance(position_axis, Mapping) else position_axis
+            if not -view.ndim <= axis < view.ndim:
+                raise DecodeLoopError(f"cache {name!r} {view.shape}: no axis {axis}")
+            self._axis[name] = axis % view.ndim
+            for sig, role in ((self._decode, "outputs"), (self._prefill, "inputs")):
+                if sig is None:
+                    continue
+                other = self._view(sig, getattr(sig, role)[name])
+                if other.shape != view.shape or other.dtype != view.dtype:
+                    raise DecodeLoopError(
+                        f"cache {name!r}: {sig.key} {role[:-1]} is {other.dtype}{other.shape}, "
+                        f"decode input is {view.dtype}{view.shape}"
+                    )
+        self._checked = False
+
+    # Views are taken afresh for every call: a resize or allocation by the
+    # caller may move the buffers, and the runtime's own calls refuse to run
+    # while Python holds views.
+    def _view(self, sig: _Signature, index: int) -> np.ndarray:
+        return self._interp._interpreter.tensor(self._interp, index, sig.subgraph)
+
+    def _feed(self, sig: _Signature, inputs: Mapping[str, Any]) -> None:
+        expected = set(sig.inputs) - set(self.caches)
+        if set(inputs) != expected:
+            raise DecodeLoopError(
+                f"signature {sig.key!r} takes {sorted(expected)} besides the caches, "
+                f"got {sorted(inputs)}"
+            )
+        wrapper = self._interp._interpreter
+        for name, value in inputs.items():
+            view = self._view(sig, sig.inputs[name])
+            value = np.asarray(value)
+            if value.shape != np.shape(view):
+                raise DecodeLoopError(
+                    f"signature {sig.key!r} input {name!r}: shape {value.shape}, "
+                    f"the model takes {np.shape(view)}"
+                )
+            if isinstance(view, np.ndarray) and view.ndim:
+                view[...] = value
+            else:
+                # A 0-d tensor comes back as a numpy scalar, not a view.
+                wrapper.SetTensor(sig.inputs[name], value.astype(view.dtype), sig.subgraph)
+
+    def _results(self, sig: _Signature) -> dict[str, np.ndarray]:
+        return {
+            name: np.array(self._view(sig, index))
+            for name, index in sig.outputs.items()
+            if name not in self.caches
+        }
+
+    def prefill(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Runs the prefill signature from an empty (zero) cache and makes
+        its cache the decode step's; returns the other outputs (copies)."""
+        sig = self._prefill
+        if sig is None:
+            raise DecodeLoopError("this DecodeLoop has no prefill signature")
+        for name in self.caches:
+            self._view(sig, sig.inputs[name]).fill(0)
+        self._feed(sig, inputs)
+        self._interp._interpreter.Invoke(sig.subgraph)
+        for name in self.caches:
+            target = self._view(self._decode, self._decode.inputs[name])
+            np.copyto(target, self._view(sig, sig.outputs[name]))
+        self._checked = False
+        return self._results(sig)
+
+    def set_cache(self, name: str, value: np.ndarray) -> None:
+        """Sets the decode step's cache ``name`` (e.g. a cache kept from an
+        earlier conversation); the next step checks the model again."""
+        if name not in self.caches:
+            raise DecodeLoopError(f"no cache {name!r} (caches: {self.caches})")
+        np.copyto(self._view(self._decode, self._decode.inputs[name]), value)
+        self._checked = False
+
+    def cache(self, name: str) -> np.ndarray:
+        """A copy of the decode step's current cache ``name``."""
+        return self._view(self._decode, self._decode.inputs[name]).copy()
+
+    def row_bytes(self) -> int:
+        """Bytes :meth:`step` writes into the caches per token (one
+        position of every cache)."""
+        total = 0
+        for name in self.caches:
+            view = self._view(self._decode, self._decode.inputs[name])
+            total += view.nbytes // view.shape[self._axis[name]]
+        return total
+
+    def step(self, position: int, **inputs: Any) -> dict[str, np.ndarray]:
+        """Runs one decode step that writes the cache at ``position``; the
+        caches' rows at ``position`` are then copied from the step's outputs
+        into its inputs, ready for the next step.  Returns the other outputs
+        (copies).
+
+        Raises:
+          DecodeLoopError: an input is missing or misshapen, ``position`` is
+            outside a cache, or (checked on the first step after a prefill or
+            set_cache) the step changed a cache outside ``position``.
+        """
+        sig = self._decode
+        self._feed(sig, inputs)
+        self._interp._interpreter.Invoke(sig.subgraph)
+        for name in self.caches:
+            axis = self._axis[name]
+            source = self._view(sig, sig.outputs[name])
+            target = self._view(sig, sig.inputs[name])
+            if not 0 <= position < target.shape[axis]:
+                raise DecodeLoopError(
+                    f"position {position} is outside cache {name!r} "
+                    f"({target.shape[axis]} positions on axis {axis})"
+                )
+            if not self._checked:
+                self._check(name, source, target, axis, position)
+            row = (slice(None),) * axis + (position,)
+            target[row] = source[row]
+        self._checked = True
+        return self._results(sig)
+
+    @staticmethod
+    def _check(name: str, source: np.ndarray, target: np.ndarray, axis: int, position: int) -> None:
+        outside = np.ones(target.shape[axis], bool)
+        outside[position] = False
+        kept = np.compress(outside, source, axis=axis)
+        if not np.array_equal(kept, np.compress(outside, target, axis=axis), equal_nan=True):
+            raise DecodeLoopError(
+                f"the decode step changed cache {name!r} outside position {position} "
+                f"on axis {axis}: copying one row per token would be wrong (is the "
+                "position axis right, and the position the one the step writes?)"
+            )

@@ -1,0 +1,153 @@
+"""fusekit.DecodeLoop and examples/generate.py: prefill then decode steps on
+one interpreter, the cache kept in the decode step's input buffer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fusekit
+from fusekit.generation import DecodeLoopError
+
+ROOT = Path(__file__).resolve().parent.parent
+DECODER = ROOT / "tests" / "data" / "torch" / "gen_decoder.tflite"
+PROMPT = [3, 14, 15, 92, 65]
+
+
+@pytest.fixture(scope="module")
+def fused_decoder() -> bytes:
+    return fusekit.optimize(DECODER.read_bytes()).model
+
+
+def _feed_inputs(position: int, token: int) -> dict[str, np.ndarray]:
+    return {"tokens": np.array([[token]], np.int32), "input_pos": np.array([position], np.int32)}
+
+
+def _reference(model: bytes, runtime: str, count: int) -> tuple[list[int], dict[str, np.ndarray]]:
+    """The plain loop: every cache through the signature runners' outputs
+    and inputs (get_tensor / set_tensor)."""
+    interp = fusekit.Interpreter(model_content=model, runtime=runtime, num_threads=1)
+    prefill, decode = (
+        interp.get_signature_runner("prefill_16"),
+        interp.get_signature_runner("decode"),
+    )
+    details = prefill.get_input_details()
+    cache = {n: np.zeros(d["shape"], d["dtype"]) for n, d in details.items() if n.startswith("kv_")}
+    tokens = np.zeros((1, 16), np.int32)
+    tokens[0, : len(PROMPT)] = PROMPT
+    out = prefill(tokens=tokens, input_pos=np.arange(16, dtype=np.int32), **cache)
+    generated = [int(np.argmax(out["logits"][0, len(PROMPT) - 1]))]
+    for position in range(len(PROMPT), len(PROMPT) + count - 1):
+        cache = {n: out[n] for n in cache}
+        out = decode(**_feed_inputs(position, generated[-1]), **cache)
+        generated.append(int(np.argmax(out["logits"][0, -1])))
+    return generated, {n: out[n] for n in cache}
+
+
+def _loop_generate(loop: fusekit.DecodeLoop, count: int) -> list[int]:
+    tokens = np.zeros((1, 16), np.int32)
+    tokens[0, : len(PROMPT)] = PROMPT
+    out = loop.prefill(tokens=tokens, input_pos=np.arange(16, dtype=np.int32))
+    generated = [int(np.argmax(out["logits"][0, len(PROMPT) - 1]))]
+    for position in range(len(PROMPT), len(PROMPT) + count - 1):
+        out = loop.step(position, **_feed_inputs(position, generated[-1]))
+        generated.append(int(np.argmax(out["logits"][0, -1])))
+    return generated
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tf"])
+def test_decode_loop_equals_the_copying_loop(fused_decoder: bytes, runtime: str) -> None:
+    """Same tokens and, after the last step, the same cache bits as the loop
+    that copies every cache through get_tensor/set_tensor; a second
+    generation on the same loop starts afresh."""
+    count = 12
+    want, want_cache = _reference(fused_decoder, runtime, count)
+    interp = fusekit.Interpreter(model_content=fused_decoder, runtime=runtime, num_threads=1)
+    loop = fusekit.DecodeLoop(interp, decode="decode", prefill="prefill_16", position_axis=1)
+    assert sorted(loop.caches) == sorted(want_cache)
+    assert _loop_generate(loop, count) == want
+    # The last step's row was copied into the input; the reference's outputs
+    # hold the same cache.
+    for name, value in want_cache.items():
+        np.testing.assert_array_equal(loop.cache(name), value)
+    assert _loop_generate(loop, count) == want
+    # One position of 4 caches of [1, 32, 2, 16] float32.
+    assert loop.row_bytes() == 4 * 2 * 16 * 4
+
+
+def test_decode_loop_refuses_a_wrong_position_axis(fused_decoder: bytes) -> None:
+    interp = fusekit.Interpreter(model_content=fused_decoder, num_threads=1)
+    loop = fusekit.DecodeLoop(interp, prefill="prefill_16", position_axis=2)
+    tokens = np.zeros((1, 16), np.int32)
+    loop.prefill(tokens=tokens, input_pos=np.arange(16, dtype=np.int32))
+    with pytest.raises(
+        DecodeLoopError, match="changed cache 'kv_cache_[kv]_[01]' outside position 1 on axis 2"
+    ):
+        loop.step(1, **_feed_inputs(20, 7))
+
+
+def test_decode_loop_refuses_bad_calls(fused_decoder: bytes) -> None:
+    interp = fusekit.Interpreter(model_content=fused_decoder, num_threads=1)
+    with pytest.raises(DecodeLoopError, match="no signature 'prefill'"):
+        fusekit.DecodeLoop(interp)
+    loop = fusekit.DecodeLoop(interp, prefill="prefill_16")
+    with pytest.raises(
+        DecodeLoopError, match=r"takes \['input_pos', 'tokens'\] besides the caches"
+    ):
+        loop.step(3, tokens=np.zeros((1, 1), np.int32))
+    with pytest.raises(DecodeLoopError, match="input 'tokens': shape \\(1, 2\\)"):
+        loop.step(3, tokens=np.zeros((1, 2), np.int32), input_pos=np.array([3], np.int32))
+    with pytest.raises(DecodeLoopError, match="position 32 is outside cache"):
+        loop.step(32, **_feed_inputs(31, 1))
+    with pytest.raises(DecodeLoopError, match="no axis 4"):
+        fusekit.DecodeLoop(interp, prefill=None, position_axis=4)
+
+
+def test_decode_loop_on_tflite_runtime(fused_decoder: bytes, tmp_path: Path) -> None:
+    """On tflite-runtime (its own venv): the same tokens as the copying loop
+    and the same cache bits, and the same tokens as ai-edge-litert."""
+    from runtimes import tflite_runtime_python
+
+    model = tmp_path / "decoder.tflite"
+    model.write_bytes(fused_decoder)
+    proc = subprocess.run(
+        [
+            str(tflite_runtime_python()),
+            str(ROOT / "tests" / "decode_loop_worker.py"),
+            str(model),
+            "12",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["decode_loop"] == result["copying"]
+    assert result["same_cache"]
+    assert result["decode_loop"] == _reference(fused_decoder, "litert", 12)[0]
+
+
+def test_generate_example_equals_keras() -> None:
+    """examples/generate.py (small Llama, 32 tokens): the fused TFLite
+    model's greedy tokens equal Keras' generate."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "generate.py"), "--small", "--tokens", "32"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (
+        "fused ops: {'fusekit_attention': 4, 'fusekit_rms_norm': 10, 'fusekit_rotary_embedding': 8}"
+        in proc.stdout
+    )
+    assert "same 32 tokens" in proc.stdout
