@@ -17,7 +17,7 @@ from fusekit.passes.registry import PassOptions, get
 
 # What `fusekit optimize` and `fusekit.optimize` run when no passes are
 # named.  Kept in one place: other passes (pattern fusion) may join it.
-DEFAULT_PASSES = ("cleanup", "fuse", "layout", "fold_affine", "space_to_depth")
+DEFAULT_PASSES = ("cleanup", "fuse_quantized", "fuse", "layout", "fold_affine", "space_to_depth")
 MAX_ITERATIONS = 6
 
 
