@@ -160,3 +160,56 @@ def test_float16_zero_epsilon_nan_where_unfused_has_it():
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     keep = ~np.isnan(want)
     np.testing.assert_allclose(got[keep], want[keep], atol=1e-5, rtol=0)
+
+
+# ai-edge-quantizer recipes: float activations (exact: the fused model
+# equals the plain one) and static int8 / int16 activations (fused in float).
+FLOAT_RECIPES = ("dynamic_wi8_afp32", "weight_only_wi8_afp32", "weight_only_wi4_afp32")
+STATIC_RECIPES = ("static_wi8_ai8", "static_wi8_ai16")
+
+
+def quantize_with_recipe(float_model: bytes, keras_model: keras.Model, name: str) -> bytes:
+    from ai_edge_quantizer import quantizer, recipe
+
+    q = quantizer.Quantizer(float_model)
+    q.load_quantization_recipe(getattr(recipe, name)())
+    calibration = None
+    if name.startswith("static"):
+        rng = np.random.default_rng(1)
+        samples = [token_feed(keras_model, rng) for _ in range(8)]
+        calibration = q.calibrate({"serving_default": samples})
+    return bytes(q.quantize(calibration).quantized_model)
+
+
+def float_output(model: bytes, runs) -> np.ndarray:
+    """The first output, dequantized when the model returns it quantized
+    (the quantizer's static recipes do)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    (out,) = run_jobs("litert", [Job(model, runs)])[0].ok()[0][:1]
+    if out.dtype != np.float32:
+        scale, zero = Interpreter(model_content=model).get_output_details()[0]["quantization"]
+        out = (out.astype(np.float32) - zero) * np.float32(scale)
+    return out
+
+
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_ai_edge_quantizer_recipes(name):
+    pytest.importorskip("ai_edge_quantizer")
+    keras_model = FAMILIES[name].build()
+    float_model = convert_keras(keras_model)
+    runs = token_inputs(float_model)
+    feed = dict(zip([d["name"] for d in _details(float_model)], runs[0]))
+    want = np.asarray(keras_model([_by_name(feed, i.name) for i in keras_model.inputs]))
+    for recipe_name in FLOAT_RECIPES + STATIC_RECIPES:
+        original = quantize_with_recipe(float_model, keras_model, recipe_name)
+        result = fusekit.optimize(original)
+        for op, count in FUSED[name].items():
+            assert len(custom_ops(result.model, op)) == count, (recipe_name, op)
+        assert not {"SOFTMAX", "RSQRT"} & set(fusekit.passes.ModelView(result.model).op_counts())
+        plain, fused = float_output(original, runs), float_output(result.model, runs)
+        if recipe_name in FLOAT_RECIPES:
+            np.testing.assert_allclose(fused, plain, atol=1e-4, rtol=0, err_msg=recipe_name)
+        else:
+            plain_error = np.abs(plain - want).mean()
+            assert np.abs(fused - want).mean() < plain_error, recipe_name
