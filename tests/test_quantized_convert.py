@@ -63,17 +63,29 @@ def saved_model(tmp_path_factory):
     return module, str(path)
 
 
-def _largest_scale(model: bytes) -> float:
+def _scales(model: bytes) -> tuple[float, list[float]]:
+    """The largest int8 scale in the model, and the scales of the int8
+    tensors around the fused attention (dequantized q, k, v, mask, and its
+    quantized output)."""
     m = read_model(model)
-    scales = [
-        float(np.max(t.quantization.scale))
-        for t in m.subgraphs[0].tensors
-        if t.type == schema.TensorType.INT8
-        and t.quantization is not None
-        and t.quantization.scale is not None
-        and len(t.quantization.scale)
-    ]
-    return max(scales)
+    graph = m.subgraphs[0]
+
+    def scale(t: int) -> float | None:
+        q = graph.tensors[t].quantization
+        if graph.tensors[t].type != schema.TensorType.INT8 or q is None or q.scale is None:
+            return None
+        return float(np.max(q.scale)) if len(q.scale) else None
+
+    largest = max(s for t in range(len(graph.tensors)) if (s := scale(t)) is not None)
+    custom = [o for o in graph.operators if m.operatorCodes[o.opcodeIndex].customCode]
+    if not custom:
+        return largest, []
+    producers = {int(t): op for op in graph.operators for t in op.outputs}
+    (op,) = custom
+    around = [scale(int(producers[int(t)].inputs[0])) for t in op.inputs]
+    (reader,) = [o for o in graph.operators if int(op.outputs[0]) in o.inputs]
+    around.append(scale(int(reader.outputs[0])))
+    return largest, around
 
 
 def _max_error(model: bytes, module: MaskedAttention) -> float:
@@ -102,9 +114,11 @@ def test_int8_conversion_calibrates_only_the_fused_ops_boundary(saved_model):
     (row,) = fused.report.composites
     assert (row.op, row.fused, row.float_in_quantized) == ("fusekit_attention", 1, 1)
     assert "SOFTMAX" in plain.report.ops_after and "SOFTMAX" not in fused.report.ops_after
-    # The unfused scores carry the mask fill's range; nothing in the fused
-    # model is calibrated anywhere near it.
-    assert _largest_scale(plain.model) > 1e6
-    assert _largest_scale(fused.model) < 1.0
+    # The unfused scores carry the mask fill's range.  In the fused model
+    # only the additive mask does (0 is its zero point, exact; -1e9 stays
+    # -1e9): q, k, v and the output keep scales of their own values.
+    assert _scales(plain.model)[0] > 1e6
+    *qkv, mask, out = _scales(fused.model)[1]
+    assert max(qkv + [out]) < 0.1 and mask > 1e6, (qkv, mask, out)
     fused_error, plain_error = _max_error(fused.model, module), _max_error(plain.model, module)
     assert fused_error < 0.5 * plain_error, (fused_error, plain_error)
