@@ -10,9 +10,11 @@ from fusekit.passes.fusion.attention import find_attention
 from fusekit.passes.fusion.epsilon import epsilon_notes
 from fusekit.passes.fusion.norms import find_norms
 from fusekit.passes.fusion.quantized import (
+    FloatView,
     float_view,
     has_quantized_activations,
     leftover_notes,
+    quantized_outputs,
     remove_dead,
     splice,
 )
@@ -25,20 +27,26 @@ NAME = "fuse_quantized"
 _NORMS = ("group_norm", "layer_norm", "rms_norm")
 
 
-def _fuse_view(view: Graph, notes: list[str]) -> list[str]:
+def _fuse_view(view: FloatView, notes: list[str]) -> list[str]:
     """The float passes' matchers and rewrites on a float view, in the
-    ``fuse`` pass's order; returns their report lines."""
+    ``fuse`` pass's order, for matches that replace quantized operators
+    (float regions of the same model, such as a dynamic-range model's, are
+    left to ``fuse``); returns their report lines."""
+    graph = view.graph
     changes = []
     for kind in _NORMS:
-        for match in find_norms(view, kind, notes):
-            changes.append(fuse_norm(view, match))
-        remove_dead(view)
-    for match in find_rotary(view, notes):
-        changes.append(fuse_rotary(view, match))
-    remove_dead(view)
-    for match in find_attention(view, notes):
-        changes.append(fuse_attention(view, match))
-    remove_dead(view)
+        for match in find_norms(graph, kind, notes):
+            if view.replaces_quantized(match.ops):
+                changes.append(fuse_norm(graph, match))
+        remove_dead(graph)
+    for match in find_rotary(graph, notes):
+        if view.replaces_quantized(match.ops):
+            changes.append(fuse_rotary(graph, match))
+    remove_dead(graph)
+    for match in find_attention(graph, notes):
+        if view.replaces_quantized(match.ops):
+            changes.append(fuse_attention(graph, match))
+    remove_dead(graph)
     return changes
 
 
@@ -49,13 +57,17 @@ def fuse_quantized_graph(graph: Graph, options: PassOptions) -> list[str]:
     view = float_view(graph)
     try:
         notes: list[str] = []
-        changes = _fuse_view(view.graph, notes)
+        changes = _fuse_view(view, notes)
         if changes:
             splice(view)
     finally:
         view.close()
+    # The view's near-misses of quantized regions only: ``fuse`` reports
+    # the float ones (a note names the tensor its matcher anchored on).
+    quantized = {f"{graph.name(t)!r}" for t in quantized_outputs(graph)}
     for message in notes:
-        options.note(NAME, f"(quantized region) {message}")
+        if any(name in message for name in quantized):
+            options.note(NAME, f"(quantized region) {message}")
     if changes:
         finish(graph)
     for message in leftover_notes(graph):

@@ -213,3 +213,34 @@ def test_ai_edge_quantizer_recipes(name):
         else:
             plain_error = np.abs(plain - want).mean()
             assert np.abs(fused - want).mean() < plain_error, recipe_name
+
+
+def test_int8_near_miss_has_the_float_reason():
+    """A norm over the wrong axis in an int8 model: the float view's
+    matcher says why, marked as a quantized region; nothing is fused."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 8, 16], tf.float32)])
+    def norm_over_positions(x):
+        mean, var = tf.nn.moments(x, axes=[1], keepdims=True)
+        return (x - mean) * tf.math.rsqrt(var + 1e-3) * 0.5 + 0.25
+
+    def dataset():
+        rng = np.random.default_rng(0)
+        for _ in range(8):
+            yield [rng.standard_normal((2, 8, 16)).astype(np.float32)]
+
+    concrete = norm_over_positions.get_concrete_function()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], norm_over_positions)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = dataset
+    original = converter.convert()
+    result = fusekit.optimize(original)
+    line = result.report.line("fuse_quantized")
+    assert not line.changes
+    assert any(
+        n.startswith("(quantized region) layer norm at") and "MEAN over axis 1" in n
+        for n in line.notes
+    ), line.notes
+    fuse_notes = result.report.line("fuse").notes
+    assert not any("epsilon is not" in n for n in fuse_notes), fuse_notes

@@ -83,6 +83,13 @@ def type_name(graph: Graph, tensor: int) -> str:
     return _TYPE_NAMES.get(graph.tensor(tensor).type, "quantized")
 
 
+def quantized_outputs(graph: Graph) -> set[int]:
+    """The quantized tensors operators write."""
+    return {
+        int(t) for op in graph.ops for t in op.outputs if t >= 0 and is_quantized(graph, int(t))
+    }
+
+
 def has_quantized_activations(graph: Graph) -> bool:
     """Some operator writes a quantized tensor (full-integer models; not
     dynamic-range or float16-weight ones, whose activations are float)."""
@@ -100,6 +107,17 @@ class FloatView:
     twins: list[schema.OperatorT]  # the copies, held so that their ids stay unique
     read_through: set[int]  # ids of originals left out of the view (Q/DQ)
     tensors: int  # tensor count of the original when the view was made
+
+    def replaces_quantized(self, ops: list[schema.OperatorT]) -> bool:
+        """Some of the view's ``ops`` writes a quantized tensor in the
+        original subgraph."""
+        return any(
+            is_quantized(self.original, int(t))
+            for op in ops
+            if id(op) in self.copies
+            for t in self.copies[id(op)].outputs
+            if t >= 0
+        )
 
     def close(self) -> None:
         model = self.original.model
