@@ -44,6 +44,11 @@ _TYPE_NAMES = {
     schema.TensorType.UINT8: "uint8",
     schema.TensorType.INT16: "int16",
 }
+# Operators whose quantized constants are weights (4x their size in
+# float32 if dequantized): the matchers never read them.
+_WEIGHT_READERS = frozenset(
+    (OP.FULLY_CONNECTED, OP.CONV_2D, OP.DEPTHWISE_CONV_2D, OP.TRANSPOSE_CONV, OP.GATHER)
+)
 # A view's dead operators: the float passes' own extra pure operators too.
 _DEAD = PURE_OPS | frozenset(
     (OP.TILE, OP.PACK, OP.LOGICAL_AND, OP.SELECT_V2, OP.BROADCAST_TO, OP.SHAPE)
@@ -146,6 +151,9 @@ def float_view(graph: Graph) -> FloatView:
         if quantization(graph, index) is None:
             continue
         if graph.is_constant(index):
+            readers = graph.consumers(index)
+            if readers and all(graph.builtin(r) in _WEIGHT_READERS for r in readers):
+                continue  # weights no matcher reads: not copied in float
             value = dequantized(graph, index)
             tensor.buffer = model.add_buffer(value.tobytes())
         tensor.type, tensor.quantization = FLOAT32, None
