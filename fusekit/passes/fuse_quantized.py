@@ -16,6 +16,7 @@ from fusekit.passes.fusion.quantized import (
     leftover_notes,
     quantized_outputs,
     remove_dead,
+    skip_round_trips,
     splice,
 )
 from fusekit.passes.fusion.rewrite import finish, fuse_attention, fuse_norm, fuse_rotary
@@ -60,6 +61,7 @@ def fuse_quantized_graph(graph: Graph, options: PassOptions) -> list[str]:
         changes = _fuse_view(view, notes)
         if changes:
             splice(view)
+            skip_round_trips(graph)
     finally:
         view.close()
     # The view's near-misses of quantized regions only: ``fuse`` reports

@@ -18,6 +18,7 @@ from test_fuse_keras_hub import ATTENTION, FAMILIES, LN, RMS, ROPE, SEQ, token_i
 
 import fusekit
 from fusekit.passes.fusion.epsilon import SMALLEST_SUBNORMAL
+from fusekit.passes.graph import OP
 
 FUSED = {
     "bert": {LN: 5, ATTENTION: 2},
@@ -82,6 +83,16 @@ def test_int8_every_layer_fused_and_closer_to_float(int8_case):
         counts["FULLY_CONNECTED"]
         == fusekit.passes.ModelView(original).op_counts()["FULLY_CONNECTED"]
     )
+    # A fused op's float result is read as it is by the next fused op (rotary
+    # -> attention) and by the model's float output: no QUANTIZE/DEQUANTIZE
+    # round trip in between.
+    graph = next(fusekit.passes.ModelView(result.model).graphs())
+    for op in graph.ops:
+        if graph.builtin(op) == OP.DEQUANTIZE:
+            quantize = graph.producer(int(op.inputs[0]))
+            if quantize is not None and graph.builtin(quantize) == OP.QUANTIZE:
+                writer = graph.producer(int(quantize.inputs[0]))
+                assert writer is None or graph.builtin(writer) != OP.CUSTOM
     runs = token_inputs(original)
     feed = dict(zip([d["name"] for d in _details(original)], runs[0]))
     want = np.asarray(model([_by_name(feed, i.name) for i in model.inputs]))

@@ -296,3 +296,26 @@ def leftover_notes(graph: Graph, reason: str = NOT_PROVEN) -> list[str]:
                     f"runs on {type_name(graph, source)} halves: {reason}"
                 )
     return notes
+
+
+def skip_round_trips(graph: Graph) -> int:
+    """``DEQUANTIZE(QUANTIZE(y))`` with ``y`` written by a fused op (a
+    rotary embedding's output read by the attention after it, the last
+    norm's output read as the model's float output): the readers take
+    ``y`` itself, float as the fused op wrote it.  Returns how many."""
+    skipped = 0
+    for dequantize in list(graph.ops):
+        if graph.builtin(dequantize) != OP.DEQUANTIZE:
+            continue
+        quantize = graph.producer(int(dequantize.inputs[0]))
+        if quantize is None or graph.builtin(quantize) != OP.QUANTIZE:
+            continue
+        source = int(quantize.inputs[0])
+        writer = graph.producer(source)
+        if writer is None or graph.builtin(writer) != OP.CUSTOM:
+            continue
+        if graph.tensor(source).type != FLOAT32:
+            continue
+        if graph.replace_tensor(int(dequantize.outputs[0]), source):
+            skipped += 1
+    return skipped
