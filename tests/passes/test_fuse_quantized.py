@@ -255,3 +255,36 @@ def test_int8_near_miss_has_the_float_reason():
     ), line.notes
     fuse_notes = result.report.line("fuse").notes
     assert not any("epsilon is not" in n for n in fuse_notes), fuse_notes
+
+
+def test_per_channel_quantized_gamma(int8_case):
+    """A norm's gamma quantized per channel (one scale per element of its
+    last axis, as weight quantizers write it): the fused op's gamma is the
+    dequantized vector, element by element."""
+    name, _, original = int8_case
+    if name != "bert":
+        pytest.skip("Llama's RMS gammas are folded into the next projections")
+    view = fusekit.passes.ModelView(original)
+    graph = next(view.graphs())
+    rsqrt = next(op for op in graph.ops if graph.builtin(op) == OP.RSQRT)
+    (mul,) = graph.consumers(int(rsqrt.outputs[0]))
+    gamma = next(int(t) for t in mul.inputs if graph.is_constant(int(t)))
+    tensor = graph.tensor(gamma)
+    q = tensor.quantization
+    value = (graph.constant(gamma).astype(np.float64) - q.zeroPoint[0]) * q.scale[0]
+    scales = np.maximum(np.abs(value).reshape(-1), 1e-6) / 127.0
+    codes = np.round(value / scales.reshape(value.shape)).astype(np.int8)
+    view.m.buffers[tensor.buffer].data = np.frombuffer(codes.tobytes(), np.uint8).copy()
+    view.m.buffers[tensor.buffer].offset = 0
+    view.m.buffers[tensor.buffer].size = 0
+    q.scale, q.zeroPoint = scales.astype(np.float32), np.zeros(len(scales), np.int64)
+    q.quantizedDimension = len(value.shape) - 1
+    per_channel = view.pack()
+    result = fusekit.optimize(per_channel)
+    assert len(custom_ops(result.model, LN)) == FUSED["bert"][LN]
+    fused = fusekit.passes.ModelView(result.model)
+    fused_graph = next(fused.graphs())
+    first = next(op for op in fused_graph.ops if fused.op_name(op) == f"CUSTOM:{LN}")
+    got = fused_graph.constant(int(first.inputs[1]))
+    want = (codes.astype(np.float64) * scales.reshape(value.shape)).reshape(-1)
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6)
