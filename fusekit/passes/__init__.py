@@ -2,9 +2,10 @@
 
 ``fusekit.optimize(model, passes=[...])`` runs them on any .tflite;
 ``fusekit.convert(..., passes=[...])`` runs them after conversion.  Built-in
-passes: ``cleanup``, ``fuse`` (``fuse_group_norm``, ``fuse_layer_norm``, ``fuse_rms_norm``,
-``fuse_rotary``, ``fuse_attention``), ``fuse_composites`` (litert-torch's StableHLO
-composites), ``layout``, ``fold_affine``, ``space_to_depth``.  Your own::
+passes: ``cleanup``, ``fuse_composites`` (litert-torch's StableHLO composites),
+``fuse_quantized`` (int8 regions), ``fuse`` (``fuse_group_norm``, ``fuse_layer_norm``,
+``fuse_rms_norm``, ``fuse_rotary``, ``fuse_attention``), ``layout``, ``fold_affine``,
+``space_to_depth``.  Your own::
 
     @fusekit.passes.register("my_pass")
     def my_pass(model: fusekit.passes.ModelView, options) -> tuple[ModelView, list[str]]:
@@ -24,6 +25,7 @@ from fusekit.passes import (  # noqa: F401 - register the built-ins
     fuse_composites,
     fuse_group_norm,
     fuse_layer_norm,
+    fuse_quantized,
     fuse_rms_norm,
     fuse_rotary,
     layout,

@@ -4,6 +4,7 @@ norms, rotary embeddings, attention), reporting under one name; in the default p
 
 from __future__ import annotations
 
+from fusekit.passes.fusion.quantized import BY_FUSE_QUANTIZED, leftover_notes
 from fusekit.passes.fusion.rewrite import (
     fuse_attention_pass,
     fuse_norm_pass,
@@ -26,4 +27,7 @@ def fuse(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]]:
     changes += fuse_norm_pass(model, options, "rms_norm", NAME)
     changes += fuse_rotary_pass(model, options, NAME)
     changes += fuse_attention_pass(model, options, NAME)
+    for graph in model.graphs():
+        for message in leftover_notes(graph, BY_FUSE_QUANTIZED):
+            options.note(NAME, message)
     return model, changes

@@ -17,7 +17,15 @@ from fusekit.passes.registry import PassOptions, get
 
 # What `fusekit optimize` and `fusekit.optimize` run when no passes are
 # named.  Kept in one place: other passes (pattern fusion) may join it.
-DEFAULT_PASSES = ("cleanup", "fuse_composites", "fuse", "layout", "fold_affine", "space_to_depth")
+DEFAULT_PASSES = (
+    "cleanup",
+    "fuse_composites",
+    "fuse_quantized",
+    "fuse",
+    "layout",
+    "fold_affine",
+    "space_to_depth",
+)
 MAX_ITERATIONS = 6
 
 
@@ -222,8 +230,8 @@ def optimize(
     Args:
       model: the model's bytes, or the path of a .tflite file.
       passes: pass names in order (see ``fusekit.passes.available()``), or
-        None for the default set (DEFAULT_PASSES: "cleanup", "fuse_composites", "fuse",
-        "layout", "fold_affine", "space_to_depth").
+        None for the default set (DEFAULT_PASSES: "cleanup", "fuse_composites",
+        "fuse_quantized", "fuse", "layout", "fold_affine", "space_to_depth").
       space_to_depth: "auto" (a cost model decides; the report says why it
         declined), "on" (rewrite wherever it applies; adds the pass) or
         "off" (drops the pass).

@@ -26,6 +26,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.passes.fusion import poly
+from fusekit.passes.fusion.quantized import INT_TYPES, QUANTIZED_NORM
 from fusekit.passes.fusion.values import (
     FLOAT32,
     constant_value,
@@ -192,6 +193,9 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
                     f"{label} at {where!r}: MEAN over axis {shown} "
                     f"of a rank-{rank} tensor (the kernel normalizes the last axis)"
                 )
+                break
+            if graph.tensor(x).type in INT_TYPES:
+                near_misses.append(f"{label} at {where!r}: {QUANTIZED_NORM}")
                 break
             epsilon = scalar(graph, eps)
             if epsilon is None or not epsilon >= 0.0 or epsilon == float("inf"):

@@ -1,0 +1,91 @@
+"""``fuse_quantized``: norms, rotary embeddings and attention whose
+operators run in int8 (or int16x8) become fusekit's float ops between a
+DEQUANTIZE and a QUANTIZE (see fusion/quantized.py); in the default passes
+of ``fusekit optimize``, before ``fuse``.  Also reports what quantized or
+float16 storage did to a norm's epsilon (fusion/epsilon.py)."""
+
+from __future__ import annotations
+
+from fusekit.passes.fusion.attention import find_attention
+from fusekit.passes.fusion.epsilon import epsilon_notes
+from fusekit.passes.fusion.norms import find_norms
+from fusekit.passes.fusion.quantized import (
+    FloatView,
+    float_view,
+    has_quantized_activations,
+    leftover_notes,
+    quantized_outputs,
+    remove_dead,
+    skip_round_trips,
+    splice,
+)
+from fusekit.passes.fusion.rewrite import finish, fuse_attention, fuse_norm, fuse_rotary
+from fusekit.passes.fusion.rotary import find_rotary
+from fusekit.passes.graph import Graph, ModelView
+from fusekit.passes.registry import PassOptions, register
+
+NAME = "fuse_quantized"
+_NORMS = ("group_norm", "layer_norm", "rms_norm")
+
+
+def _fuse_view(view: FloatView, notes: list[str]) -> list[str]:
+    """The float passes' matchers and rewrites on a float view, in the
+    ``fuse`` pass's order, for matches that replace quantized operators
+    (float regions of the same model, such as a dynamic-range model's, are
+    left to ``fuse``); returns their report lines."""
+    graph = view.graph
+    changes = []
+    for kind in _NORMS:
+        for match in find_norms(graph, kind, notes):
+            if view.replaces_quantized(match.ops):
+                changes.append(fuse_norm(graph, match))
+        remove_dead(graph)
+    for match in find_rotary(graph, notes):
+        if view.replaces_quantized(match.ops):
+            changes.append(fuse_rotary(graph, match))
+    remove_dead(graph)
+    for match in find_attention(graph, notes):
+        if view.replaces_quantized(match.ops):
+            changes.append(fuse_attention(graph, match))
+    remove_dead(graph)
+    return changes
+
+
+def fuse_quantized_graph(graph: Graph, options: PassOptions) -> list[str]:
+    """Fuses the quantized regions of one subgraph; returns report lines."""
+    if not has_quantized_activations(graph):
+        return []
+    view = float_view(graph)
+    try:
+        notes: list[str] = []
+        changes = _fuse_view(view, notes)
+        if changes:
+            splice(view)
+            skip_round_trips(graph)
+    finally:
+        view.close()
+    # The view's near-misses of quantized regions only: ``fuse`` reports
+    # the float ones (a note names the tensor its matcher anchored on).
+    quantized = {f"{graph.name(t)!r}" for t in quantized_outputs(graph)}
+    for message in notes:
+        if any(name in message for name in quantized):
+            options.note(NAME, f"(quantized region) {message}")
+    if changes:
+        finish(graph)
+    for message in leftover_notes(graph):
+        options.note(NAME, message)
+    return [f"{line} [float between DEQUANTIZE/QUANTIZE]" for line in changes]
+
+
+@register(NAME)
+def fuse_quantized(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]]:
+    """Fuses proven norms, rotary embeddings and attention inside quantized
+    regions; notes epsilons that quantized or float16 storage changed."""
+    changes: list[str] = []
+    for graph in model.graphs():
+        for message in epsilon_notes(graph):
+            options.note(NAME, message)
+        changes += fuse_quantized_graph(graph, options)
+    if changes:
+        model.prune_buffers()
+    return model, changes
