@@ -25,6 +25,7 @@ from fusekit.errors import (
     RuntimeNotAvailableError,
     RuntimeTooOldError,
 )
+from fusekit.run.compiled_model import CompiledModel, KernelRunError
 from fusekit.run.delegate import load_delegate
 from fusekit.run.interpreter import Interpreter
 from fusekit.run.plugin import kernel_names, library_path, simd_target
@@ -60,12 +61,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CompiledModel",
     "CompositeDefinitionError",
     "ConversionError",
     "ConversionResult",
     "FusekitError",
     "Interpreter",
     "InvalidModelError",
+    "KernelRunError",
     "MissingKernelError",
     "OptimizeResult",
     "PassError",
