@@ -230,8 +230,11 @@ class CompiledModel:
             status = lib.LiteRtCreateCompiledModel(
                 _environment(), self._model, self._options, ctypes.byref(compiled))
             self._compiled = compiled.value if status == 0 else None
-            self._raise_kernel_errors("compiling the model")
-            litert_c.check(status, "compiling the model")
+            self._check(status, "compiling the model")
+            # LiteRT prepares the nodes lazily: prepare every signature now,
+            # so that a node its kernel refuses fails creation, not a run.
+            for index in range(len(self._signatures)):
+                self._current(index, "outputs")
         except BaseException:
             self.close()
             raise
@@ -356,14 +359,14 @@ class CompiledModel:
         current = []
         if side == "outputs":
             layouts = (litert_c.Layout * max(len(entries), 1))()
-            litert_c.check(lib.LiteRtGetCompiledModelOutputTensorLayouts(
+            self._check(lib.LiteRtGetCompiledModelOutputTensorLayouts(
                 self._live(), signature_index, len(entries), layouts, True),
-                f"reading the output shapes of signature {sig.key!r}")
+                f"preparing signature {sig.key!r}")
         for i, (name, static) in enumerate(entries):
             t = litert_c.RankedTensorType()
             t.element_type = static.element_type
             if side == "inputs":
-                litert_c.check(lib.LiteRtGetCompiledModelInputTensorLayout(
+                self._check(lib.LiteRtGetCompiledModelInputTensorLayout(
                     self._live(), signature_index, i, ctypes.byref(t.layout)),
                     f"reading the shape of input {name!r}")
             else:
@@ -390,8 +393,7 @@ class CompiledModel:
               else litert_c.lib().LiteRtCompiledModelResizeInputTensorNonStrict)
         self._shapes.clear()
         status = fn(self._live(), signature_index, input_index, shape, len(dims))
-        self._raise_kernel_errors(f"resizing input {sig.inputs[input_index][0]!r}")
-        litert_c.check(status, f"resizing input {sig.inputs[input_index][0]!r} to {list(dims)}")
+        self._check(status, f"resizing input {sig.inputs[input_index][0]!r} to {list(dims)}")
 
     def create_input_buffers(self, signature_index: int) -> list[TensorBuffer]:
         return [TensorBuffer._create(t, n) for n, t in self._current(signature_index, "inputs")]
@@ -450,8 +452,7 @@ class CompiledModel:
             *[b.capsule for b in output_buffers])
         status = litert_c.lib().LiteRtRunCompiledModel(
             self._live(), signature_index, len(input_buffers), ins, len(output_buffers), outs)
-        self._raise_kernel_errors(f"running signature {sig.key!r}")
-        litert_c.check(status, f"running signature {sig.key!r}")
+        self._check(status, f"running signature {sig.key!r}")
 
     def run_by_name(self, signature_key: str, input_map: Mapping[str, TensorBuffer],
                     output_map: Mapping[str, TensorBuffer]) -> None:
@@ -491,6 +492,12 @@ class CompiledModel:
         finally:
             for b in in_buffers + out_buffers:
                 b.destroy()
+
+    def _check(self, status: int, what: str) -> None:
+        """Raises the kernels' recorded errors first (they say why LiteRT
+        failed, or that it succeeded with a node skipped), then LiteRT's."""
+        self._raise_kernel_errors(what)
+        litert_c.check(status, what)
 
     def _raise_kernel_errors(self, what: str) -> None:
         errors = []

@@ -1,0 +1,236 @@
+"""fusekit.CompiledModel: LiteRT's CompiledModel API (libLiteRt.so's C API,
+custom ops through LiteRtAddCustomOpKernelOption) with fusekit's kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernel_cases import built_models
+from model_surgery import custom_ops, edit
+
+import fusekit
+from fusekit.errors import FusekitError, MissingKernelError
+from fusekit.run import aligned_model, tflite_schema
+
+
+def interpreter_outputs(model: bytes, runs: list[list[np.ndarray]], threads: int):
+    it = fusekit.Interpreter(model_content=model, num_threads=threads, runtime="litert")
+    details = it.get_input_details()
+    outs = []
+    for feeds in runs:
+        for d, x in zip(details, feeds):
+            it.resize_tensor_input(d["index"], x.shape)
+        it.allocate_tensors()
+        for d, x in zip(details, feeds):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        outs.append([it.get_tensor(d["index"]) for d in it.get_output_details()])
+    return outs
+
+
+def compiled_outputs(model: bytes, runs: list[list[np.ndarray]], threads: int, **kw):
+    """Outputs in the interpreter's output order (the signature's may differ)."""
+    outs = []
+    with fusekit.CompiledModel.from_buffer(model, num_threads=threads, **kw) as cm:
+        for feeds in runs:
+            for i, x in enumerate(feeds):
+                cm.resize_input_tensor(i, x.shape)
+            outs.append(cm.run(feeds))
+    return outs
+
+
+def signature_order(model: bytes) -> tuple[list[int], list[int]]:
+    """Tensor indices of the first signature's inputs and outputs, in
+    signature order, and the subgraph's own input/output order."""
+    root = tflite_schema.model(model)
+    sig = root.item("signatureDefs", 0)
+    ins = [t.scalar("tensorIndex") for t in sig.items("inputs")]
+    outs = [t.scalar("tensorIndex") for t in sig.items("outputs")]
+    sg = root.item("subgraphs", 0)
+    return (ins, list(sg.values("inputs"))), (outs, list(sg.values("outputs")))
+
+
+def assert_same(model, got_runs, want_runs, runs):
+    (_, _), (sig_out, sg_out) = signature_order(model)
+    for got, want in zip(got_runs, want_runs):
+        by_tensor = dict(zip(sig_out, got))
+        for tensor, w in zip(sg_out, want):
+            g = by_tensor[tensor]
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+
+
+def feeds_in_signature_order(model: bytes, feeds: list[np.ndarray]) -> list[np.ndarray]:
+    (sig_in, sg_in), _ = signature_order(model)
+    by_tensor = dict(zip(sg_in, feeds))
+    return [by_tensor[t] for t in sig_in]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "op",
+    ["fusekit_layer_norm", "fusekit_rms_norm", "fusekit_group_norm",
+     "fusekit_rotary_embedding", "fusekit_attention"],
+)
+def test_library_ops_equal_interpreter(op, threads):
+    models = built_models()[op]
+    assert models
+    for case in models:
+        want = interpreter_outputs(case.model, case.runs, threads)
+        runs = [feeds_in_signature_order(case.model, feeds) for feeds in case.runs]
+        got = compiled_outputs(case.model, runs, threads)
+        assert_same(case.model, got, want, case.runs)
+
+
+@pytest.fixture(scope="module")
+def layer_norm_f16(tmp_path_factory):
+    import tensorflow as tf
+
+    depth = 96
+    rng = np.random.default_rng(5)
+    gamma = (rng.random(depth) + 0.5).astype(np.float16)
+    beta = rng.standard_normal(depth).astype(np.float16)
+
+    class Half(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gamma = tf.Variable(gamma)
+            self.beta = tf.Variable(beta)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, depth], tf.float16)])
+        def __call__(self, x):
+            return fusekit.ops.layer_norm(x, self.gamma, self.beta)
+
+    path = tmp_path_factory.mktemp("f16") / "m"
+    tf.saved_model.save(Half(), str(path))
+    return fusekit.convert(str(path)).model
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float16_model_equals_interpreter(layer_norm_f16, threads):
+    x = np.random.default_rng(1).standard_normal((300, 96)).astype(np.float16)
+    want = interpreter_outputs(layer_norm_f16, [[x]], threads)
+    got = compiled_outputs(layer_norm_f16, [[x]], threads)
+    assert got[0][0].dtype == np.float16
+    np.testing.assert_array_equal(got[0][0], want[0][0])
+
+
+def layer_norm_model() -> bytes:
+    return built_models()["fusekit_layer_norm"][1].model  # depth 17
+
+
+def test_signatures_and_buffers_follow_litert_api():
+    model = layer_norm_model()
+    with fusekit.CompiledModel.from_buffer(model) as cm:
+        assert cm.get_num_signatures() == 1
+        key = cm.get_signature_by_index(0)["key"]
+        assert cm.get_signature_index(key) == 0 and cm.get_signature_index("nope") == -1
+        (name,) = cm.get_signature_list()[key]["inputs"]
+        (out_name,) = cm.get_signature_list()[key]["outputs"]
+        cm.resize_input_tensor(0, [2, 3, 17])
+        x = np.random.default_rng(0).standard_normal((2, 3, 17)).astype(np.float32)
+        inp = cm.create_input_buffer_by_name(key, name)
+        out = cm.create_output_buffer_by_name(key, out_name)
+        inp.write(x)
+        cm.run_by_name(key, {name: inp}, {out_name: out})
+        y = out.numpy()
+        assert y.shape == (2, 3, 17)
+        np.testing.assert_array_equal(out.read(5, np.float32), y.reshape(-1)[:5])
+        np.testing.assert_array_equal(cm.run([x])[0], y)
+
+
+def test_bad_inputs_are_named():
+    model = layer_norm_model()
+    with fusekit.CompiledModel.from_buffer(model) as cm:
+        cm.resize_input_tensor(0, [1, 2, 17])
+        (buf,) = cm.create_input_buffers(0)
+        with pytest.raises(FusekitError, match=r"input 'x' is float32, got an array of int32"):
+            buf.write(np.zeros((1, 2, 17), np.int32))
+        with pytest.raises(FusekitError, match=r"input 'x' has shape \[1, 2, 17\]"):
+            buf.write(np.zeros((1, 2, 16), np.float32))
+        with pytest.raises(FusekitError, match="has 1 inputs, got 2 buffers"):
+            cm.run_by_index(0, [buf, buf], cm.create_output_buffers(0))
+        with pytest.raises(FusekitError, match="unknown signature 'nope'"):
+            cm.run_by_name("nope", {}, {})
+
+
+def test_malformed_options_fail_compilation_with_the_op_named():
+    def garble(m):
+        for op in custom_ops(m, "fusekit_layer_norm"):
+            op.customOptions = np.frombuffer(b"\x07\x01\x02", np.uint8)
+
+    bad = edit(layer_norm_model(), garble)
+    with pytest.raises(fusekit.KernelRunError, match="fusekit_layer_norm: malformed custom options"):
+        fusekit.CompiledModel.from_buffer(bad)
+
+
+def test_wrong_attr_type_is_named():
+    from flatbuffers import flexbuffers
+
+    def retype(m):
+        for op in custom_ops(m, "fusekit_layer_norm"):
+            op.customOptions = np.frombuffer(flexbuffers.Dumps({"epsilon": "tiny"}), np.uint8)
+
+    bad = edit(layer_norm_model(), retype)
+    with pytest.raises(fusekit.KernelRunError, match="fusekit_layer_norm: .*epsilon"):
+        fusekit.CompiledModel.from_buffer(bad)
+
+
+def test_dtype_the_kernel_refuses_fails_the_run_visibly():
+    """Shape inference sees layouts only, so a node whose dtypes no variant
+    accepts passes compilation; LiteRT then ignores Run's status, and only
+    the recorded error stops the outputs from being read as a result."""
+
+    def to_int32(m):
+        (op,) = custom_ops(m, "fusekit_layer_norm")
+        m.subgraphs[0].tensors[op.inputs[0]].type = 2  # INT32
+
+    bad = edit(layer_norm_model(), to_int32)
+    with fusekit.CompiledModel.from_buffer(bad) as cm:
+        cm.resize_input_tensor(0, [1, 1, 17])
+        with pytest.raises(fusekit.KernelRunError, match="fusekit_layer_norm: input 'x' must be"):
+            cm.run([np.ones((1, 1, 17), np.int32)])
+        # The error is reported once per failure, and again on the next run.
+        with pytest.raises(fusekit.KernelRunError):
+            cm.run([np.ones((1, 1, 17), np.int32)])
+
+
+def test_missing_kernel_is_refused_before_litert():
+    def rename(m):
+        for code in m.operatorCodes:
+            if code.customCode == b"fusekit_layer_norm":
+                code.customCode = b"nobody_provides_this"
+
+    with pytest.raises(MissingKernelError, match="nobody_provides_this"):
+        fusekit.CompiledModel.from_buffer(edit(layer_norm_model(), rename))
+
+
+def test_weights_are_moved_to_aligned_blobs():
+    model = layer_norm_model()
+    aligned = aligned_model.align_weights(model)
+    assert aligned_model.needs_alignment(model)
+    assert not aligned_model.needs_alignment(aligned)
+    assert aligned_model.align_weights(aligned) is aligned
+
+
+def test_leak_over_1000_create_run_destroy_cycles():
+    model = layer_norm_model()
+    x = np.random.default_rng(0).standard_normal((1, 1, 17)).astype(np.float32)
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    def cycle() -> None:
+        with fusekit.CompiledModel.from_buffer(model, num_threads=2) as cm:
+            cm.run([x])
+
+    for _ in range(100):
+        cycle()
+    before = rss()
+    for _ in range(1000):
+        cycle()
+    grown = rss() - before
+    # A leaked compiled model (interpreter, XNNPACK, thread pool) costs far
+    # more than 8 KiB per cycle; allocator noise stays well below this bound.
+    assert grown < 8 * 1024 * 1000, f"RSS grew {grown / 1e6:.1f} MB over 1000 cycles"
