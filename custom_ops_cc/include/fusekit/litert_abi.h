@@ -164,6 +164,14 @@ LiteRtStatus LiteRtCreateCompiledModel(LiteRtEnvironment environment,
                                        LiteRtOptions compilation_options,
                                        LiteRtCompiledModel* compiled_model);
 void LiteRtDestroyCompiledModel(LiteRtCompiledModel compiled_model);
+/* Current shapes (after resizes); update_allocation=true also re-allocates
+ * outputs for new input shapes. */
+LiteRtStatus LiteRtGetCompiledModelInputTensorLayout(
+    LiteRtCompiledModel compiled_model, LiteRtParamIndex signature_index,
+    LiteRtParamIndex input_index, LiteRtLayout* layout);
+LiteRtStatus LiteRtGetCompiledModelOutputTensorLayouts(
+    LiteRtCompiledModel compiled_model, LiteRtParamIndex signature_index,
+    size_t num_layouts, LiteRtLayout* layouts, bool update_allocation);
 LiteRtStatus LiteRtRunCompiledModel(LiteRtCompiledModel compiled_model,
                                     LiteRtParamIndex signature_index,
                                     size_t num_input_buffers,
