@@ -229,3 +229,55 @@ def test_leak_over_1000_create_run_destroy_cycles():
     # A leaked compiled model (interpreter, XNNPACK, thread pool) costs far
     # more than 8 KiB per cycle; allocator noise stays well below this bound.
     assert grown < 8 * 1024 * 1000, f"RSS grew {grown / 1e6:.1f} MB over 1000 cycles"
+
+
+# ------------------------------------------------------------- user plugin
+
+
+@pytest.fixture(scope="module")
+def user_plugin_model(tmp_path_factory):
+    import os
+    import sys
+    from pathlib import Path
+
+    import tensorflow as tf
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "custom_op"
+    os.environ.setdefault("FUSEKIT_CACHE_DIR", str(tmp_path_factory.mktemp("plugin_cache")))
+    plugin = fusekit.build_plugin("user_ops_compiled", [example / "my_custom_fused_op.cc"])
+    sys.path.insert(0, str(example))
+    from model import my_custom_fused_op
+
+    class UserModel(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 5, 3], tf.float32)] * 2)
+        def __call__(self, a, b):
+            gated, clipped = my_custom_fused_op(a, b, example_option=1)
+            return {"gated": gated, "clipped": clipped}
+
+    path = tmp_path_factory.mktemp("user_model") / "m"
+    tf.saved_model.save(UserModel(), str(path))
+    return plugin, fusekit.convert(str(path), plugins=[plugin]).model
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_user_plugin_equals_interpreter(user_plugin_model, threads):
+    plugin, model = user_plugin_model
+    rng = np.random.default_rng(3)
+    runs = [[rng.standard_normal((n, 5, 3)).astype(np.float32) for _ in range(2)]
+            for n in (1, 4)]
+    it = fusekit.Interpreter(model_content=model, num_threads=threads, runtime="litert",
+                             plugins=[plugin])
+    details = it.get_input_details()
+    want = []
+    for feeds in runs:
+        for d, x in zip(details, feeds):
+            it.resize_tensor_input(d["index"], x.shape)
+        it.allocate_tensors()
+        for d, x in zip(details, feeds):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        want.append([it.get_tensor(d["index"]) for d in it.get_output_details()])
+    got = compiled_outputs(model, runs, threads, plugins=[plugin])
+    assert_same(got, want)
+    with pytest.raises(MissingKernelError, match="my_custom_fused_op"):
+        fusekit.CompiledModel.from_buffer(model)
