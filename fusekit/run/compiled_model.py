@@ -393,7 +393,15 @@ class CompiledModel:
               else litert_c.lib().LiteRtCompiledModelResizeInputTensorNonStrict)
         self._shapes.clear()
         status = fn(self._live(), signature_index, input_index, shape, len(dims))
-        self._check(status, f"resizing input {sig.inputs[input_index][0]!r} to {list(dims)}")
+        name, static = sig.inputs[input_index]
+        if status != 0 and strict:
+            self._raise_kernel_errors(f"resizing input {name!r}")
+            raise FusekitError(
+                f"LiteRT refused to resize input {name!r} to {list(dims)}: its shape signature "
+                f"is {list(static.shape())} and a strict resize changes only the -1 dims "
+                "(strict=False resizes any dim)"
+            )
+        self._check(status, f"resizing input {name!r} to {list(dims)}")
 
     def create_input_buffers(self, signature_index: int) -> list[TensorBuffer]:
         return [TensorBuffer._create(t, n) for n, t in self._current(signature_index, "inputs")]
