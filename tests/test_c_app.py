@@ -86,3 +86,39 @@ def test_c_app_reports_a_refused_node(c_app, tmp_path):
     done = subprocess.run([str(c_app), str(path)], capture_output=True, text=True)
     assert done.returncode == 1
     assert "fusekit_layer_norm: malformed custom options" in done.stderr
+
+
+def test_bazel_builds_and_runs_the_c_app(tmp_path_factory, tmp_path):
+    """The standalone Bazel mode (WORKSPACE + BUILD): Debian's Bazel 4 builds
+    the kernels and examples/c_app offline, with fusekit's own ABI headers
+    and Debian's flatbuffers and Highway; the app's output equals Python's."""
+    bazel = shutil.which("bazel")
+    if bazel is None:
+        pytest.fail("bazel is missing (scripts/setup.sh installs Debian's bazel-bootstrap)")
+    root = tmp_path_factory.mktemp("bazel_root")
+    litert_dir = litert_c.library_path().parent
+    done = subprocess.run(
+        [bazel, f"--output_user_root={root}", "--batch", "build", "//:fusekit_litert_app",
+         f"--symlink_prefix={root}/out-", f"--linkopt=-L{litert_dir}",
+         f"--linkopt=-Wl,-rpath,{litert_dir}"],
+        cwd=REPO, capture_output=True, text=True, timeout=1500,
+    )
+    # Bazel 4 links <workspace>/bazel-out whatever --symlink_prefix says.
+    out_link = REPO / "bazel-out"
+    if out_link.is_symlink() and str(root) in str(out_link.readlink()):
+        out_link.unlink()
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert ": warning:" not in done.stderr, done.stderr[-4000:]  # compiler warnings
+    app = root / "out-bin" / "fusekit_litert_app"
+    model = built_models()["fusekit_layer_norm"][2].model
+    path = tmp_path / "model.tflite"
+    path.write_bytes(aligned_model.align_weights(model))
+    ran = subprocess.run([str(app), str(path), "2"], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    printed = parse(ran.stdout)
+    with fusekit.CompiledModel.from_file(path, num_threads=2) as cm:
+        details = cm.get_input_tensor_details(cm.get_signature_by_index(0)["key"])
+        outs = cm.run([ramp([max(d, 1) for d in v["shape"]]) for v in details.values()])
+        names = cm.get_signature_by_index(0)["outputs"]
+    for name, out in zip(names, outs):
+        np.testing.assert_array_equal(printed[name], out.reshape(-1))
