@@ -109,6 +109,48 @@ def test_float16_model_equals_interpreter(layer_norm_f16, threads):
     np.testing.assert_array_equal(got[0][0], want[0][0])
 
 
+@pytest.fixture(scope="module")
+def attention_f16(tmp_path_factory):
+    import tensorflow as tf
+
+    spec = tf.TensorSpec([None, 6, 2, 8], tf.float16)
+
+    class Half(tf.Module):
+        @tf.function(input_signature=[spec, spec, spec])
+        def __call__(self, q, k, v):
+            return fusekit.ops.attention(q, k, v, causal=True)
+
+    path = tmp_path_factory.mktemp("attn_f16") / "m"
+    tf.saved_model.save(Half(), str(path))
+    return fusekit.convert(str(path)).model
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float16_attention_equals_interpreter(attention_f16, threads):
+    rng = np.random.default_rng(2)
+    feeds = [rng.standard_normal((3, 6, 2, 8)).astype(np.float16) for _ in range(3)]
+    want = interpreter_outputs(attention_f16, [feeds], threads)
+    got = compiled_outputs(attention_f16, [feeds], threads)
+    assert got[0][0].dtype == np.float16
+    assert_same(got, want)
+
+
+def test_kernels_get_the_thread_count():
+    """num_threads reaches both XNNPACK (CPU options) and fusekit's pool."""
+    import os
+
+    model = built_models()["fusekit_layer_norm"][0].model  # depth 1, 2x9000 rows
+    x = np.ones((2, 9000, 1), np.float32)
+    counts = {}
+    for threads in (1, 3):
+        before = len(os.listdir("/proc/self/task"))
+        with fusekit.CompiledModel.from_buffer(model, num_threads=threads) as cm:
+            cm.resize_input_tensor(0, x.shape)
+            cm.run([x])
+            counts[threads] = len(os.listdir("/proc/self/task")) - before
+    assert counts[3] >= counts[1] + 2, counts
+
+
 def layer_norm_model() -> bytes:
     return built_models()["fusekit_layer_norm"][1].model  # depth 17
 
