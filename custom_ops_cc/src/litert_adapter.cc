@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,9 +57,9 @@ const LiteRtApi& Api() {
     LiteRtApi a;
     // A library opened RTLD_LOCAL (Python's ctypes, dlopen by an app) is not
     // in the global scope; RTLD_NOLOAD finds it by name without loading it.
-    void* scopes[] = {RTLD_DEFAULT, dlopen("libLiteRt.so", RTLD_LAZY | RTLD_NOLOAD)};
-    for (void* scope : scopes) {
-      if (scope == nullptr && scope != RTLD_DEFAULT) continue;
+    void* loaded = dlopen("libLiteRt.so", RTLD_LAZY | RTLD_NOLOAD);
+    for (void* scope : {RTLD_DEFAULT, loaded}) {
+      if (scope == loaded && loaded == nullptr) continue;
       if (Resolve(scope, "LiteRtAddCustomOpKernelOption", &a.add_custom_op) &&
           Resolve(scope, "LiteRtGetTensorBufferTensorType", &a.tensor_type) &&
           Resolve(scope, "LiteRtGetTensorBufferSize", &a.buffer_size) &&
