@@ -10,7 +10,11 @@
 //   is for.  The interpreter inits the nodes in graph order and prepares and
 //   runs them in execution order, so the adapter keeps the nodes in init
 //   order and walks them with one cursor for prepares and one for runs; a
-//   run whose buffers do not match the node it lands on is refused.
+//   run whose buffers do not match the node it lands on is refused.  (An
+//   interpreter that re-prepares only part of a graph, after an op with
+//   data-dependent output shapes, would put the prepare cursor out of step;
+//   fused models have no such op before a fusekit node, but two nodes of one
+//   op with equal shapes and different attrs could then swap.)
 // - the statuses Init, GetOutputLayouts and Run return are ignored.  Every
 //   failure is recorded on the handle (op name and message) for
 //   fusekit_litert_last_error, and a failed shape inference hands back an
