@@ -26,6 +26,7 @@ from fusekit.errors import (
     RuntimeTooOldError,
 )
 from fusekit.generation import DecodeLoop, DecodeLoopError
+from fusekit.run.compiled_model import CompiledModel, KernelRunError
 from fusekit.run.delegate import load_delegate
 from fusekit.run.interpreter import Interpreter
 from fusekit.run.plugin import kernel_names, library_path, simd_target
@@ -61,6 +62,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CompiledModel",
     "CompositeDefinitionError",
     "ConversionError",
     "ConversionResult",
@@ -69,6 +71,7 @@ __all__ = [
     "FusekitError",
     "Interpreter",
     "InvalidModelError",
+    "KernelRunError",
     "MissingKernelError",
     "OptimizeResult",
     "PassError",

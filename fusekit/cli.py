@@ -201,6 +201,13 @@ def _both_interpreters(args: argparse.Namespace, num_threads: int | None = None)
             fused, unfused = after.read(), before.read()
     else:
         fused, unfused = _both_models(args)
+    if getattr(args, "api", "interpreter") == "compiled":
+        from fusekit.run.compiled_interpreter import CompiledInterpreter
+
+        return tuple(
+            CompiledInterpreter(m, num_threads=num_threads, plugins=args.plugin or ())
+            for m in (fused, unfused)
+        )
     return tuple(
         fusekit.Interpreter(
             model_content=m, num_threads=num_threads, runtime=args.runtime, plugins=args.plugin
@@ -380,6 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
     def run_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--runtime", default="auto", choices=["auto", "litert", "tf", "tflite_runtime"]
+        )
+        p.add_argument(
+            "--api",
+            default="interpreter",
+            choices=["interpreter", "compiled"],
+            help="run through fusekit.Interpreter or LiteRT's CompiledModel "
+            "(fusekit.CompiledModel; ignores --runtime)",
         )
         p.add_argument("--inputs", help=".npz with inputs by name (or arr_0, arr_1, ...)")
         p.add_argument(

@@ -14,7 +14,7 @@ say() { printf '\n== %s\n' "$*"; }
 PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 
 missing=()
-for pkg in g++ libflatbuffers-dev libhwy-dev; do
+for pkg in g++ libflatbuffers-dev libhwy-dev bazel-bootstrap; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if ((${#missing[@]})); then

@@ -155,3 +155,23 @@ def test_verify_and_bench_take_two_tflite_files(saved_model, tmp_path):
     for args in ((str(before),), (saved_model, str(after))):
         proc = fusekit_cli("verify", *args)
         assert proc.returncode == 1 and "fusekit verify: error:" in proc.stderr, proc.stderr
+
+
+def test_verify_and_bench_through_compiled_model(saved_model):
+    proc = fusekit_cli("verify", saved_model, "--json", "-q", "--dim", "3", "--api", "compiled")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"] and result["outputs"][0]["max_abs"] < 1e-4
+    proc = fusekit_cli(
+        "bench", saved_model, "--json", "-q", "--shape", "x=4,64,32", "--rounds", "3",
+        "--api", "compiled",
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["inputs"] == [[4, 64, 32]]
+    assert result["fused_median_us"] > 0 and result["unfused_median_us"] > 0
+    # A kernel's refusal is not lost in LiteRT: a one-line error naming the op.
+    proc = fusekit_cli("verify", saved_model, "-q", "--shape", "x=1,2,5", "--api", "compiled")
+    assert proc.returncode == 1, proc.stdout
+    assert "fusekit verify: error:" in proc.stderr and "fusekit_layer_norm" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fusekit.errors import MissingKernelError
-from fusekit.run import abi_versions, compat, kernel_schema, model_check, model_ops, plugin
+from fusekit.run import abi_versions, compat, model_gate
 from fusekit.run.runtimes import resolve_runtime, runtime_module
 
 
@@ -48,30 +47,7 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
     module = runtime_module(name)
     abi_versions.check_runtime_version(name)
 
-    if isinstance(plugins, (str, os.PathLike)):
-        plugins = [plugins]  # one path, not a sequence of characters
-    libraries = plugin.plugin_libraries(plugins)
-    provided = plugin.kernel_providers(libraries[1:])
-    for lib in libraries[1:]:
-        plugin.register_plugin(lib)
-
-    # Which inputs of fusekit's custom ops may be left out (-1): the
-    # verifier refuses -1 elsewhere.
-    optional = {
-        op: {i for i, operand in enumerate(schema.inputs) if operand.optional}
-        for op, schema in kernel_schema.kernel_schemas(libraries[1:]).items()
-    }
-    if model_content is not None:
-        model_check.verify_model(model_content, custom_optional_inputs=optional)
-        ops = model_ops.list_verified_ops(model_content)
-    else:
-        with model_check.mapped_model(model_path) as mapped:
-            model_check.verify_model(mapped, str(model_path), optional)
-            ops = model_ops.list_verified_ops(mapped)
-    custom = sorted({op.custom_code for op in ops if op.custom_code is not None})
-    missing = [op for op in custom if op not in provided]
-    if missing:
-        raise MissingKernelError(missing, sorted(provided))
+    libraries = model_gate.checked_libraries(model_path, model_content, plugins)
 
     # Before the runtime's own "Didn't find op for builtin opcode" error.
     compat.check_loadable(model_path if model_content is None else model_content, name)

@@ -1,0 +1,132 @@
+"""examples/c_app: a C program built with CMake against ai-edge-litert's
+libLiteRt.so and fusekit's library runs a fused model through LiteRT's
+CompiledModel C API; its outputs equal fusekit.CompiledModel's and
+fusekit.Interpreter's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kernel_cases import built_models
+
+import fusekit
+from fusekit.run import aligned_model, litert_c
+
+REPO = Path(__file__).resolve().parent.parent
+CMAKE = shutil.which("cmake", path=str(Path(sys.executable).parent)) or shutil.which("cmake")
+
+
+@pytest.fixture(scope="module")
+def c_app(tmp_path_factory) -> Path:
+    if CMAKE is None:
+        pytest.fail("cmake is missing (scripts/setup.sh installs it into the venv)")
+    build = tmp_path_factory.mktemp("c_app")
+    subprocess.run(
+        [CMAKE, "-S", str(REPO / "examples" / "c_app"), "-B", str(build),
+         f"-DLITERT_LIBRARY={litert_c.library_path()}",
+         f"-DFUSEKIT_LIBRARY={fusekit.library_path()}",
+         f"-DFUSEKIT_INCLUDE_DIR={REPO / 'custom_ops_cc' / 'include'}"],
+        check=True, capture_output=True, text=True,
+    )
+    done = subprocess.run([CMAKE, "--build", str(build)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "warning" not in done.stdout + done.stderr
+    return build / "run_model"
+
+
+def ramp(shape) -> np.ndarray:
+    n = int(np.prod(shape))
+    return ((np.arange(n) % 23 - 11) / np.float32(7)).astype(np.float32).reshape(shape)
+
+
+def parse(text: str) -> dict[str, np.ndarray]:
+    lines = text.split("\n")
+    out, i = {}, 0
+    while i < len(lines) and lines[i]:
+        name, count = lines[i].split()
+        values = np.array([float(v) for v in lines[i + 1 : i + 1 + int(count)]], np.float32)
+        out[name] = values
+        i += 1 + int(count)
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_c_app_output_equals_python(c_app, tmp_path, threads):
+    model = built_models()["fusekit_layer_norm"][2].model  # depth 100, two leading dims
+    path = tmp_path / "model.tflite"
+    path.write_bytes(aligned_model.align_weights(model))
+    done = subprocess.run([str(c_app), str(path), str(threads)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    printed = parse(done.stdout)
+    with fusekit.CompiledModel.from_file(path, num_threads=threads) as cm:
+        details = cm.get_input_tensor_details(cm.get_signature_by_index(0)["key"])
+        feeds = [ramp([max(d, 1) for d in v["shape"]]) for v in details.values()]
+        outs = cm.run(feeds)
+        names = cm.get_signature_by_index(0)["outputs"]
+    assert sorted(printed) == sorted(names)
+    for name, out in zip(names, outs):
+        np.testing.assert_array_equal(printed[name], out.reshape(-1))
+
+
+def test_c_app_reports_a_refused_node(c_app, tmp_path):
+    from model_surgery import custom_ops, edit
+
+    def garble(m):
+        for op in custom_ops(m, "fusekit_layer_norm"):
+            op.customOptions = np.frombuffer(b"\x07\x01\x02", np.uint8)
+
+    model = edit(built_models()["fusekit_layer_norm"][2].model, garble)
+    path = tmp_path / "bad.tflite"
+    path.write_bytes(aligned_model.align_weights(model))
+    done = subprocess.run([str(c_app), str(path)], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "fusekit_layer_norm: malformed custom options" in done.stderr
+
+
+def test_bazel_builds_and_runs_the_c_app(tmp_path_factory, tmp_path):
+    """The standalone Bazel mode (WORKSPACE + BUILD): Debian's Bazel 4 builds
+    the kernels and examples/c_app offline, with fusekit's own ABI headers
+    and Debian's flatbuffers and Highway; the app's output equals Python's."""
+    bazel = shutil.which("bazel")
+    if bazel is None:
+        pytest.fail("bazel is missing (scripts/setup.sh installs Debian's bazel-bootstrap)")
+    root = tmp_path_factory.mktemp("bazel_root")
+    litert_dir = litert_c.library_path().parent
+    done = subprocess.run(
+        [bazel, f"--output_user_root={root}", "--batch", "build", "//:fusekit_litert_app",
+         # No sandbox: CI containers may lack the user namespaces it needs.
+         "--spawn_strategy=local",
+         f"--symlink_prefix={root}/out-", f"--linkopt=-L{litert_dir}",
+         f"--linkopt=-Wl,-rpath,{litert_dir}"],
+        cwd=REPO, capture_output=True, text=True, timeout=1500,
+    )
+    # Bazel 4 links <workspace>/bazel-out whatever --symlink_prefix says.
+    out_link = REPO / "bazel-out"
+    if out_link.is_symlink() and str(root) in str(out_link.readlink()):
+        out_link.unlink()
+    assert done.returncode == 0, done.stderr[-4000:]
+    # Compiler warnings in the SDK, the adapters and the app.  (Bazel puts
+    # Highway on a plain -I path, so a kernel compiled once per SIMD target
+    # through hwy/foreach_target.h is not a system header here as it is in
+    # the CMake build; kernels' own warnings are the kernel build's to check.)
+    warnings = [line for line in done.stderr.splitlines()
+                if ": warning:" in line and "custom_ops_cc/kernels/" not in line]
+    assert not warnings, "\n".join(warnings)
+    app = root / "out-bin" / "fusekit_litert_app"
+    model = built_models()["fusekit_layer_norm"][2].model
+    path = tmp_path / "model.tflite"
+    path.write_bytes(aligned_model.align_weights(model))
+    ran = subprocess.run([str(app), str(path), "2"], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    printed = parse(ran.stdout)
+    with fusekit.CompiledModel.from_file(path, num_threads=2) as cm:
+        details = cm.get_input_tensor_details(cm.get_signature_by_index(0)["key"])
+        outs = cm.run([ramp([max(d, 1) for d in v["shape"]]) for v in details.values()])
+        names = cm.get_signature_by_index(0)["outputs"]
+    for name, out in zip(names, outs):
+        np.testing.assert_array_equal(printed[name], out.reshape(-1))
