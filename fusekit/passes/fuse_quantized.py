@@ -6,9 +6,7 @@ float16 storage did to a norm's epsilon (fusion/epsilon.py)."""
 
 from __future__ import annotations
 
-from fusekit.passes.fusion.attention import find_attention
 from fusekit.passes.fusion.epsilon import epsilon_notes
-from fusekit.passes.fusion.norms import find_norms
 from fusekit.passes.fusion.quantized import (
     FloatView,
     float_view,
@@ -19,7 +17,14 @@ from fusekit.passes.fusion.quantized import (
     skip_round_trips,
     splice,
 )
-from fusekit.passes.fusion.rewrite import finish, fuse_attention, fuse_norm, fuse_rotary
+from fusekit.passes.fusion.rewrite import (
+    AttentionFusion,
+    NormFusion,
+    finish,
+    fuse_attention,
+    fuse_norm,
+    fuse_rotary,
+)
 from fusekit.passes.fusion.rotary import find_rotary
 from fusekit.passes.graph import Graph, ModelView
 from fusekit.passes.registry import PassOptions, register
@@ -36,7 +41,7 @@ def _fuse_view(view: FloatView, notes: list[str]) -> list[str]:
     graph = view.graph
     changes = []
     for kind in _NORMS:
-        for match in find_norms(graph, kind, notes):
+        for match in NormFusion(kind).find(graph, notes):
             if view.replaces_quantized(match.ops):
                 changes.append(fuse_norm(graph, match))
         remove_dead(graph)
@@ -44,7 +49,7 @@ def _fuse_view(view: FloatView, notes: list[str]) -> list[str]:
         if view.replaces_quantized(match.ops):
             changes.append(fuse_rotary(graph, match))
     remove_dead(graph)
-    for match in find_attention(graph, notes):
+    for match in AttentionFusion().find(graph, notes):
         if view.replaces_quantized(match.ops):
             changes.append(fuse_attention(graph, match))
     remove_dead(graph)
