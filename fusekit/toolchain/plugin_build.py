@@ -25,8 +25,9 @@ from fusekit._version import __version__
 from fusekit.errors import FusekitError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Mirrors CMakeLists.txt: Highway compiles baseline, AVX2 and AVX-512.
-_DEFINES = ["-DFLATBUFFERS_LOCALE_INDEPENDENT=0", "-DHWY_DISABLED_TARGETS=(HWY_SSE4|HWY_AVX3_DL)"]
+# As in CMakeLists.txt; Highway's targets come from the one header that
+# lists them (fusekit/simd_targets.h), included ahead of every source.
+_DEFINES = ["-DFLATBUFFERS_LOCALE_INDEPENDENT=0", "-include", "fusekit/simd_targets.h"]
 
 
 class PluginBuildError(FusekitError):
