@@ -73,6 +73,10 @@ constexpr int64_t kDecodePvKeys = 32;
 constexpr int64_t kKeysT = 128;
 
 int64_t AttentionPanel() { return 2 * static_cast<int64_t>(hn::Lanes(DF())); }
+// A prefill block's S^T (kKeysT keys x one panel) fits the decode scores'
+// buffer even at SVE's longest vectors (2048 bits: a panel of 128).
+static_assert(kKeysT * 2 * hn::MaxLanes(DF()) <= att::kRows * att::kKeys,
+              "S^T outgrows its buffer");
 
 // ------------------------------------------------------ storage types
 //
@@ -586,6 +590,9 @@ HWY_INLINE void PvSteps(const float* HWY_RESTRICT s, int64_t n, const TV* HWY_RE
 }
 
 // Buffers of one thread, carved from its share of the scratch.
+// (Prefill: q holds Q^T [D][panel], s S^T [kKeysT][panel], o O^T
+// [Dv][panel]; att::QueryFloats and OutFloats make room for the widest
+// panel.)
 struct Buffers {
   float* q;      // [kRows][D], scaled queries
   float* s;      // [kRows][kKeys], scores then weights
@@ -598,19 +605,20 @@ struct Buffers {
 
 template <typename T>
 HWY_INLINE Buffers Carve(const att::Problem<T>& p, const att::Layout& l, float* base) {
+  // Sizes as att::ThreadFloats counts them.
   Buffers buf;
   buf.q = base;
-  base += att::RoundUp(att::kRows * p.depth, 16);
+  base += att::QueryFloats(p, l);
   buf.s = base;
   base += att::kRows * att::kKeys;
   buf.o = base;
-  base += att::kRows * l.value_pad;
+  base += att::OutFloats(l);
   buf.max = base;
   base += att::kRows;
   buf.sum = base;
   base += att::kRows;
   buf.kblock = base;
-  base += att::RoundUp(p.depth * att::kKeys, 16);
+  base += att::KBlockFloats(p, l);
   buf.vblock = base;
   return buf;
 }
@@ -1084,6 +1092,13 @@ class Attention {
         store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
     if (!std::isfinite(scale_)) {
       *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
+    }
+    // Score rows are kKeys wide and filled a panel at a time: true for every
+    // power-of-two vector length (all SVE hardware; the architecture no
+    // longer allows others), refused for the rest rather than overrun.
+    if (att::kKeys % panel_() != 0) {
+      *error = "SIMD vectors of " + std::to_string(panel_() / 2) +
+               " floats (not a power of two) are not supported; run with FUSEKIT_SIMD=neon";
     }
   }
 
