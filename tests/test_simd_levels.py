@@ -18,6 +18,7 @@ each CPU model's detected level, FUSEKIT_SIMD lowering it, and SVE at 128,
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,12 @@ from runtimes import unpack_runs
 
 import fusekit
 
-LEVELS = ("baseline", "avx2", "avx512")
+# The levels of the machine running the tests, lowest first.
+LEVELS = (
+    ("neon", "sve", "sve2")
+    if platform.machine() in ("aarch64", "arm64")
+    else ("baseline", "avx2", "avx512")
+)
 TOLERANCE = 1e-5  # relative to the largest reference magnitude
 KERNELS = sorted(fusekit.kernel_names())
 
@@ -108,7 +114,7 @@ def level_outputs(levels):
 def test_levels_this_machine_runs(levels):
     # The subprocesses confirmed each level took effect (result["simd"]);
     # here: a lower level is always reachable from a higher one.
-    assert levels[0] == "baseline"
+    assert levels[0] == LEVELS[0]
 
 
 def test_every_kernel_is_in_the_table():
