@@ -42,8 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small shapes, few rounds")
     parser.add_argument("--rounds", type=int, default=None, help="default 9, --quick 2")
     parser.add_argument("--runtime", default="litert")
+    parser.add_argument("--shape", default="", help="only shapes whose label contains this")
     args = parser.parse_args(argv)
     shapes = bench_attention.QUICK if args.quick else bench_attention.FULL
+    shapes = [s for s in shapes if args.shape in s.label]
     rounds = args.rounds or (2 if args.quick else 9)
     # Both builds provide fusekit's op names: not an error for a comparison.
     warnings.filterwarnings("ignore", message=".*not registered for conversion")
