@@ -22,6 +22,7 @@ examples:
   fusekit verify ./saved_model --dim 4      fused vs unfused outputs on random inputs
   fusekit bench ./saved_model --shape x=8,128,768
   fusekit build my_ops my_op.cc             compile your own kernels into a plugin
+  fusekit build my_ops my_op.cc --target aarch64   ... cross-compiled for an ARM64 device
   fusekit optimize m.tflite -o out.tflite --passes layout,space_to_depth
   fusekit bench m.tflite out.tflite         time a model against its optimized copy
 Composites are written with @fusekit.composite or come from fusekit.ops.
@@ -309,10 +310,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     import fusekit
+    from fusekit.toolchain.plugin_build import host_target
 
     path = fusekit.build_plugin(
-        args.name, args.sources, extra_cflags=args.cflag or (), verbose=args.verbose
+        args.name,
+        args.sources,
+        extra_cflags=args.cflag or (),
+        verbose=args.verbose,
+        target=args.target,
     )
+    if args.target is not None and args.target != host_target():
+        # Another machine's library: this process cannot load it to list kernels.
+        if args.json:
+            print(json.dumps({"plugin": path, "target": args.target}, indent=2))
+        else:
+            print(path)
+        return 0
     kernels = fusekit.kernel_names(path)
     if args.json:
         print(json.dumps({"plugin": path, "kernels": kernels}, indent=2))
@@ -473,6 +486,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sources", nargs="+", help="C++ source files")
     p.add_argument("--cflag", action="append", help="extra compiler flag (repeatable)")
     p.add_argument("-v", "--verbose", action="store_true", help="show compiler commands")
+    p.add_argument(
+        "--target",
+        help="build for another CPU: aarch64 (cross compiler aarch64-linux-gnu-g++) or x86_64",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_build)

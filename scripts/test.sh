@@ -14,3 +14,9 @@ if [ "${FUSEKIT_SANITIZE:-1}" != 0 ]; then
   printf '\n== sanitizers\n'
   bash scripts/sanitize.sh --quick
 fi
+# fusekit on aarch64: cross-built wheel, kernel tests under qemu (about ten
+# minutes, docs/arm64.md); FUSEKIT_ARM64=0 leaves it out.
+if [ "${FUSEKIT_ARM64:-1}" != 0 ]; then
+  printf '\n== aarch64 (emulated)\n'
+  bash scripts/test_arm64.sh
+fi

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -278,3 +279,54 @@ def test_one_plugin_path_is_taken_like_a_list_of_one(user_model, user_plugin, se
     assert proc.returncode == 0, proc.stderr[-2000:]
     kernels = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
     assert kernels == {"my_custom_fused_op": True, "weighted_sum": True}
+
+
+# ------------------------------------------------------------ aarch64 (emulated)
+#
+# FUSEKIT_ARM64_PYTHON: an aarch64 Python with tflite-runtime and fusekit's
+# aarch64 wheel, runnable here (scripts/arm64_env.sh makes one under qemu;
+# scripts/test_arm64.sh sets the variable).
+
+
+def arm64_python() -> str:
+    path = os.environ.get("FUSEKIT_ARM64_PYTHON")
+    if not path:
+        pytest.skip("FUSEKIT_ARM64_PYTHON is not set (scripts/test_arm64.sh sets it)")
+    return path
+
+
+def test_plugin_cross_built_for_aarch64_runs_there(user_model, cache, monkeypatch):
+    python = arm64_python()
+    plugin = fusekit.build_plugin(
+        "user_ops",
+        [EXAMPLE / "my_custom_fused_op.cc", REPO / "tests" / "plugins" / "weighted_sum.cc"],
+        target="aarch64",
+    )
+    with open(plugin, "rb") as f:
+        header = f.read(20)
+    # ELF, e_machine 183 (EM_AARCH64): an ARM library, not this machine's.
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183
+    module, result = user_model
+    rng = np.random.default_rng(1)
+    runs = [
+        {name: rng.standard_normal((b, 5, 3)).astype(np.float32) * 2 for name in ("a", "b")}
+        for b in (1, 3)
+    ]
+    monkeypatch.setenv("FUSEKIT_TFLITE_RUNTIME_PYTHON", python)
+    job = Job(result.model, runs, plugins=[plugin], signature=True)
+    (outcome,) = run_jobs("tflite_runtime", [job])
+    for feeds, outputs in zip(runs, outcome.ok()):
+        for name, value in module(**feeds).items():
+            np.testing.assert_allclose(outputs[name], value.numpy(), atol=1e-5, err_msg=name)
+
+
+def test_cross_build_without_the_cross_compiler_says_what_to_install(cache, monkeypatch):
+    from fusekit.toolchain.plugin_build import CROSS_TARGETS, host_target
+
+    other = next(t for t in CROSS_TARGETS if t != host_target())
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv(CROSS_TARGETS[other][1], raising=False)
+    with pytest.raises(fusekit.PluginBuildError, match=rf"{CROSS_TARGETS[other][0]}-g\+\+"):
+        fusekit.build_plugin("user_ops", [EXAMPLE / "my_custom_fused_op.cc"], target=other)
+    with pytest.raises(fusekit.PluginBuildError, match="unknown build_plugin target 'sparc'"):
+        fusekit.build_plugin("user_ops", [EXAMPLE / "my_custom_fused_op.cc"], target="sparc")

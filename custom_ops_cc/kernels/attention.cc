@@ -57,7 +57,10 @@ namespace att = ::fusekit::attention;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-#if HWY_TARGET == HWY_AVX3
+// Rows of a register tile: 2 x kMaxTile accumulators, 2 vectors of the
+// panel and a broadcast fit in 32 vector registers (AVX-512, NEON, SVE) or
+// 16 (AVX2 and the x86 baseline).
+#if HWY_TARGET == HWY_AVX3 || HWY_ARCH_ARM_A64
 constexpr int kMaxTile = 8;
 #else
 constexpr int kMaxTile = 6;
@@ -70,6 +73,10 @@ constexpr int64_t kDecodePvKeys = 32;
 constexpr int64_t kKeysT = 128;
 
 int64_t AttentionPanel() { return 2 * static_cast<int64_t>(hn::Lanes(DF())); }
+// A prefill block's S^T (kKeysT keys x one panel) fits the decode scores'
+// buffer even at SVE's longest vectors (2048 bits: a panel of 128).
+static_assert(kKeysT * 2 * hn::MaxLanes(DF()) <= att::kRows * att::kKeys,
+              "S^T outgrows its buffer");
 
 // ------------------------------------------------------ storage types
 //
@@ -192,6 +199,49 @@ HWY_INLINE void ConvertRows(const T* HWY_RESTRICT src, int64_t src_stride, int64
   }
 }
 
+// ------------------------------------------------ register tiles
+//
+// acc[r] (2 vectors) = init(r), then for j < n: acc[r] += a(r, j) * panel(j),
+// for the MR <= 8 rows of a tile, then store(r, acc[r]).  The accumulators
+// are named variables, not an array: SVE's vectors are sizeless types,
+// which cannot be array elements or struct members.  Each statement is
+// written once for 8 rows and discarded past MR (if constexpr), so the
+// compiler sees the same straight-line code as from an unrolled loop over
+// an array.
+#define FUSEKIT_TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+template <int MR, class Init, class Scalar, class Panel, class Store>
+HWY_INLINE void TileMulAdd(int64_t n, const Init& init, const Scalar& a, const Panel& panel,
+                           const Store& store) {
+  static_assert(MR >= 1 && MR <= 8, "a tile has 1 to 8 rows");
+  const DF d;
+#define FUSEKIT_TILE_INIT(r)                                     \
+  [[maybe_unused]] VF acc##r##_0 = hn::Zero(d), acc##r##_1 = acc##r##_0; \
+  if constexpr ((r) < MR) {                                      \
+    acc##r##_0 = init(r, 0);                                     \
+    acc##r##_1 = init(r, 1);                                     \
+  }
+  FUSEKIT_TILE_ROWS(FUSEKIT_TILE_INIT)
+#undef FUSEKIT_TILE_INIT
+  for (int64_t j = 0; j < n; ++j) {
+    const VF b0 = panel(j, 0);
+    const VF b1 = panel(j, 1);
+#define FUSEKIT_TILE_STEP(r)                           \
+  if constexpr ((r) < MR) {                            \
+    const VF x = hn::Set(d, a(r, j));                  \
+    acc##r##_0 = hn::MulAdd(x, b0, acc##r##_0);        \
+    acc##r##_1 = hn::MulAdd(x, b1, acc##r##_1);        \
+  }
+    FUSEKIT_TILE_ROWS(FUSEKIT_TILE_STEP)
+#undef FUSEKIT_TILE_STEP
+  }
+#define FUSEKIT_TILE_STORE(r) \
+  if constexpr ((r) < MR) store(r, acc##r##_0, acc##r##_1);
+  FUSEKIT_TILE_ROWS(FUSEKIT_TILE_STORE)
+#undef FUSEKIT_TILE_STORE
+}
+#undef FUSEKIT_TILE_ROWS
+
 // S[r][0, panel) = Q[r] . Kpanel for MR rows; Q rows are `depth` apart.
 template <int MR>
 HWY_INLINE void QkTile(const float* HWY_RESTRICT q, int64_t depth,
@@ -199,24 +249,14 @@ HWY_INLINE void QkTile(const float* HWY_RESTRICT q, int64_t depth,
                        int64_t s_stride) {
   const DF d;
   const size_t lanes = hn::Lanes(d);
-  VF a0[MR], a1[MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) a0[r] = a1[r] = hn::Zero(d);
-  for (int64_t k = 0; k < depth; ++k) {
-    const VF b0 = hn::Load(d, kp + k * 2 * lanes);
-    const VF b1 = hn::Load(d, kp + k * 2 * lanes + lanes);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const VF a = hn::Set(d, q[r * depth + k]);
-      a0[r] = hn::MulAdd(a, b0, a0[r]);
-      a1[r] = hn::MulAdd(a, b1, a1[r]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    hn::StoreU(a0[r], d, s + r * s_stride);
-    hn::StoreU(a1[r], d, s + r * s_stride + lanes);
-  }
+  TileMulAdd<MR>(
+      depth, [&](int, int) { return hn::Zero(d); },
+      [&](int r, int64_t k) { return q[r * depth + k]; },
+      [&](int64_t k, int half) { return hn::Load(d, kp + (2 * k + half) * lanes); },
+      [&](int r, VF a0, VF a1) {
+        hn::StoreU(a0, d, s + r * s_stride);
+        hn::StoreU(a1, d, s + r * s_stride + lanes);
+      });
 }
 
 // O[r][0, 2 vectors) += sum_j P[r][j] * V[j][0, 2 vectors) for MR rows
@@ -227,27 +267,14 @@ HWY_INLINE void PvTile(const float* HWY_RESTRICT p, int64_t p_stride, int64_t n,
                        float* HWY_RESTRICT o, int64_t o_stride) {
   const DF d;
   const size_t lanes = hn::Lanes(d);
-  VF a0[MR], a1[MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    a0[r] = hn::LoadU(d, o + r * o_stride);
-    a1[r] = hn::LoadU(d, o + r * o_stride + lanes);
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    const VF b0 = LoadF(d, v + j * v_stride);
-    const VF b1 = LoadF(d, v + j * v_stride + lanes);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const VF a = hn::Set(d, p[r * p_stride + j]);
-      a0[r] = hn::MulAdd(a, b0, a0[r]);
-      a1[r] = hn::MulAdd(a, b1, a1[r]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    hn::StoreU(a0[r], d, o + r * o_stride);
-    hn::StoreU(a1[r], d, o + r * o_stride + lanes);
-  }
+  TileMulAdd<MR>(
+      n, [&](int r, int half) { return hn::LoadU(d, o + r * o_stride + half * lanes); },
+      [&](int r, int64_t j) { return p[r * p_stride + j]; },
+      [&](int64_t j, int half) { return LoadF(d, v + j * v_stride + half * lanes); },
+      [&](int r, VF a0, VF a1) {
+        hn::StoreU(a0, d, o + r * o_stride);
+        hn::StoreU(a1, d, o + r * o_stride + lanes);
+      });
 }
 
 template <int MR>
@@ -563,6 +590,9 @@ HWY_INLINE void PvSteps(const float* HWY_RESTRICT s, int64_t n, const TV* HWY_RE
 }
 
 // Buffers of one thread, carved from its share of the scratch.
+// (Prefill: q holds Q^T [D][panel], s S^T [kKeysT][panel], o O^T
+// [Dv][panel]; att::QueryFloats and OutFloats make room for the widest
+// panel.)
 struct Buffers {
   float* q;      // [kRows][D], scaled queries
   float* s;      // [kRows][kKeys], scores then weights
@@ -575,19 +605,20 @@ struct Buffers {
 
 template <typename T>
 HWY_INLINE Buffers Carve(const att::Problem<T>& p, const att::Layout& l, float* base) {
+  // Sizes as att::ThreadFloats counts them.
   Buffers buf;
   buf.q = base;
-  base += att::RoundUp(att::kRows * p.depth, 16);
+  base += att::QueryFloats(p, l);
   buf.s = base;
   base += att::kRows * att::kKeys;
   buf.o = base;
-  base += att::kRows * l.value_pad;
+  base += att::OutFloats(l);
   buf.max = base;
   base += att::kRows;
   buf.sum = base;
   base += att::kRows;
   buf.kblock = base;
-  base += att::RoundUp(p.depth * att::kKeys, 16);
+  base += att::KBlockFloats(p, l);
   buf.vblock = base;
   return buf;
 }
@@ -747,24 +778,14 @@ HWY_INLINE void KqTile(const float* HWY_RESTRICT k, int64_t k_stride, int64_t de
                        const float* HWY_RESTRICT qt, float* HWY_RESTRICT st) {
   const DF d;
   const size_t lanes = hn::Lanes(d);
-  VF a0[MR], a1[MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) a0[r] = a1[r] = hn::Zero(d);
-  for (int64_t c = 0; c < depth; ++c) {
-    const VF b0 = hn::Load(d, qt + c * 2 * lanes);
-    const VF b1 = hn::Load(d, qt + c * 2 * lanes + lanes);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const VF a = hn::Set(d, k[r * k_stride + c]);
-      a0[r] = hn::MulAdd(a, b0, a0[r]);
-      a1[r] = hn::MulAdd(a, b1, a1[r]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    hn::Store(a0[r], d, st + r * 2 * lanes);
-    hn::Store(a1[r], d, st + r * 2 * lanes + lanes);
-  }
+  TileMulAdd<MR>(
+      depth, [&](int, int) { return hn::Zero(d); },
+      [&](int r, int64_t c) { return k[r * k_stride + c]; },
+      [&](int64_t c, int half) { return hn::Load(d, qt + (2 * c + half) * lanes); },
+      [&](int r, VF a0, VF a1) {
+        hn::Store(a0, d, st + r * 2 * lanes);
+        hn::Store(a1, d, st + r * 2 * lanes + lanes);
+      });
 }
 
 template <int MR>
@@ -786,27 +807,14 @@ HWY_INLINE void VpTile(const float* HWY_RESTRICT v, int64_t v_stride, int64_t n,
                        const float* HWY_RESTRICT pt, float* HWY_RESTRICT ot) {
   const DF d;
   const size_t lanes = hn::Lanes(d);
-  VF a0[MR], a1[MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    a0[r] = hn::Load(d, ot + r * 2 * lanes);
-    a1[r] = hn::Load(d, ot + r * 2 * lanes + lanes);
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    const VF b0 = hn::Load(d, pt + j * 2 * lanes);
-    const VF b1 = hn::Load(d, pt + j * 2 * lanes + lanes);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const VF a = hn::Set(d, v[j * v_stride + r]);
-      a0[r] = hn::MulAdd(a, b0, a0[r]);
-      a1[r] = hn::MulAdd(a, b1, a1[r]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    hn::Store(a0[r], d, ot + r * 2 * lanes);
-    hn::Store(a1[r], d, ot + r * 2 * lanes + lanes);
-  }
+  TileMulAdd<MR>(
+      n, [&](int r, int half) { return hn::Load(d, ot + (2 * r + half) * lanes); },
+      [&](int r, int64_t j) { return v[j * v_stride + r]; },
+      [&](int64_t j, int half) { return hn::Load(d, pt + (2 * j + half) * lanes); },
+      [&](int r, VF a0, VF a1) {
+        hn::Store(a0, d, ot + r * 2 * lanes);
+        hn::Store(a1, d, ot + r * 2 * lanes + lanes);
+      });
 }
 
 template <int MR>
@@ -1084,6 +1092,13 @@ class Attention {
         store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
     if (!std::isfinite(scale_)) {
       *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
+    }
+    // Score rows are kKeys wide and filled a panel at a time: true for every
+    // power-of-two vector length (all SVE hardware; the architecture no
+    // longer allows others), refused for the rest rather than overrun.
+    if (att::kKeys % panel_() != 0) {
+      *error = "SIMD vectors of " + std::to_string(panel_() / 2) +
+               " floats (not a power of two) are not supported; run with FUSEKIT_SIMD=neon";
     }
   }
 

@@ -76,11 +76,24 @@ struct Partial {
 
 // Per-thread working memory in floats (see Buffers in attention.cc).
 inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
+// A prefill item holds Q^T and O^T one panel (2 vectors) of queries wide:
+// with 2048-bit SVE vectors that is 128 queries, more than kRows.
+template <typename T>
+inline int64_t QueryFloats(const Problem<T>& p, const Layout& l) {
+  return RoundUp(Max(kRows, l.panel) * p.depth, 16);
+}
+inline int64_t OutFloats(const Layout& l) { return Max(kRows, l.panel) * l.value_pad; }
+// A decode block's K panels: kKeys keys rounded up to whole panels.
+template <typename T>
+inline int64_t KBlockFloats(const Problem<T>& p, const Layout& l) {
+  return RoundUp(p.depth * RoundUp(kKeys, l.panel), 16);
+}
 // (A float16 prefill converts its K and V blocks into kblock and vblock.)
 template <typename T>
 inline int64_t ThreadFloats(const Problem<T>& p, const Layout& l) {
-  return RoundUp(kRows * p.depth, 16) + kRows * kKeys + kRows * l.value_pad +
-         2 * kRows + RoundUp(p.depth * kKeys, 16) + kKeys * l.value_pad + 64;
+  return QueryFloats(p, l) + kRows * kKeys + OutFloats(l) + 2 * kRows + KBlockFloats(p, l) +
+         kKeys * l.value_pad + 64;
 }
 
 }  // namespace attention

@@ -255,8 +255,10 @@ def kernel_names(path: PathLike | None = None) -> list[str]:
 
 
 def simd_target(path: PathLike | None = None) -> str:
-    """SIMD level the kernels dispatch to on this CPU: baseline, avx2 or avx512.
+    """SIMD level the kernels dispatch to on this CPU: baseline, avx2 or
+    avx512 on x86-64; neon, sve or sve2 on aarch64.
 
-    ``FUSEKIT_SIMD=baseline|avx2|avx512`` lowers it (read once per process)."""
+    ``FUSEKIT_SIMD`` set to a lower level of the same list lowers it (read
+    once per process; ``baseline`` is ``neon`` on aarch64)."""
     raw = open_plugin(path).fusekit_simd_target()
     return raw.decode("utf-8", "replace") if raw is not None else "unknown"

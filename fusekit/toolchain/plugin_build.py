@@ -25,8 +25,9 @@ from fusekit._version import __version__
 from fusekit.errors import FusekitError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Mirrors CMakeLists.txt: Highway compiles baseline, AVX2 and AVX-512.
-_DEFINES = ["-DFLATBUFFERS_LOCALE_INDEPENDENT=0", "-DHWY_DISABLED_TARGETS=(HWY_SSE4|HWY_AVX3_DL)"]
+# As in CMakeLists.txt; Highway's targets come from the one header that
+# lists them (fusekit/simd_targets.h), included ahead of every source.
+_DEFINES = ["-DFLATBUFFERS_LOCALE_INDEPENDENT=0", "-include", "fusekit/simd_targets.h"]
 
 
 class PluginBuildError(FusekitError):
@@ -51,18 +52,55 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fusekit"
 
 
-def _compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+# Targets build_plugin cross-compiles for: the GNU triple of the compiler
+# (``<triple>-g++``) and the environment variable that names another one.
+CROSS_TARGETS = {
+    "aarch64": ("aarch64-linux-gnu", "CXX_AARCH64"),
+    "x86_64": ("x86_64-linux-gnu", "CXX_X86_64"),
+}
+_MACHINE_ALIASES = {"AMD64": "x86_64", "arm64": "aarch64"}
+
+
+def host_target() -> str:
+    """This machine's architecture as build_plugin's ``target`` names it."""
+    machine = platform.machine()
+    return _MACHINE_ALIASES.get(machine, machine)
+
+
+def _resolve_target(target: str | None) -> str:
+    if target is None:
+        return host_target()
+    name = _MACHINE_ALIASES.get(target, target)
+    if name not in CROSS_TARGETS and name != host_target():
+        known = ", ".join(sorted(set(CROSS_TARGETS) | {host_target()}))
+        raise PluginBuildError(f"unknown build_plugin target {target!r}; known: {known}")
+    return name
+
+
+def _compiler(target: str) -> str:
+    if target == host_target():
+        cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+        if not cxx:
+            raise PluginBuildError("no C++ compiler found (apt-get install g++, or set CXX)")
+        return cxx
+    triple, variable = CROSS_TARGETS[target]
+    cxx = os.environ.get(variable) or shutil.which(f"{triple}-g++")
     if not cxx:
-        raise PluginBuildError("no C++ compiler found (apt-get install g++, or set CXX)")
+        raise PluginBuildError(
+            f"building a plugin for {target} needs the cross compiler {triple}-g++, which is "
+            f"not on PATH (Debian/Ubuntu: apt-get install g++-{triple}; or set {variable} "
+            "to another compiler for that target)"
+        )
     return cxx
 
 
-def _arch_flags() -> list[str]:
-    return ["-march=x86-64-v2"] if platform.machine() in ("x86_64", "AMD64") else []
+def _arch_flags(target: str) -> list[str]:
+    # x86-64: the library's baseline; aarch64 needs nothing (NEON is
+    # architectural; SVE/SVE2 code is enabled per function by Highway).
+    return ["-march=x86-64-v2"] if target == "x86_64" else []
 
 
-def _base_flags() -> list[str]:
+def _base_flags(target: str) -> list[str]:
     return [
         "-std=c++17",
         "-O3",
@@ -72,7 +110,7 @@ def _base_flags() -> list[str]:
         "-fvisibility-inlines-hidden",
         "-Wall",
         "-Wextra",
-        *_arch_flags(),
+        *_arch_flags(target),
         *_DEFINES,
         f"-I{include_dir()}",
         f"-I{_sdk_dir()}",
@@ -106,13 +144,13 @@ def _publish(tmp: Path, folder: Path) -> None:
         tmp.rename(folder)
 
 
-def _sdk_objects(cxx: str, verbose: bool) -> list[Path]:
+def _sdk_objects(cxx: str, target: str, verbose: bool) -> list[Path]:
     """The SDK and adapters compiled once per fusekit install."""
     sources = sorted(_sdk_dir().glob("*.cc"))
     if not sources:
         raise PluginBuildError(f"fusekit's SDK sources are missing from {_sdk_dir()}")
     key = _digest(
-        [__version__.encode(), cxx.encode(), " ".join(_base_flags()).encode()]
+        [__version__.encode(), cxx.encode(), " ".join(_base_flags(target)).encode()]
         + [p.read_bytes() for p in sorted(_sdk_dir().iterdir())]
         + [p.read_bytes() for p in sorted((Path(include_dir()) / "fusekit").iterdir())]
     )
@@ -124,7 +162,7 @@ def _sdk_objects(cxx: str, verbose: bool) -> list[Path]:
     tmp.mkdir(parents=True, exist_ok=True)
     for src in sources:
         _run(
-            [cxx, *_base_flags(), "-c", str(src), "-o", str(tmp / (src.stem + ".o"))],
+            [cxx, *_base_flags(target), "-c", str(src), "-o", str(tmp / (src.stem + ".o"))],
             verbose,
             f"compiling fusekit SDK {src.name}",
         )
@@ -137,6 +175,7 @@ def build_plugin(
     sources: Sequence[str | os.PathLike],
     extra_cflags: Sequence[str] = (),
     verbose: bool = False,
+    target: str | None = None,
 ) -> str:
     """Compiles kernel sources written against ``fusekit/kernel_sdk.h`` into a
     plugin and returns its path (cached: an unchanged build returns at once).
@@ -145,8 +184,17 @@ def build_plugin(
     ``fusekit.Interpreter(..., plugins=[path])`` or
     ``fusekit.load_delegate(path)``.
 
+    Args:
+      target: the CPU architecture to build for: None (this machine),
+        ``"aarch64"`` or ``"x86_64"``.  Another machine's plugin is
+        cross-compiled with ``<triple>-g++`` (``aarch64-linux-gnu-g++``;
+        the ``CXX_AARCH64`` / ``CXX_X86_64`` environment variables name
+        another compiler) and is not loaded or registered here: copy it to
+        the device, where ``plugins=[path]`` loads it.
+
     Raises:
-      PluginBuildError: with the compiler's file:line diagnostics.
+      PluginBuildError: with the compiler's file:line diagnostics; the cross
+        compiler a target needs is missing; an unknown target.
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise PluginBuildError(f"plugin name {name!r} must be an identifier")
@@ -156,9 +204,11 @@ def build_plugin(
     for p in paths:
         if not p.is_file():
             raise PluginBuildError(f"source {p} does not exist")
-    cxx = _compiler()
-    flags = [*_base_flags(), *extra_cflags, *(f"-I{p.parent}" for p in paths)]
-    sdk = _sdk_objects(cxx, verbose)
+    arch = _resolve_target(target)
+    native = arch == host_target()
+    cxx = _compiler(arch)
+    flags = [*_base_flags(arch), *extra_cflags, *(f"-I{p.parent}" for p in paths)]
+    sdk = _sdk_objects(cxx, arch, verbose)
     key = _digest(
         [name.encode(), cxx.encode(), " ".join(flags).encode()]
         + [str(p).encode() + p.read_bytes() for p in paths]
@@ -175,7 +225,8 @@ def build_plugin(
         if library.exists():
             if verbose:
                 print(f"fusekit build: {library} is up to date", file=sys.stderr)
-            _remember(str(library))
+            if native:
+                _remember(str(library))
             return str(library)
     tmp = base.with_name(base.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -212,7 +263,8 @@ def build_plugin(
     _publish(tmp, folder)
     _write_atomically(deps_file, json.dumps(dep_list))
     library = folder / library_name
-    _remember(str(library))
+    if native:
+        _remember(str(library))
     return str(library)
 
 
