@@ -22,6 +22,9 @@ from fusekit.errors import (
     FusekitError,
     InvalidModelError,
     MissingKernelError,
+    ModelMismatchError,
+    PassError,
+    PluginBuildError,
     RuntimeNotAvailableError,
     RuntimeTooOldError,
 )
@@ -30,7 +33,7 @@ from fusekit.run.interpreter import Interpreter
 from fusekit.run.plugin import kernel_names, library_path, simd_target
 from fusekit.run.registerer import registerer, registerer_for
 from fusekit.run.runtimes import available_runtimes
-from fusekit.toolchain.plugin_build import PluginBuildError, build_plugin, include_dir
+from fusekit.toolchain.plugin_build import build_plugin, include_dir
 
 # Public names that need TensorFlow, resolved lazily (PEP 562).
 _LAZY = {
@@ -45,7 +48,8 @@ _LAZY = {
     "passes": ("fusekit.passes", None),
     "optimize": ("fusekit.passes.pipeline", "optimize"),
     "OptimizeResult": ("fusekit.passes.pipeline", "OptimizeResult"),
-    "PassError": ("fusekit.passes.graph", "PassError"),
+    "verify": ("fusekit.compare", "verify"),
+    "VerifyResult": ("fusekit.compare", "VerifyResult"),
 }
 
 
@@ -67,6 +71,7 @@ __all__ = [
     "Interpreter",
     "InvalidModelError",
     "MissingKernelError",
+    "ModelMismatchError",
     "OptimizeResult",
     "PassError",
     "RuntimeNotAvailableError",
@@ -91,4 +96,6 @@ __all__ = [
     "registerer_for",
     "simd_target",
     "unfused",
+    "verify",
+    "VerifyResult",
 ]

@@ -15,6 +15,7 @@ passes: ``cleanup``, ``fuse`` (``fuse_group_norm``, ``fuse_layer_norm``, ``fuse_
 
 from __future__ import annotations
 
+from fusekit.errors import PassError
 from fusekit.passes import (  # noqa: F401 - register the built-ins
     cleanup,
     fold_affine,
@@ -27,7 +28,7 @@ from fusekit.passes import (  # noqa: F401 - register the built-ins
     layout,
     space_to_depth,
 )
-from fusekit.passes.graph import Graph, ModelView, PassError
+from fusekit.passes.graph import Graph, ModelView
 from fusekit.passes.pipeline import (
     DEFAULT_PASSES,
     OptimizeResult,

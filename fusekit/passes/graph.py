@@ -19,7 +19,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.conversion.flatbuffer_edit import pack_model, read_model
-from fusekit.errors import FusekitError
+from fusekit.errors import PassError  # noqa: F401  (also importable from here)
 from fusekit.run.model_ops import builtin_code, op_counts
 
 OP = schema.BuiltinOperator
@@ -59,12 +59,6 @@ _BODY_FIELDS = {
     OP.IF: ("thenSubgraphIndex", "elseSubgraphIndex"),
     OP.CALL_ONCE: ("initSubgraphIndex",),
 }
-
-
-class PassError(FusekitError, ValueError):
-    """A pass cannot run: an unknown pass name, bad pass options, or a model
-    the passes cannot work on (the message names the model and what is
-    wrong)."""
 
 
 class ModelView:

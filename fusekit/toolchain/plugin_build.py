@@ -22,16 +22,11 @@ from pathlib import Path
 
 from fusekit._compiled import built_path
 from fusekit._version import __version__
-from fusekit.errors import FusekitError
+from fusekit.errors import PluginBuildError  # noqa: F401  (also importable from here)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Mirrors CMakeLists.txt: Highway compiles baseline, AVX2 and AVX-512.
 _DEFINES = ["-DFLATBUFFERS_LOCALE_INDEPENDENT=0", "-DHWY_DISABLED_TARGETS=(HWY_SSE4|HWY_AVX3_DL)"]
-
-
-class PluginBuildError(FusekitError):
-    """Compiling or linking a plugin failed; the message holds the compiler's
-    diagnostics (file:line: error: ...)."""
 
 
 def include_dir() -> str:
