@@ -82,7 +82,7 @@ def level_outputs(levels):
             env["FUSEKIT_SIMD"] = level
             results = run_worker(jobs, jobdir, sys.executable, env)
             per_op: dict[str, list] = {op: [] for op in models}
-            for (op, _), job, result in zip(keys, jobs, results):
+            for (op, _), job, result in zip(keys, jobs, results, strict=True):
                 if result["error"] is not None:
                     per_op[op].append(result["error"])
                     continue
@@ -126,8 +126,8 @@ def test_kernel_at_every_simd_level(op, levels, level_outputs):
             if isinstance(got, str):
                 failures.append(f"{m.name} at {level}: {got}")
                 continue
-            for r, (outs, want) in enumerate(zip(got, m.expected)):
-                for k, (g, w) in enumerate(zip(outs, want)):
+            for r, (outs, want) in enumerate(zip(got, m.expected, strict=True)):
+                for k, (g, w) in enumerate(zip(outs, want, strict=True)):
                     err = rel_err(g, w)
                     if not err <= TOLERANCE:
                         failures.append(
@@ -136,8 +136,8 @@ def test_kernel_at_every_simd_level(op, levels, level_outputs):
             if first is None:
                 first = (level, got)
                 continue
-            for r, (outs, base) in enumerate(zip(got, first[1])):
-                for k, (g, b) in enumerate(zip(outs, base)):
+            for r, (outs, base) in enumerate(zip(got, first[1], strict=True)):
+                for k, (g, b) in enumerate(zip(outs, base, strict=True)):
                     err = rel_err(g, b)
                     if not err <= TOLERANCE:
                         failures.append(

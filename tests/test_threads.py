@@ -61,7 +61,7 @@ def test_two_threads_match_one(runtime):
         if one.error or two.error:
             failures.append(f"{m.name}: {one.error or two.error}")
             continue
-        for r, (a, b, want) in enumerate(zip(one.outputs, two.outputs, m.expected)):
+        for r, (a, b, want) in enumerate(zip(one.outputs, two.outputs, m.expected, strict=True)):
             for k in range(len(want)):
                 err = rel_err(b[k], a[k])
                 if not err <= 1e-6:
@@ -129,7 +129,7 @@ def test_resize_cycles_keep_rss_flat(runtime):
         ]
 
     failures = []
-    for op, result in zip(kernels, _run(runtime, jobs)):
+    for op, result in zip(kernels, _run(runtime, jobs), strict=True):
         if result["error"] is not None:
             failures.append(f"{op}: {result['error']}")
             continue
@@ -173,7 +173,7 @@ def test_interpreter_churn_releases_memory_and_threads(runtime):
     assert control["error"] is None, f"control: {control['error']}"
     runtime_own = max(0, control["rss_after"] - control["rss_before"])
     failures = []
-    for op, result in zip(kernels, results):
+    for op, result in zip(kernels, results, strict=True):
         if result["error"] is not None:
             failures.append(f"{op}: {result['error']}")
             continue
