@@ -12,6 +12,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+@pytest.fixture
+def pass_registry():
+    """For tests that register or unregister graph passes: the global
+    registry is put back as it was afterwards, also when the test fails."""
+    from pass_registry import restored
+
+    with restored():
+        yield
+
+
 @pytest.fixture(scope="session")
 def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fusekit")
