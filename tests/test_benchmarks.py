@@ -163,3 +163,17 @@ def test_fusion_benchmark_quick_run(tmp_path):
     for row in rows.values():
         assert row["max_abs_diff"] < 1e-4, row
         assert row["median_ms"]["plain"] > 0 and row["median_ms"]["optimized"] > 0
+
+
+def test_lifetimes_benchmark_reports_every_kernel_on_every_runtime(tmp_path):
+    from runtimes import RUNTIMES
+
+    import fusekit
+
+    payload = run_quick("bench_lifetimes.py", tmp_path, "lifetimes.json", "lifetimes.md")
+    rows = payload["rows"]
+    assert {(r["runtime"], r["op"]) for r in rows} == {
+        (runtime, op) for runtime in RUNTIMES for op in fusekit.kernel_names()
+    }
+    assert [r for r in rows if r["error"]] == []
+    assert payload["budget_mib"] > 0 and isinstance(payload["over_budget"], list)
