@@ -102,6 +102,8 @@ def test_errors_on_a_model_read_from_a_file_name_the_file(files, capsys, tmp_pat
     assert f"{junk}: not a valid TFLite model" in err and "<model_content>" not in err
     code, _, err = cli(capsys, "bench", files["static"], junk, "-q", "--rounds", "1")
     assert code == 1 and f"{junk}: not a valid TFLite model" in err
+    code, _, err = cli(capsys, "optimize", junk, "-o", tmp_path / "o.tflite")
+    assert code == 1 and f"{junk}: not a valid TFLite model" in err
 
 
 def test_missing_kernel_error_says_how_to_pass_a_plugin():

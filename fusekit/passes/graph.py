@@ -67,7 +67,7 @@ class ModelView:
     def __init__(self, model: bytes, name: str = "<model>"):
         self.source = model
         self.name = name
-        self.m = read_model(model)
+        self.m = read_model(model, name)
         self._graphs: dict[int, Graph] = {}
 
     # -- whole model -------------------------------------------------------
