@@ -53,7 +53,7 @@ def build_saved_model(path: Path, layers: int, width: int, seed: int = 0) -> int
 
         @tf.function(input_signature=[tf.TensorSpec([None, width], tf.float32, name="x")])
         def serve(self, x: Any) -> dict[str, Any]:
-            for kernel, gamma, beta in zip(self.kernels, self.gammas, self.betas):
+            for kernel, gamma, beta in zip(self.kernels, self.gammas, self.betas, strict=True):
                 x = fusekit.ops.layer_norm(tf.matmul(x, kernel), gamma, beta)
             return {"y": x}
 

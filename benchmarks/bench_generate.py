@@ -85,7 +85,10 @@ def measure(config: Any, cache_len: int, rounds: int, batch_seconds: float) -> d
         p.invoke()
         interp = p.owner
         outputs[variant] = [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs["plain"], outputs["optimized"]))
+    diff = max(
+        float(np.abs(a - b).max())
+        for a, b in zip(outputs["plain"], outputs["optimized"], strict=True)
+    )
     weights = weight_bytes(plain)
     cache = int(inputs[[x.ndim for x in inputs].index(6)].nbytes)
     reader = Reader(weights + cache)

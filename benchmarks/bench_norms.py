@@ -299,7 +299,7 @@ def render_chart(
     )
     xs = np.arange(len(results))
     width = 0.27
-    for ax, t in zip(axes[:, 0], threads):
+    for ax, t in zip(axes[:, 0], threads, strict=True):
         for i, (name, color) in enumerate(series):
             # Time relative to the copy floor: shapes differ by 100x in
             # bytes, ratios to the floor put them on one axis.
@@ -312,7 +312,7 @@ def render_chart(
                 color=color,
                 label={"ort": "ONNX Runtime (hatched: no fused kernel)"}.get(name, name),
             )
-            for bar, h in zip(bars, hatch):
+            for bar, h in zip(bars, hatch, strict=True):
                 bar.set_hatch(h)
         ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="copy floor (1 thread)")
         ax.set_yscale("log")

@@ -234,7 +234,7 @@ def write_chart(path: Path, payload: dict) -> None:
 
     results = payload["results"]
     fig, axes = plt.subplots(1, len(results), figsize=(4.6 * len(results), 3.8))
-    for ax, result in zip(np.atleast_1d(axes), results):
+    for ax, result in zip(np.atleast_1d(axes), results, strict=True):
         rows = result["rows"]
         names = [r["variant"] for r in rows]
         values = [r["ratio"] for r in rows]

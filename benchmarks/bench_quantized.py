@@ -119,7 +119,7 @@ def model_inputs(interp: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
     input's scale and zero point when the model takes them quantized
     (ai-edge-quantizer's static recipe quantizes a ViT's image input)."""
     out = []
-    for detail, x in zip(interp.get_input_details(), inputs):
+    for detail, x in zip(interp.get_input_details(), inputs, strict=True):
         dtype = np.dtype(detail["dtype"])
         if x.dtype == np.float32 and dtype.kind == "i" and dtype != np.int32:
             scale, zero = detail["quantization"]
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             d["name"] for d in fusekit.Interpreter(model_content=float_model).get_input_details()
         ]
         by_name = {
-            tensor.name: next(x for n, x in zip(names, inputs) if tensor.name in n)
+            tensor.name: next(x for n, x in zip(names, inputs, strict=True) if tensor.name in n)
             for tensor in model.inputs
         }
         want = np.asarray(model([by_name[t.name] for t in model.inputs]), np.float64)

@@ -585,7 +585,9 @@ def time_interleaved(
             for k in range(1, n + 1):
                 fn()
                 stamps[k] = clock()
-            timings[name].samples_us.extend((b - a) / 1e3 for a, b in zip(stamps[:-1], stamps[1:]))
+            timings[name].samples_us.extend(
+                (b - a) / 1e3 for a, b in zip(stamps[:-1], stamps[1:], strict=True)
+            )
             settle()
     return timings
 

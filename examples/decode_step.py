@@ -126,7 +126,7 @@ def main() -> None:
         invokes[label] = prepared_invoke(interp, inputs)
         invokes[label]()
         outputs.append([interp.get_tensor(d["index"]) for d in interp.get_output_details()])
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(*outputs))
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(*outputs, strict=True))
     print(f"max abs difference {diff:.2e}")
     for label, timing in compare(invokes, rounds=15, calls_per_round=5).items():
         ms = timing.median_us / 1e3

@@ -172,7 +172,7 @@ def feeds(model: bytes) -> list[np.ndarray]:
 def run(model: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
     interpreter = fusekit.Interpreter(model_content=model)
     interpreter.allocate_tensors()
-    for detail, value in zip(interpreter.get_input_details(), inputs):
+    for detail, value in zip(interpreter.get_input_details(), inputs, strict=True):
         interpreter.set_tensor(detail["index"], value)
     interpreter.invoke()
     return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
@@ -193,7 +193,8 @@ def survey(name: str) -> str:
     fused = {k.split(":")[1]: v for k, v in sorted(counts.items()) if k.startswith("CUSTOM:")}
     inputs = feeds(plain)
     diff = max(
-        float(np.max(np.abs(a - b))) for a, b in zip(run(plain, inputs), run(result.model, inputs))
+        float(np.max(np.abs(a - b)))
+        for a, b in zip(run(plain, inputs), run(result.model, inputs), strict=True)
     )
     left = counts.get("SOFTMAX", 0)
     notes = Counter(note.split(": ", 1)[-1] for note in result.report.line("fuse").notes)

@@ -22,6 +22,9 @@ from fusekit.errors import (
     FusekitError,
     InvalidModelError,
     MissingKernelError,
+    ModelMismatchError,
+    PassError,
+    PluginBuildError,
     RuntimeNotAvailableError,
     RuntimeTooOldError,
 )
@@ -32,7 +35,7 @@ from fusekit.run.interpreter import Interpreter
 from fusekit.run.plugin import kernel_names, library_path, simd_target
 from fusekit.run.registerer import registerer, registerer_for
 from fusekit.run.runtimes import available_runtimes
-from fusekit.toolchain.plugin_build import PluginBuildError, build_plugin, include_dir
+from fusekit.toolchain.plugin_build import build_plugin, include_dir
 
 # Public names that need TensorFlow, resolved lazily (PEP 562).
 _LAZY = {
@@ -47,7 +50,8 @@ _LAZY = {
     "passes": ("fusekit.passes", None),
     "optimize": ("fusekit.passes.pipeline", "optimize"),
     "OptimizeResult": ("fusekit.passes.pipeline", "OptimizeResult"),
-    "PassError": ("fusekit.passes.graph", "PassError"),
+    "verify": ("fusekit.compare", "verify"),
+    "VerifyResult": ("fusekit.compare", "VerifyResult"),
 }
 
 
@@ -73,6 +77,7 @@ __all__ = [
     "InvalidModelError",
     "KernelRunError",
     "MissingKernelError",
+    "ModelMismatchError",
     "OptimizeResult",
     "PassError",
     "RuntimeNotAvailableError",
@@ -97,4 +102,6 @@ __all__ = [
     "registerer_for",
     "simd_target",
     "unfused",
+    "verify",
+    "VerifyResult",
 ]

@@ -1,4 +1,4 @@
-"""The ``fusekit`` command line: inspect, convert, verify, bench.
+"""The ``fusekit`` command line: inspect, convert, optimize, verify, bench, build.
 
 Each command prints a table for people or, with --json, JSON for tools,
 reports progress per stage on stderr, and exits non-zero on failure.
@@ -23,7 +23,9 @@ examples:
   fusekit bench ./saved_model --shape x=8,128,768
   fusekit build my_ops my_op.cc             compile your own kernels into a plugin
   fusekit build my_ops my_op.cc --target aarch64   ... cross-compiled for an ARM64 device
+  fusekit optimize m.tflite -o out.tflite  fuse decomposed norms/RoPE/attention, then layout...
   fusekit optimize m.tflite -o out.tflite --passes layout,space_to_depth
+  fusekit verify m.tflite out.tflite        a model against its optimized copy, output by output
   fusekit bench m.tflite out.tflite         time a model against its optimized copy
 Composites are written with @fusekit.composite or come from fusekit.ops.
 """
@@ -100,212 +102,129 @@ def _parse_shapes(items: list[str]) -> dict[str, list[int]]:
     return shapes
 
 
-def _short_name(name: str) -> str:
-    """The signature's argument name of a converted model's input tensor."""
-    return name.split(":")[0].removeprefix("serving_default_")
-
-
-def _inputs_for(interp: Any, args: argparse.Namespace) -> list[np.ndarray]:
-    """Given (--inputs .npz, by input name or order) or random inputs."""
-    details = interp.get_input_details()
-    given = np.load(args.inputs) if getattr(args, "inputs", None) else None
-    shapes = _parse_shapes(getattr(args, "shape", None))
-    rng = np.random.default_rng(args.seed)
-    known = {d["name"] for d in details} | {_short_name(d["name"]) for d in details}
-    unknown = sorted(set(shapes) - known)
-    if unknown:
-        # A misspelt name would otherwise verify a default shape and pass.
-        raise UsageError(
-            f"--shape names no input of the model: {', '.join(unknown)}; its inputs are "
-            + ", ".join(_short_name(d["name"]) for d in details)
-        )
-    arrays = []
-    for i, d in enumerate(details):
-        name = d["name"]
-        short = _short_name(name)
-        if given is not None:
-            for key in (name, short, f"arr_{i}"):
-                if key in given:
-                    arrays.append(given[key])
-                    break
-            else:
-                raise UsageError(
-                    f"--inputs has no array for input {short!r} (its arrays: "
-                    f"{', '.join(given.files)})"
-                )
-            continue
-        shape = shapes.get(short) or shapes.get(name)
-        if shape is None:
-            signature = d.get("shape_signature", d["shape"])
-            shape = [args.dim if s < 0 else int(s) for s in signature]
-        dtype = d["dtype"]
-        if np.issubdtype(dtype, np.floating):
-            arrays.append(rng.standard_normal(shape).astype(dtype))
-        else:
-            arrays.append(rng.integers(0, 10, shape).astype(dtype))
-    return arrays
-
-
-def _run(interp: Any, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
-    from fusekit.run.timing import prepared_invoke
-
-    prepared_invoke(interp, inputs)()
-    labels = _output_labels(interp)
+def _shapes_and_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """fusekit.verify's input keywords from --inputs, --shape, --dim, --seed."""
     return {
-        labels.get(d["index"], d["name"]): interp.get_tensor(d["index"])
-        for d in interp.get_output_details()
+        "inputs": np.load(args.inputs) if getattr(args, "inputs", None) else None,
+        "shapes": _parse_shapes(getattr(args, "shape", None)),
+        "dim": args.dim,
+        "seed": args.seed,
     }
 
 
-def _output_labels(interp: Any) -> dict[int, str]:
-    """Tensor index -> the signature's output name (``output_0``, or the
-    key the model's function returned), which users recognise, where the
-    tensor's own name is an internal one such as ``StatefulPartitionedCall:0``."""
-    try:
-        signatures = interp.get_signature_list()
-    except (AttributeError, RuntimeError, ValueError):
-        return {}
-    if len(signatures) != 1:
-        return {}
-    (key,) = signatures
-    try:
-        details = interp.get_signature_runner(key).get_output_details()
-    except (AttributeError, RuntimeError, ValueError):
-        return {}
-    return {d["index"]: name for name, d in details.items()}
-
-
-def _two_files(args: argparse.Namespace) -> bool:
-    """verify/bench given BEFORE.tflite AFTER.tflite rather than a SavedModel."""
+def _after(args: argparse.Namespace) -> str | None:
+    """The second model of verify/bench (BEFORE.tflite AFTER.tflite), or
+    None for a SavedModel compared fused against unfused."""
     first = args.saved_model
-    if not os.path.isfile(first):
-        if args.after is not None:
+    if args.after is not None:
+        for path in (first, args.after):
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path}: no such file")
+        if os.path.isdir(first):
             raise UsageError(
-                f"{first}: a second model is compared with a .tflite file, not a SavedModel"
+                f"{first} is a directory: a second model is compared with a .tflite file, "
+                "not a SavedModel (a SavedModel alone is compared fused against unfused)"
             )
-        return False
-    if args.after is None:
+        return args.after
+    if os.path.isfile(first):
         raise UsageError(
             f"{first} is a file: give a SavedModel directory, or two .tflite files "
             "(BEFORE AFTER) to compare"
         )
-    return True
-
-
-def _both_interpreters(args: argparse.Namespace, num_threads: int | None = None) -> tuple:
-    """Interpreters of the fused and the unfused model (same SavedModel), or
-    of AFTER and BEFORE when two .tflite files are given."""
-    import fusekit
-
-    if _two_files(args):
-        with open(args.after, "rb") as after, open(args.saved_model, "rb") as before:
-            fused, unfused = after.read(), before.read()
-    else:
-        fused, unfused = _both_models(args)
-    if getattr(args, "api", "interpreter") == "compiled":
-        from fusekit.run.compiled_interpreter import CompiledInterpreter
-
-        return tuple(
-            CompiledInterpreter(m, num_threads=num_threads, plugins=args.plugin or ())
-            for m in (fused, unfused)
-        )
-    return tuple(
-        fusekit.Interpreter(
-            model_content=m, num_threads=num_threads, runtime=args.runtime, plugins=args.plugin
-        )
-        for m in (fused, unfused)
-    )
-
-
-def _both_models(args: argparse.Namespace) -> tuple[bytes, bytes]:
-    import warnings
-
-    import fusekit
-
-    options = _converter_options(args)
-    _say(args, "converting with fusion")
-    fused = fusekit.convert(args.saved_model, progress=False, plugins=args.plugin, **options).model
-    _say(args, "converting the unfused baseline (same SavedModel)")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        unfused = fusekit.convert(args.saved_model, fuse=False, **options).model
-    return fused, unfused
+    return None
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    import fusekit
 
-    interp_f, interp_u = _both_interpreters(args)
-    inputs = _inputs_for(interp_f, args)
-    _say(args, f"running both on inputs {[list(x.shape) for x in inputs]}")
-    out_f, out_u = _run(interp_f, inputs), _run(interp_u, inputs)
-    rows, ok = [], True
-    for name in sorted(out_f):
-        a, b = out_f[name], out_u.get(name)
-        if b is None or a.shape != b.shape:
-            rows.append({"output": name, "error": "shape mismatch"})
-            ok = False
-            continue
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        max_abs = float(diff.max()) if diff.size else 0.0
-        max_rel = float((diff / np.maximum(np.abs(b), 1e-6)).max()) if diff.size else 0.0
-        passed = max_abs <= args.atol
-        ok &= passed
-        rows.append(
-            {
-                "output": name,
-                "shape": list(a.shape),
-                "max_abs": max_abs,
-                "max_rel": max_rel,
-                "ok": passed,
-            }
-        )
+    result = fusekit.verify(
+        args.saved_model,
+        _after(args),
+        atol=args.atol,
+        runtime=args.runtime,
+        plugins=args.plugin,
+        api=args.api,
+        converter_options=_converter_options(args),
+        progress=None if args.quiet else (lambda line: _say(args, line)),
+        **_shapes_and_inputs(args),
+    )
     if args.json:
-        print(json.dumps({"atol": args.atol, "outputs": rows, "ok": ok}, indent=2))
+        print(json.dumps(result.to_dict(), indent=2))
     else:
-        print(f"{'output':<36} {'shape':<18} {'max abs':>10} {'max rel':>10}  ok")
-        for r in rows:
-            if "error" in r:
-                print(f"{r['output']:<36} {r['error']}")
-                continue
-            print(
-                f"{r['output']:<36} {str(r['shape']):<18} {r['max_abs']:>10.2e} "
-                f"{r['max_rel']:>10.2e}  {'yes' if r['ok'] else 'NO'}"
-            )
-        both = "before and after" if args.after else "fused and unfused"
-        print(f"{both} agree" if ok else f"outputs differ by more than {args.atol}")
-    return 0 if ok else 1
+        print(result.to_text())
+    for warning in result.warnings:
+        _say(args, f"warning: {warning}")
+    return 0 if result.ok else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     import fusekit
-    from fusekit.run.timing import compare, prepared_invoke
+    from fusekit import compare
+    from fusekit.run.timing import compare as time_interleaved
+    from fusekit.run.timing import prepared_invoke
 
-    interp_f, interp_u = _both_interpreters(args, num_threads=args.threads)
-    inputs = _inputs_for(interp_f, args)
+    after = _after(args)
+    before_model, after_model, names = compare.both_models(
+        args.saved_model,
+        after,
+        args.plugin,
+        _converter_options(args),
+        None if args.quiet else (lambda line: _say(args, line)),
+    )
+    same_bytes = after is not None and _same_bytes(args.saved_model, after)
+    if same_bytes:
+        _say(args, f"{args.saved_model} and {after} are the same bytes: expect a ratio near 1")
+    interp_b, interp_a = (
+        compare.open_model(m, args.runtime, args.plugin, num_threads=args.threads, api=args.api)
+        for m in (before_model, after_model)
+    )
+    compare.check_signatures(interp_b, interp_a, names)
+    opts = _shapes_and_inputs(args)
+    inputs = compare.make_inputs([interp_b, interp_a], names, **opts)
     _say(args, f"timing {args.rounds} interleaved rounds on {[list(x.shape) for x in inputs]}")
-    t = compare(
-        {"unfused": prepared_invoke(interp_u, inputs), "fused": prepared_invoke(interp_f, inputs)},
+    t = time_interleaved(
+        {"unfused": prepared_invoke(interp_b, inputs), "fused": prepared_invoke(interp_a, inputs)},
         rounds=args.rounds,
     )
     # Two files: BEFORE plays the unfused part, AFTER the fused one.
-    slow, fast = ("before", "after") if args.after else ("unfused", "fused")
-    result = {
+    slow, fast = ("before", "after") if after else ("unfused", "fused")
+    result: dict[str, Any] = {
         "inputs": [list(x.shape) for x in inputs],
         "threads": args.threads,
         "simd": fusekit.simd_target(),
-        f"{slow}_median_us": t["unfused"].median_us,
-        f"{fast}_median_us": t["fused"].median_us,
-        "speedup": t["unfused"].median_us / t["fused"].median_us,
+        "rounds": args.rounds,
     }
+    for label, key in ((slow, "unfused"), (fast, "fused")):
+        timing = t[key]
+        result[f"{label}_median_us"] = timing.median_us
+        result[f"{label}_quartiles_us"] = list(timing.quartiles_us)
+        result[f"{label}_min_us"] = min(timing.samples_us)
+        result[f"{label}_max_us"] = max(timing.samples_us)
+    result["speedup"] = t["unfused"].median_us / t["fused"].median_us
+    if after is not None:
+        result["same_bytes"] = same_bytes
     if args.json:
         print(json.dumps(result, indent=2))
     else:
+        for label in (slow, fast):
+            q1, q3 = result[f"{label}_quartiles_us"]
+            print(
+                f"{label:<8} median {result[f'{label}_median_us']:>10.1f} us  "
+                f"quartiles {q1:.1f}-{q3:.1f}  min {result[f'{label}_min_us']:.1f}  "
+                f"max {result[f'{label}_max_us']:.1f}"
+            )
         print(
-            f"{slow} {result[f'{slow}_median_us']:.1f} us  {fast} "
-            f"{result[f'{fast}_median_us']:.1f} us  (medians, {args.threads} thread(s), "
-            f"simd {result['simd']})  speedup {result['speedup']:.2f}x"
+            f"speedup {result['speedup']:.2f}x (medians of {args.rounds} interleaved rounds, "
+            f"{args.threads} thread(s), simd {result['simd']})"
+            + ("; the two files are the same bytes" if same_bytes else "")
         )
     return 0
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    import filecmp
+
+    return filecmp.cmp(a, b, shallow=False)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -344,14 +263,25 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         space_to_depth=args.space_to_depth,
         max_iterations=args.max_iterations,
     )
-    return _save_and_report(result, args)
+    out = result.save(args.output)
+    if args.json:
+        print(json.dumps({"output": str(out), **result.report.to_dict()}, indent=2))
+    elif not args.quiet:
+        print(result.report.to_text())
+        if result.changed:
+            print(f"wrote {out}")
+        else:
+            print(f"unchanged (no pass applied): wrote a copy of {args.model} to {out}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fusekit",
         description="Composite-op fusion for TensorFlow Lite: plan, convert, verify and time "
-        "models whose composites become ONE fused op with a fast C++ kernel.",
+        "models whose composites become ONE fused op with a fast C++ kernel; optimize "
+        "finds decomposed norms, rotary embeddings and attention in any .tflite and fuses "
+        "them the same way.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -441,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="time fused vs unfused (or two .tflite files)",
         description="Median latency of the fused and the unfused model, timed "
-        "in interleaved rounds in one run, and their ratio." + two_models,
+        "in interleaved rounds in one run, with quartiles, min and max, and the ratio "
+        "of the medians." + two_models,
     )
     common(p)
     p.add_argument("after", nargs="?", help="with a .tflite first: the model to time against it")
@@ -452,10 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "optimize",
-        help="run graph passes on any .tflite (layout, space-to-depth, cleanup)",
+        help="fuse decomposed norms, RoPE and attention in any .tflite into fused ops "
+        "(and layout, fold_affine, space-to-depth, cleanup passes)",
         description="Rewrite a .tflite model (also one fusekit did not convert) with "
-        "graph passes run to a fixed point; prints a line per pass: what it "
-        "changed, op counts before and after.",
+        "graph passes run to a fixed point: by default fuse (decomposed layer/RMS/group "
+        "norms, rotary embeddings and attention become fusekit's fused ops, proven "
+        "equal), cleanup, layout, fold_affine and space_to_depth. Prints a line per "
+        "pass: what it changed, op counts before and after.",
     )
     p.add_argument("model", help="the .tflite file to read")
     p.add_argument("-o", "--output", required=True, help="the .tflite file to write")
@@ -472,7 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-iterations", type=int, default=6, help="bound of the fixed-point loop")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing but errors (or the --json)"
+    )
     p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser(
@@ -506,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     # RuntimeError: the runtimes' way of reporting a kernel's failure (bad
     # shapes, a node's own check); the message names the op, and a traceback
     # adds nothing for a command-line user.
-    except (FusekitError, UsageError, FileNotFoundError, RuntimeError) as exc:
+    # ValueError: an argument the API refuses (a --shape naming no input).
+    except (FusekitError, UsageError, OSError, RuntimeError, ValueError) as exc:
         print(f"fusekit {args.command}: error: {exc}", file=sys.stderr)
         return 1
 

@@ -26,8 +26,14 @@ class MissingKernelError(FusekitError):
             + ", ".join(repr(m) for m in missing)
             + " in the loaded fusekit plugins (they provide: "
             + (", ".join(available) or "nothing")
-            + "). Check that the composite's name matches a registered kernel."
+            + "). If the kernels are yours, pass their plugin: "
+            "fusekit.Interpreter(..., plugins=['path/to/plugin.so']) in Python, "
+            "--plugin PATH on the command line (fusekit.build_plugin / `fusekit build` "
+            "makes one); else check that the composite's name matches a registered kernel."
         )
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.missing, self.available))
 
 
 class RuntimeNotAvailableError(FusekitError, ImportError):
@@ -101,3 +107,44 @@ class InvalidModelError(FusekitError, ValueError):
 
     def __reduce__(self) -> tuple:
         return (type(self), (self.source, self.reason))
+
+
+class PassError(FusekitError, ValueError):
+    """A pass cannot run: an unknown pass name, bad pass options, or a model
+    the passes cannot work on (the message names the model and what is
+    wrong)."""
+
+
+class PluginBuildError(FusekitError):
+    """Compiling or linking a plugin failed; the message holds the compiler's
+    diagnostics (file:line: error: ...)."""
+
+
+class ModelMismatchError(FusekitError, ValueError):
+    """Two models compared with ``fusekit.verify`` (or timed with ``fusekit
+    bench``) do not take the same inputs or give the same outputs: the
+    message names every difference (count, name, dtype, static dims).
+
+    Attributes:
+      differences: one line per difference.
+    """
+
+    def __init__(self, differences: list[str]):
+        self.differences = differences
+        super().__init__(
+            "the two models' signatures differ, so they cannot run on the same inputs: "
+            + "; ".join(differences)
+        )
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.differences,))
+
+
+class KernelRunError(FusekitError):
+    """A fusekit kernel refused a node while LiteRT compiled or ran the model
+    (LiteRT itself would not report it: its custom-op dispatcher ignores the
+    status a kernel returns)."""
+
+
+class DecodeLoopError(FusekitError, ValueError):
+    """A model or a call that :class:`fusekit.DecodeLoop` cannot run exactly."""

@@ -22,11 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fusekit.errors import FusekitError
-
-
-class DecodeLoopError(FusekitError, ValueError):
-    """A model or a call that :class:`DecodeLoop` cannot run exactly."""
+from fusekit.errors import DecodeLoopError
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs the linters, the whole test suite and the
-# sanitizer run.
+# Sets everything up, then runs the linters, every pytest tier (tests/tiers.py)
+# and the sanitizer run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 printf '\n== ruff\n'
 .venv/bin/ruff check fusekit tests examples benchmarks
-printf '\n== pytest\n'
-.venv/bin/pytest "$@"
+printf '\n== pytest (every tier: fast, slow, fuzz, bench)\n'
+.venv/bin/pytest -m "" "$@"
 # The kernel tests and a small fuzz corpus again on an ASan/UBSan build of
 # the plugin (about two minutes); FUSEKIT_SANITIZE=0 leaves it out.
 if [ "${FUSEKIT_SANITIZE:-1}" != 0 ]; then

@@ -108,10 +108,10 @@ def thread_differences(cases, one, two) -> list[str]:
     1 thread (kernels split work by shape only, so they must not); runs that
     failed are left to the parity checks."""
     failures = []
-    for case, a, b in zip(cases, one, two):
+    for case, a, b in zip(cases, one, two, strict=True):
         if a.error or b.error:
             continue
-        for r, (ya, yb) in enumerate(zip(a.outputs, b.outputs)):
+        for r, (ya, yb) in enumerate(zip(a.outputs, b.outputs, strict=True)):
             if not np.array_equal(ya[0], yb[0]):
                 failures.append(f"{case.name} run {r}: 2 threads differ from 1")
     return failures
@@ -128,7 +128,7 @@ def ordered(model: bytes, named: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Arrays keyed by signature argument name, in the model's input order."""
     order = input_order(model, list(named))
     feeds: list[np.ndarray] = [None] * len(named)  # type: ignore[list-item]
-    for array, position in zip(named.values(), order):
+    for array, position in zip(named.values(), order, strict=True):
         feeds[position] = array
     return feeds
 
@@ -545,9 +545,9 @@ def work_concurrent(job: dict) -> dict:
             interp = _interpreter(job["runtime"], path, threads)
             start.wait()
             for _ in range(job["rounds"]):
-                for r, (inputs, want) in enumerate(zip(runs, expected)):
+                for r, (inputs, want) in enumerate(zip(runs, expected, strict=True)):
                     got = feed_and_invoke(interp, inputs)
-                    for g, w in zip(got, want):
+                    for g, w in zip(got, want, strict=True):
                         err = rel_err(g, w)
                         if not err <= job["tolerance"]:
                             errors.append(f"{name} threads={threads} run {r}: rel err {err:.2e}")

@@ -91,7 +91,7 @@ def convert_op(
     case = OpCase(name, result.model, result, module, [], [])
     for run in runs:
         feeds: list[np.ndarray] = [None] * len(names)  # type: ignore[list-item]
-        for key, position in zip(names, order):
+        for key, position in zip(names, order, strict=True):
             feeds[position] = run[key]
         case.runs.append(feeds)
         outputs = module(*[run[k] for k in names])

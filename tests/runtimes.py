@@ -167,7 +167,7 @@ def run_jobs(runtime: str, jobs: list[Job]) -> list[Outcome]:
             )
         results = json.loads((tmp_path / "results.json").read_text())
         outcomes = []
-        for job, entry, result in zip(jobs, manifest, results):
+        for job, entry, result in zip(jobs, manifest, results, strict=True):
             if result["error"] is not None:
                 outcomes.append(Outcome(error=result["error"]))
                 continue

@@ -81,7 +81,7 @@ def test_the_abi_reads_what_the_runtime_holds(probe, runtime):
         b = np.arange(4, dtype=np.int32)
         runs.append([a, b])
     (outcome,) = run_jobs(runtime, [Job(model, runs, plugins=[plugin])])
-    for (a, _), outputs in zip(runs, outcome.ok()):
+    for (a, _), outputs in zip(runs, outcome.ok(), strict=True):
         report = outputs[0].reshape(3, 10)
         expected = expected_rows(model, plugin, a.shape[0])
         # Column 8 (constness): the weight c is a constant, the others not.

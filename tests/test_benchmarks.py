@@ -189,3 +189,17 @@ def test_decode_loop_benchmark_quick_run(tmp_path):
     assert row["model_bytes_written"]["cache_moves"] >= 3 * row["cache_bytes"]
     timed = {"invoke", "get/set", "runner", "DecodeLoop", "cache get+set"}
     assert set(row["cpu_median_us"]) == timed
+
+
+def test_lifetimes_benchmark_reports_every_kernel_on_every_runtime(tmp_path):
+    from runtimes import RUNTIMES
+
+    import fusekit
+
+    payload = run_quick("bench_lifetimes.py", tmp_path, "lifetimes.json", "lifetimes.md")
+    rows = payload["rows"]
+    assert {(r["runtime"], r["op"]) for r in rows} == {
+        (runtime, op) for runtime in RUNTIMES for op in fusekit.kernel_names()
+    }
+    assert [r for r in rows if r["error"]] == []
+    assert payload["budget_mib"] > 0 and isinstance(payload["over_budget"], list)

@@ -21,7 +21,7 @@ OP = "weighted_sum"
 
 @fusekit.composite(OP, weights=[1.0, 2.0, 3.0], enabled=[True, True, True], bias=0.0)
 def weighted_sum(x, weights, enabled, bias):
-    mask = tf.constant([w if e else 0.0 for w, e in zip(weights, enabled)], tf.float32)
+    mask = tf.constant([w if e else 0.0 for w, e in zip(weights, enabled, strict=True)], tf.float32)
     return tf.reduce_sum(x * mask, axis=-1) + bias
 
 

@@ -69,7 +69,7 @@ def test_c_app_output_equals_python(c_app, tmp_path, threads):
         outs = cm.run(feeds)
         names = cm.get_signature_by_index(0)["outputs"]
     assert sorted(printed) == sorted(names)
-    for name, out in zip(names, outs):
+    for name, out in zip(names, outs, strict=True):
         np.testing.assert_array_equal(printed[name], out.reshape(-1))
 
 
@@ -128,5 +128,5 @@ def test_bazel_builds_and_runs_the_c_app(tmp_path_factory, tmp_path):
         details = cm.get_input_tensor_details(cm.get_signature_by_index(0)["key"])
         outs = cm.run([ramp([max(d, 1) for d in v["shape"]]) for v in details.values()])
         names = cm.get_signature_by_index(0)["outputs"]
-    for name, out in zip(names, outs):
+    for name, out in zip(names, outs, strict=True):
         np.testing.assert_array_equal(printed[name], out.reshape(-1))

@@ -151,7 +151,7 @@ def test_each_signature_is_calibrated_as_tensorflow_does(tmp_path):
 # tests/plugins/weighted_sum.cc, next to builtin ops that get quantized.
 @fusekit.composite("weighted_sum", weights=[1.0, 2.0, 3.0], enabled=[True, True, True], bias=0.0)
 def weighted_sum(x, weights, enabled, bias):
-    mask = tf.constant([w if e else 0.0 for w, e in zip(weights, enabled)], tf.float32)
+    mask = tf.constant([w if e else 0.0 for w, e in zip(weights, enabled, strict=True)], tf.float32)
     return tf.reduce_sum(x * mask, axis=-1) + bias
 
 

@@ -96,7 +96,7 @@ def test_failures_exit_non_zero(tmp_path):
 @pytest.mark.parametrize(
     "shape, wanted",
     [
-        ("y=1,2,32", "--shape names no input of the model: y; its inputs are x"),
+        ("y=1,2,32", "a shape is given for no input of the model: y; its inputs are x"),
         ("x=1,two,32", "--shape takes NAME=D0,D1,..."),
         ("x=1,-2,32", "--shape takes NAME=D0,D1,..."),
     ],

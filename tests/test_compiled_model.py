@@ -18,10 +18,10 @@ def interpreter_outputs(model: bytes, runs: list[list[np.ndarray]], threads: int
     details = it.get_input_details()
     outs = []
     for feeds in runs:
-        for d, x in zip(details, feeds):
+        for d, x in zip(details, feeds, strict=True):
             it.resize_tensor_input(d["index"], x.shape)
         it.allocate_tensors()
-        for d, x in zip(details, feeds):
+        for d, x in zip(details, feeds, strict=True):
             it.set_tensor(d["index"], x)
         it.invoke()
         outs.append([it.get_tensor(d["index"]) for d in it.get_output_details()])
@@ -44,19 +44,25 @@ def compiled_outputs(model: bytes, runs: list[list[np.ndarray]], threads: int, *
     with fusekit.CompiledModel.from_buffer(model, num_threads=threads, **kw) as cm:
         names = cm.get_signature_by_index(0)
         for feeds in runs:
-            by_tensor = dict(zip(sg_in, feeds))
+            by_tensor = dict(zip(sg_in, feeds, strict=True))
             ordered = [by_tensor[tensor_of["inputs"][n]] for n in names["inputs"]]
             for i, x in enumerate(ordered):
                 cm.resize_input_tensor(i, x.shape)
-            got = dict(zip((tensor_of["outputs"][n] for n in names["outputs"]), cm.run(ordered)))
+            got = dict(
+                zip(
+                    (tensor_of["outputs"][n] for n in names["outputs"]),
+                    cm.run(ordered),
+                    strict=True,
+                )
+            )
             outs.append([got[t] for t in sg_out])
     return outs
 
 
 def assert_same(got_runs, want_runs):
-    for got, want in zip(got_runs, want_runs):
+    for got, want in zip(got_runs, want_runs, strict=True):
         assert len(got) == len(want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert g.dtype == w.dtype and g.shape == w.shape
             np.testing.assert_array_equal(g, w)
 
@@ -64,8 +70,13 @@ def assert_same(got_runs, want_runs):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
     "op",
-    ["fusekit_layer_norm", "fusekit_rms_norm", "fusekit_group_norm",
-     "fusekit_rotary_embedding", "fusekit_attention"],
+    [
+        "fusekit_layer_norm",
+        "fusekit_rms_norm",
+        "fusekit_group_norm",
+        "fusekit_rotary_embedding",
+        "fusekit_attention",
+    ],
 )
 def test_library_ops_equal_interpreter(op, threads):
     models = built_models()[op]
@@ -305,17 +316,17 @@ def user_plugin_model(tmp_path_factory):
 def test_user_plugin_equals_interpreter(user_plugin_model, threads):
     plugin, model = user_plugin_model
     rng = np.random.default_rng(3)
-    runs = [[rng.standard_normal((n, 5, 3)).astype(np.float32) for _ in range(2)]
-            for n in (1, 4)]
-    it = fusekit.Interpreter(model_content=model, num_threads=threads, runtime="litert",
-                             plugins=[plugin])
+    runs = [[rng.standard_normal((n, 5, 3)).astype(np.float32) for _ in range(2)] for n in (1, 4)]
+    it = fusekit.Interpreter(
+        model_content=model, num_threads=threads, runtime="litert", plugins=[plugin]
+    )
     details = it.get_input_details()
     want = []
     for feeds in runs:
-        for d, x in zip(details, feeds):
+        for d, x in zip(details, feeds, strict=True):
             it.resize_tensor_input(d["index"], x.shape)
         it.allocate_tensors()
-        for d, x in zip(details, feeds):
+        for d, x in zip(details, feeds, strict=True):
             it.set_tensor(d["index"], x)
         it.invoke()
         want.append([it.get_tensor(d["index"]) for d in it.get_output_details()])

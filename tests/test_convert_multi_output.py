@@ -116,7 +116,7 @@ def test_the_converter_keeps_the_unread_output(cases):
 
 def check(case: Case, outputs: list[list[np.ndarray]], where: str) -> None:
     assert len(outputs) == len(case.expected), where
-    for run, (got, want) in enumerate(zip(outputs, case.expected)):
+    for run, (got, want) in enumerate(zip(outputs, case.expected, strict=True)):
         assert len(got) == 1, (where, case.name, run)
         assert got[0].shape == want.shape, (where, case.name, run)
         err = float(np.abs(got[0] - want).max())
@@ -127,7 +127,7 @@ def check(case: Case, outputs: list[list[np.ndarray]], where: str) -> None:
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_one_used_output_matches_tensorflow(runtime, threads, cases, plugin):
     jobs = [Job(c.model, c.feeds, num_threads=threads, plugins=[plugin]) for c in cases]
-    for case, outcome in zip(cases, run_jobs(runtime, jobs)):
+    for case, outcome in zip(cases, run_jobs(runtime, jobs), strict=True):
         check(case, outcome.ok(), f"{runtime} delegate threads={threads}")
 
 

@@ -120,7 +120,7 @@ def test_gradients_match_keras():
             tape.watch(x)
             loss = tf.reduce_sum(layer(x) * tf.range(8.0))
         grads.append(tape.gradient(loss, [x, *layer.trainable_weights]))
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-4)
 
 
@@ -241,7 +241,7 @@ def _assert_same_outputs(a, b, x):
     ya, yb = a(x), b(x)
     ya = ya if isinstance(ya, (list, tuple)) else [ya]
     yb = yb if isinstance(yb, (list, tuple)) else [yb]
-    for p, q in zip(ya, yb):
+    for p, q in zip(ya, yb, strict=True):
         np.testing.assert_allclose(np.asarray(p), np.asarray(q), rtol=TOL, atol=TOL)
 
 
@@ -274,7 +274,7 @@ def test_fuse_sequential():
     assert type(fused.get_layer("gn")) is fk.GroupNormalization
     # The original is untouched and owns its own weights.
     assert type(model.get_layer("ln")) is keras.layers.LayerNormalization
-    assert not any(a is b for a, b in zip(model.weights, fused.weights))
+    assert not any(a is b for a, b in zip(model.weights, fused.weights, strict=True))
     _assert_same_outputs(model, fused, _x((3, 6, 16)))
     assert sorted(_classes(fused.fusekit_report, "swapped")) == ["gn", "ln", "rms"]
     assert fused.fusekit_report.left == []

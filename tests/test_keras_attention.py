@@ -178,5 +178,5 @@ def test_converted_model_has_one_attention_op_per_layer_and_runs_everywhere(sess
     feeds = [_inputs((b, s, 16), seed=b + s).numpy() for b, s in ((1, 7), (2, 3))]
     for runtime in RUNTIMES:
         (outcome,) = run_jobs(runtime, [Job(result.model, [[f] for f in feeds])])
-        for feed, (out,) in zip(feeds, outcome.ok()):
+        for feed, (out,) in zip(feeds, outcome.ok(), strict=True):
             np.testing.assert_allclose(out, model(feed), atol=1e-4, err_msg=runtime)

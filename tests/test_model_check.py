@@ -14,7 +14,6 @@ import re
 import struct
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -683,51 +682,3 @@ def test_byte_flipped_models_never_crash_tflite_runtime(model, tmp_path):
     print("\nbyte flips on tflite-runtime:", outcome["counts"])
     assert outcome["other_errors"] == [], outcome["other_errors"][:5]
     assert outcome["counts"].get("InvalidModelError", 0) > FLIPS // 4
-
-
-# --- speed -----------------------------------------------------------------
-
-
-def test_verifier_time_on_a_200_mb_model(session_dir, tmp_path):
-    tf = pytest.importorskip("tensorflow")
-
-    class Big(tf.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            rng = np.random.default_rng(0)
-            # 4 x 2560 x 5120 float32 = 210 MB of variables.
-            self.w = [
-                tf.Variable(rng.standard_normal(s, dtype=np.float32) * 0.01)
-                for s in [(2560, 5120), (5120, 2560)] * 2
-            ]
-
-        @tf.function(input_signature=[tf.TensorSpec([1, 2560], tf.float32)])
-        def __call__(self, x):
-            for w in self.w:
-                x = tf.matmul(x, w)
-            return x
-
-    tf.saved_model.save(Big(), str(session_dir / "big"))
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(session_dir / "big"))
-    big = converter.convert()
-    assert len(big) > 200e6
-    path = tmp_path / "big.tflite"
-    path.write_bytes(big)
-
-    def best_of(fn, rounds=7) -> float:
-        times = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return min(times) * 1e3
-
-    in_memory = best_of(lambda: model_check.verify_model(big))
-    mapped = best_of(lambda: model_check.verify_file(path))
-    listing = best_of(lambda: model_ops.list_ops(big))
-    print(
-        f"\nverifier on a {len(big) / 1e6:.0f} MB model: {in_memory:.2f} ms in memory, "
-        f"{mapped:.2f} ms from a memory-mapped file; list_ops {listing:.2f} ms"
-    )
-    # Weights are never read: generous bound, only to catch O(size) work.
-    assert in_memory < 100 and mapped < 100

@@ -39,3 +39,20 @@ def test_optimize_and_passes_are_public_and_in_the_readme():
     assert "| `fusekit.optimize(" in readme and "| `fusekit.passes` |" in readme
     assert "fusekit optimize IN.tflite" in readme
     assert {"cleanup", "layout", "space_to_depth"} <= set(fusekit.passes.available())
+
+
+def test_every_fusekit_error_lives_in_fusekit_errors_and_old_paths_still_work():
+    for module in pkgutil.walk_packages(fusekit.__path__, "fusekit."):
+        if module.name != "fusekit.__main__":
+            importlib.import_module(module.name)
+    elsewhere = sorted(
+        f"{c.__module__}.{c.__name__}"
+        for c in _all_subclasses(fusekit.FusekitError)
+        if c.__module__ != "fusekit.errors" and not c.__name__.startswith("_")
+    )
+    assert not elsewhere, f"define these in fusekit/errors.py: {elsewhere}"
+    from fusekit.passes.graph import PassError
+    from fusekit.toolchain.plugin_build import PluginBuildError
+
+    assert PassError is fusekit.errors.PassError is fusekit.PassError
+    assert PluginBuildError is fusekit.errors.PluginBuildError is fusekit.PluginBuildError

@@ -70,6 +70,6 @@ def probe(session_dir):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_per_tensor_and_per_channel_params_reach_the_kernel(runtime, probe):
     jobs, expected = probe
-    for outcome, want in zip(run_jobs(runtime, jobs), expected):
+    for outcome, want in zip(run_jobs(runtime, jobs), expected, strict=True):
         (y,) = outcome.ok()[0]
         np.testing.assert_allclose(y, want, rtol=1e-6)

@@ -192,7 +192,7 @@ def test_tflite_runtime_2_14_registers_exactly_the_versions_the_table_dates_2_14
         check=True,
     )
     loads = json.loads(proc.stdout.strip().splitlines()[-1])
-    wrong = [row for row, ok in zip(rows, loads) if ok != (row[2] is None)]
+    wrong = [row for row, ok in zip(rows, loads, strict=True) if ok != (row[2] is None)]
     assert not wrong, f"tflite-runtime 2.14 disagrees with the table on {wrong}"
     # fusekit's judgement agrees with the runtime on every row.
     judged = [
@@ -210,7 +210,9 @@ def test_litert_and_tf_register_the_versions_the_table_says():
     # ai-edge-litert 2.3 registers every version listed; STABLEHLO_CBRT has
     # no kernel in any runtime.
     litert = _loads_in_process(LitertInterpreter, models)
-    assert [row for row, ok in zip(rows, litert) if not ok] == [("STABLEHLO_CBRT", 1, "2.17.0")]
+    assert [row for row, ok in zip(rows, litert, strict=True) if not ok] == [
+        ("STABLEHLO_CBRT", 1, "2.17.0")
+    ]
     # TF 2.21 registers the versions dated 2.21.0 or earlier, except two
     # QUANTIZE versions dated 2.21.0 that only later releases have.
     tf_loads = _loads_in_process(tf.lite.Interpreter, models)
@@ -219,5 +221,5 @@ def test_litert_and_tf_register_the_versions_the_table_says():
         and (op, v) not in {("QUANTIZE", 5), ("QUANTIZE", 6), ("STABLEHLO_CBRT", 1)}
         for op, v, r in rows
     ]
-    wrong = [row for row, ok, want in zip(rows, tf_loads, expected) if ok != want]
+    wrong = [row for row, ok, want in zip(rows, tf_loads, expected, strict=True) if ok != want]
     assert not wrong, f"TF {tf.__version__} disagrees with the table on {wrong}"

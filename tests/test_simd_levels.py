@@ -96,7 +96,7 @@ def level_outputs(levels):
             env["FUSEKIT_SIMD"] = level
             results = run_worker(jobs, jobdir, sys.executable, env)
             per_op: dict[str, list] = {op: [] for op in models}
-            for (op, _), job, result in zip(keys, jobs, results):
+            for (op, _), job, result in zip(keys, jobs, results, strict=True):
                 if result["error"] is not None:
                     per_op[op].append(result["error"])
                     continue
@@ -140,8 +140,8 @@ def test_kernel_at_every_simd_level(op, levels, level_outputs):
             if isinstance(got, str):
                 failures.append(f"{m.name} at {level}: {got}")
                 continue
-            for r, (outs, want) in enumerate(zip(got, m.expected)):
-                for k, (g, w) in enumerate(zip(outs, want)):
+            for r, (outs, want) in enumerate(zip(got, m.expected, strict=True)):
+                for k, (g, w) in enumerate(zip(outs, want, strict=True)):
                     err = rel_err(g, w)
                     if not err <= TOLERANCE:
                         failures.append(
@@ -150,8 +150,8 @@ def test_kernel_at_every_simd_level(op, levels, level_outputs):
             if first is None:
                 first = (level, got)
                 continue
-            for r, (outs, base) in enumerate(zip(got, first[1])):
-                for k, (g, b) in enumerate(zip(outs, base)):
+            for r, (outs, base) in enumerate(zip(got, first[1], strict=True)):
+                for k, (g, b) in enumerate(zip(outs, base, strict=True)):
                     err = rel_err(g, b)
                     if not err <= TOLERANCE:
                         failures.append(
@@ -217,7 +217,7 @@ def arm_outputs():
             env.pop("FUSEKIT_LIBRARY", None)
             results = run_worker(jobs, jobdir, python, env)
             per_op: dict[str, list] = {op: [] for op in models}
-            for (op, _), job, result in zip(keys, jobs, results):
+            for (op, _), job, result in zip(keys, jobs, results, strict=True):
                 if result["error"] is not None:
                     per_op[op].append(result["error"])
                 elif result["simd"] != want:
@@ -244,8 +244,8 @@ def test_kernel_at_every_arm_simd_level(op, arm_outputs):
             if isinstance(got, str):
                 failures.append(f"{m.name} on {run_id}: {got}")
                 continue
-            for r, (outs, want) in enumerate(zip(got, m.expected)):
-                for k, (g, w) in enumerate(zip(outs, want)):
+            for r, (outs, want) in enumerate(zip(got, m.expected, strict=True)):
+                for k, (g, w) in enumerate(zip(outs, want, strict=True)):
                     err = rel_err(g, w)
                     if not err <= TOLERANCE:
                         failures.append(
@@ -254,8 +254,8 @@ def test_kernel_at_every_arm_simd_level(op, arm_outputs):
             if first is None:
                 first = (run_id, got)
                 continue
-            for r, (outs, base) in enumerate(zip(got, first[1])):
-                for k, (g, b) in enumerate(zip(outs, base)):
+            for r, (outs, base) in enumerate(zip(got, first[1], strict=True)):
+                for k, (g, b) in enumerate(zip(outs, base, strict=True)):
                     err = rel_err(g, b)
                     if not err <= TOLERANCE:
                         failures.append(

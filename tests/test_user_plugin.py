@@ -40,7 +40,7 @@ def user_plugin(cache) -> str:
 
 @fusekit.composite("weighted_sum", weights=[1.0, 2.0, 3.0], enabled=[True, True, True], bias=0.0)
 def weighted_sum(x, weights, enabled, bias):
-    mask = tf.constant([w if e else 0.0 for w, e in zip(weights, enabled)], tf.float32)
+    mask = tf.constant([w if e else 0.0 for w, e in zip(weights, enabled, strict=True)], tf.float32)
     return tf.reduce_sum(x * mask, axis=-1) + bias
 
 
@@ -90,7 +90,7 @@ def test_user_ops_match_tensorflow_on_every_runtime(runtime, user_model, user_pl
     ]
     job = Job(result.model, runs, plugins=[user_plugin], signature=True)
     (outcome,) = run_jobs(runtime, [job])
-    for feeds, outputs in zip(runs, outcome.ok()):
+    for feeds, outputs in zip(runs, outcome.ok(), strict=True):
         expected = {k: v.numpy() for k, v in module(**feeds).items()}
         assert sorted(outputs) == sorted(expected) == ["clipped", "gated", "sum"]
         for name, value in expected.items():
@@ -315,7 +315,7 @@ def test_plugin_cross_built_for_aarch64_runs_there(user_model, cache, monkeypatc
     monkeypatch.setenv("FUSEKIT_TFLITE_RUNTIME_PYTHON", python)
     job = Job(result.model, runs, plugins=[plugin], signature=True)
     (outcome,) = run_jobs("tflite_runtime", [job])
-    for feeds, outputs in zip(runs, outcome.ok()):
+    for feeds, outputs in zip(runs, outcome.ok(), strict=True):
         for name, value in module(**feeds).items():
             np.testing.assert_allclose(outputs[name], value.numpy(), atol=1e-5, err_msg=name)
 

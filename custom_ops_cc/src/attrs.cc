@@ -145,6 +145,7 @@ bool Attrs::Validate(const std::vector<AttrSpec>* schema) {
 }
 
 bool Attrs::Has(const char* key) const {
+  CheckDeclared(key);
   return valid_ && !Lookup(buffer_, key).IsNull();
 }
 
@@ -164,10 +165,24 @@ const AttrSpec* Attrs::Spec(const char* key) const {
   return nullptr;
 }
 
-// The getters read values Validate accepted; a key the schema does not
-// declare reads as the type's zero.
+void Attrs::CheckDeclared(const char* key) const {
+  if (schema_ == nullptr || Spec(key) != nullptr || !undeclared_.empty()) return;
+  std::string declared;
+  for (const AttrSpec& spec : *schema_) {
+    declared += (declared.empty() ? "" : ", ") + std::string(spec.name);
+  }
+  undeclared_ = std::string("the kernel reads attr '") + key +
+                "', which its schema does not declare (declared: " +
+                (declared.empty() ? "none" : declared) +
+                "); add it to the kernel's AttrSchema or fix the name";
+}
+
+// The getters read values Validate accepted, else the declared default; a
+// key the schema does not declare is recorded (undeclared()) and reads as
+// the type's zero until the SDK fails the node.
 
 double Attrs::Float(const char* key) const {
+  CheckDeclared(key);
   const auto r = valid_ ? Lookup(buffer_, key) : flexbuffers::Reference();
   if (!r.IsNull() && IsNumber(r)) return r.AsDouble();
   const AttrSpec* spec = Spec(key);
@@ -175,6 +190,7 @@ double Attrs::Float(const char* key) const {
 }
 
 int64_t Attrs::Int(const char* key) const {
+  CheckDeclared(key);
   const auto r = valid_ ? Lookup(buffer_, key) : flexbuffers::Reference();
   if (!r.IsNull() && IsBoolish(r)) return r.AsInt64();
   const AttrSpec* spec = Spec(key);
@@ -182,6 +198,7 @@ int64_t Attrs::Int(const char* key) const {
 }
 
 bool Attrs::Bool(const char* key) const {
+  CheckDeclared(key);
   const auto r = valid_ ? Lookup(buffer_, key) : flexbuffers::Reference();
   if (!r.IsNull() && IsBoolish(r)) return r.AsInt64() != 0;
   const AttrSpec* spec = Spec(key);
@@ -189,6 +206,7 @@ bool Attrs::Bool(const char* key) const {
 }
 
 std::string Attrs::String(const char* key) const {
+  CheckDeclared(key);
   const auto r = valid_ ? Lookup(buffer_, key) : flexbuffers::Reference();
   if (r.IsString()) return r.AsString().str();
   if (r.IsBlob()) {
@@ -217,18 +235,22 @@ std::vector<T> ReadList(const std::vector<uint8_t>& buffer, bool valid, const ch
 }  // namespace
 
 std::vector<int64_t> Attrs::Ints(const char* key) const {
+  CheckDeclared(key);
   return ReadList<int64_t>(buffer_, valid_, key, IsInt,
                            [](const flexbuffers::Reference& e) { return e.AsInt64(); });
 }
 std::vector<double> Attrs::Floats(const char* key) const {
+  CheckDeclared(key);
   return ReadList<double>(buffer_, valid_, key, IsNumber,
                           [](const flexbuffers::Reference& e) { return e.AsDouble(); });
 }
 std::vector<bool> Attrs::Bools(const char* key) const {
+  CheckDeclared(key);
   return ReadList<bool>(buffer_, valid_, key, IsBoolish,
                         [](const flexbuffers::Reference& e) { return e.AsInt64() != 0; });
 }
 std::vector<std::string> Attrs::Strings(const char* key) const {
+  CheckDeclared(key);
   return ReadList<std::string>(buffer_, valid_, key, IsText,
                                [](const flexbuffers::Reference& e) {
                                  if (e.IsBlob()) {

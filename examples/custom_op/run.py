@@ -94,7 +94,7 @@ def main() -> None:
             outputs = run_tflite_runtime(path, plugin, a, b, work)
         else:
             outputs = run_here(runtime, result.model, plugin, a, b)
-        errors = [np.abs(o - e).max() for o, e in zip(outputs, expected)]
+        errors = [np.abs(o - e).max() for o, e in zip(outputs, expected, strict=True)]
         print(
             f"   {runtime:<15} max |fused - TensorFlow| per output: "
             + ", ".join(f"{err:.2e}" for err in errors)

@@ -188,7 +188,9 @@ class _Runner:
                 f"representative sample has {len(sample)} arrays; the model has "
                 f"{len(self._inputs)} inputs"
             )
-        arrays = [(index, np.asarray(value)) for index, value in zip(self._inputs, sample)]
+        arrays = [
+            (index, np.asarray(value)) for index, value in zip(self._inputs, sample, strict=True)
+        ]
         resized = False
         for index, array in arrays:
             if self._shapes.get(index) != array.shape:
@@ -288,7 +290,7 @@ def calibrate(model: bytes, samples: Callable[[], Iterable[Any]]) -> bytes:
         raise ConversionError("the representative dataset yielded no samples")
 
     # As TensorFlow's calibration: a subgraph no sample ran gets no range.
-    for subgraph, found in zip(m.subgraphs, ranges):
+    for subgraph, found in zip(m.subgraphs, ranges, strict=True):
         for slot, index in enumerate(found.tensors if found.runs else []):
             tensor = subgraph.tensors[index]
             if found.low[slot] > found.high[slot]:

@@ -133,14 +133,14 @@ def pack_model(m: schema.ModelT, original: ModelBuffer) -> bytes:
         start = -(-end // _BLOB_ALIGNMENT) * _BLOB_ALIGNMENT
         layout.append(start)
         end = start + len(data)
-    for (tables, _), start in zip(blobs, layout):
+    for (tables, _), start in zip(blobs, layout, strict=True):
         _place(tables, start)
     flat = _pack(m, len(first))
     if len(flat) != len(first):
         raise RuntimeError("repacking the model moved its tables when only offsets changed")
     # One copy of the weights: the pieces are views of the original.
     pieces, at = [flat], len(flat)
-    for (_, data), start in zip(blobs, layout):
+    for (_, data), start in zip(blobs, layout, strict=True):
         pieces += [bytes(start - at), data]
         at = start + len(data)
     return b"".join(pieces)

@@ -135,6 +135,17 @@ def check_saved_model(path: str | Path) -> str:
     path = Path(path)
     if not path.exists():
         raise ConversionError(f"{path}: no such file or directory")
+    if path.is_file() and path.suffix == ".tflite":
+        raise ConversionError(
+            f"{path}: a .tflite model, not a SavedModel directory: `fusekit optimize "
+            f"{path} -o OUT.tflite` (fusekit.optimize) fuses decomposed ops in a .tflite"
+        )
+    if path.is_file() and path.suffix in (".keras", ".h5"):
+        raise ConversionError(
+            f"{path}: a Keras model file, not a SavedModel directory: load it with "
+            f"keras.saving.load_model({str(path)!r}) and pass the model to fusekit.convert "
+            "(or model.export(DIR) and give DIR to the command line)"
+        )
     if not path.is_dir() or not (
         (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
     ):

@@ -27,7 +27,7 @@ def _read_map(options: bytes) -> dict[str, Any] | None:
             return None
         out = {}
         m = root.AsMap
-        for key, value in zip(m.Keys, m.Values):
+        for key, value in zip(m.Keys, m.Values, strict=True):
             out[key.AsKey] = value
         return out
     except Exception:  # noqa: BLE001 - foreign options are left alone

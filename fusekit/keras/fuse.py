@@ -176,7 +176,7 @@ def _walk(
         twins = _children(twin) if twin is not None else []
         if len(twins) != len(children):
             twins = [None] * len(children)
-        for child, child_twin in zip(children, twins):
+        for child, child_twin in zip(children, twins, strict=True):
             if id(child) in seen:  # a shared layer is swapped once
                 continue
             seen.add(id(child))

@@ -17,6 +17,7 @@ passes: ``cleanup``, ``fuse_composites`` (litert-torch's StableHLO composites),
 
 from __future__ import annotations
 
+from fusekit.errors import PassError
 from fusekit.passes import (  # noqa: F401 - register the built-ins
     cleanup,
     fold_affine,
@@ -31,7 +32,7 @@ from fusekit.passes import (  # noqa: F401 - register the built-ins
     layout,
     space_to_depth,
 )
-from fusekit.passes.graph import Graph, ModelView, PassError
+from fusekit.passes.graph import Graph, ModelView
 from fusekit.passes.pipeline import (
     DEFAULT_PASSES,
     OptimizeResult,

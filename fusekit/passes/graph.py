@@ -19,7 +19,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.conversion.flatbuffer_edit import pack_model, read_model
-from fusekit.errors import FusekitError
+from fusekit.errors import PassError  # noqa: F401  (also importable from here)
 from fusekit.run.model_ops import builtin_code, op_counts
 
 OP = schema.BuiltinOperator
@@ -61,19 +61,13 @@ _BODY_FIELDS = {
 }
 
 
-class PassError(FusekitError, ValueError):
-    """A pass cannot run: an unknown pass name, bad pass options, or a model
-    the passes cannot work on (the message names the model and what is
-    wrong)."""
-
-
 class ModelView:
     """A model being rewritten: its object-API tree and original bytes."""
 
     def __init__(self, model: bytes, name: str = "<model>"):
         self.source = model
         self.name = name
-        self.m = read_model(model)
+        self.m = read_model(model, name)
         self._graphs: dict[int, Graph] = {}
 
     # -- whole model -------------------------------------------------------

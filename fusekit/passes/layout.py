@@ -234,7 +234,7 @@ def plan_op(graph: Graph, op: schema.OperatorT, perms: dict[int, Perm]) -> OpPla
             return None
 
         def strided(graph: Graph, op) -> None:
-            for position, v in zip((1, 2, 3), vectors):
+            for position, v in zip((1, 2, 3), vectors, strict=True):
                 _replace_const(graph, op, position, np.array(permute_vector(list(v), p)))
             op.builtinOptions.beginMask = permute_mask(o.beginMask, p)
             op.builtinOptions.endMask = permute_mask(o.endMask, p)
@@ -348,7 +348,7 @@ def plan_region(graph: Graph, seeds: Sequence[schema.OperatorT]) -> Region | Non
         if plan is None:
             continue
         region.ops.append((op, plan))
-        for out, q in zip(op.outputs, plan.out_perms):
+        for out, q in zip(op.outputs, plan.out_perms, strict=True):
             if q is not None and not is_identity(q):
                 region.perms[int(out)] = q
 
@@ -428,7 +428,7 @@ def apply_region(graph: Graph, region: Region) -> None:
         if plan.rewrite is not None:
             plan.rewrite(graph, op)
         outputs = [int(t) for t in op.outputs]
-        for k, (out, q) in enumerate(zip(outputs, plan.out_perms)):
+        for k, (out, q) in enumerate(zip(outputs, plan.out_perms, strict=True)):
             if q is not None and not is_identity(q):
                 outputs[k] = new[out]
         op.outputs = np.array(outputs, np.int32)

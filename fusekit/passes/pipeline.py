@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fusekit.passes.graph import ModelView, PassError
-from fusekit.passes.registry import PassOptions, get
+from fusekit.errors import InvalidModelError, PassError
+from fusekit.passes.graph import ModelView
+from fusekit.passes.registry import PassOptions, available, get
 
 # What `fusekit optimize` and `fusekit.optimize` run when no passes are
 # named.  Kept in one place: other passes (pattern fusion) may join it.
@@ -50,9 +51,15 @@ class PassLine:
             for op in sorted(set(self.ops_before) | set(self.ops_after))
             if self.ops_before.get(op, 0) != self.ops_after.get(op, 0)
         ]
+        if len(self.changes) > 1:
+            # One line per change (a fused op group, a subgraph's layout)
+            # under the pass's own line, not thousands of characters on one.
+            what = f"{len(self.changes)} changes"
         line = f"{self.name}: {what}; ops {before} -> {after}"
         if diff:
             line += f" ({', '.join(diff)})"
+        if len(self.changes) > 1:
+            line += "".join(f"\n  {change}" for change in self.changes)
         for note in self.notes:
             line += f"\n  note: {note}"
         return line
@@ -119,6 +126,11 @@ class OptimizeResult:
         self.model = model
         self.report = report
 
+    @property
+    def changed(self) -> bool:
+        """Whether any pass changed the model (else ``.model`` is the input)."""
+        return any(line.changes for line in self.report.passes)
+
     def save(self, path: str | os.PathLike) -> Path:
         """Writes the .tflite file and returns its path."""
         path = Path(path)
@@ -141,6 +153,12 @@ def selected_passes(passes: Sequence[str] | str | None, space_to_depth: str) -> 
         names = list(DEFAULT_PASSES)
     elif isinstance(passes, str):
         names = [p.strip() for p in passes.split(",") if p.strip()]
+        if not names:
+            # An empty --passes would silently run nothing.
+            raise PassError(
+                f"passes={passes!r} names no pass; available: {', '.join(available())}"
+                " (None runs the default set)"
+            )
     else:
         names = list(passes)
     if space_to_depth == "on" and "space_to_depth" not in names:
@@ -249,5 +267,12 @@ def optimize(
     name = "<model>"
     if isinstance(model, (str, os.PathLike)):
         name = str(model)
+        if Path(model).is_dir():
+            raise InvalidModelError(
+                name,
+                "a directory, not a .tflite file. A SavedModel is converted (with the "
+                "same passes) by fusekit.convert(path) or `fusekit convert DIR -o "
+                "OUT.tflite`; optimize takes a .tflite file",
+            )
         model = Path(model).read_bytes()
     return run_passes(model, passes, space_to_depth, max_iterations, name=name)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fusekit.passes.graph import ModelView, PassError
+from fusekit.errors import PassError
+from fusekit.passes.graph import ModelView
 
 SPACE_TO_DEPTH_MODES = ("auto", "on", "off")
 

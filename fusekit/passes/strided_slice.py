@@ -91,9 +91,9 @@ def _composed(
         inner_starts, inner_sizes = bounds
         if -1 in inner_sizes:
             break
-        kept = iter(zip(starts, sizes))
+        kept = iter(zip(starts, sizes, strict=True))
         new_starts, new_sizes = [], []
-        for shrink, b in zip(_shrunk(inner, len(inner_starts)), inner_starts):
+        for shrink, b in zip(_shrunk(inner, len(inner_starts)), inner_starts, strict=True):
             if shrink:
                 new_starts.append(b)
                 new_sizes.append(1)
@@ -113,7 +113,7 @@ def _merged(dims: list[int], starts: list[int], sizes: list[int]):
     if any(d < 0 for d in dims):
         return None
     view, begin, size = [dims[0]], [starts[0]], [sizes[0]]
-    for n, b, s in zip(dims[1:], starts[1:], sizes[1:]):
+    for n, b, s in zip(dims[1:], starts[1:], sizes[1:], strict=True):
         if b == 0 and s == n:
             view[-1] *= n
             begin[-1] *= n

@@ -77,15 +77,15 @@ def align_weights(model: bytes) -> bytes:
         start = -(-end // ALIGNMENT) * ALIGNMENT
         places.append(start)
         end = start + len(data)
-    for (buffer, _), start in zip(blobs, places):
+    for (buffer, _), start in zip(blobs, places, strict=False):
         buffer.offset = start
-    for op, start in zip(ops, places[len(blobs):]):
+    for op, start in zip(ops, places[len(blobs):], strict=True):
         op.largeCustomOptionsOffset = start
     flat = _pack(m, len(first))
     if len(flat) != len(first):
         raise RuntimeError("repacking the model moved its tables when only offsets changed")
     pieces, at = [flat], len(flat)
-    for data, start in zip([d for _, d in blobs] + large, places):
+    for data, start in zip([d for _, d in blobs] + large, places, strict=True):
         pieces += [bytes(start - at), bytes(data)]
         at = start + len(data)
     return b"".join(pieces)

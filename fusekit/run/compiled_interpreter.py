@@ -37,7 +37,7 @@ class CompiledInterpreter:
         return [
             {"name": d["name"], "index": i, "shape": np.array(shape, np.int32),
              "shape_signature": np.array(d["shape"], np.int32), "dtype": d["dtype"]}
-            for i, (d, shape) in enumerate(zip(self._static_in, shapes))
+            for i, (d, shape) in enumerate(zip(self._static_in, shapes, strict=True))
         ]
 
     def get_output_details(self) -> list[dict[str, Any]]:
@@ -46,7 +46,7 @@ class CompiledInterpreter:
         return [
             {"name": d["name"], "index": n + j, "shape": np.array(shape, np.int32),
              "shape_signature": np.array(d["shape"], np.int32), "dtype": d["dtype"]}
-            for j, (d, shape) in enumerate(zip(self._static_out, shapes))
+            for j, (d, shape) in enumerate(zip(self._static_out, shapes, strict=True))
         ]
 
     def resize_tensor_input(self, index: int, shape: Sequence[int]) -> None:

@@ -22,15 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from fusekit.errors import FusekitError
+from fusekit.errors import FusekitError, KernelRunError
 from fusekit.run import abi_versions, aligned_model, compat, litert_c, model_gate, plugin
 from fusekit.run.litert_buffers import TensorBuffer, dtype_of, environment
 
-
-class KernelRunError(FusekitError):
-    """A fusekit kernel refused a node while LiteRT compiled or ran the model
-    (LiteRT itself would not report it: its custom-op dispatcher ignores the
-    status a kernel returns)."""
+__all__ = ["CompiledModel", "KernelRunError"]
 
 
 class _Signature:
@@ -328,7 +324,7 @@ class CompiledModel:
                 raise FusekitError(
                     f"signature {sig.key!r} has {len(entries)} {side}, got {len(buffers)} buffers"
                 )
-            for (name, t), buffer in zip(entries, buffers):
+            for (name, t), buffer in zip(entries, buffers, strict=True):
                 if not isinstance(buffer, TensorBuffer):
                     raise FusekitError(f"{side[:-1]} {name!r}: expected a fusekit TensorBuffer")
                 if buffer.dtype != dtype_of(t.element_type) or buffer.shape != t.shape():
@@ -375,7 +371,7 @@ class CompiledModel:
             if len(inputs) != len(in_buffers):
                 raise FusekitError(
                     f"signature {sig.key!r} has {len(in_buffers)} inputs, got {len(inputs)}")
-            for buffer, value in zip(in_buffers, inputs):
+            for buffer, value in zip(in_buffers, inputs, strict=True):
                 buffer.write(value)
             self.run_by_index(signature_index, in_buffers, out_buffers)
             return [b.numpy() for b in out_buffers]

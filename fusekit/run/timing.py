@@ -20,14 +20,22 @@ class Timing:
     def median_us(self) -> float:
         return statistics.median(self.samples_us)
 
+    @property
+    def quartiles_us(self) -> tuple[float, float]:
+        """The first and third quartiles: the spread around the median."""
+        if len(self.samples_us) < 2:
+            return (self.samples_us[0], self.samples_us[0])
+        q1, _, q3 = statistics.quantiles(self.samples_us, n=4, method="inclusive")
+        return (q1, q3)
+
 
 def prepared_invoke(interp, inputs: list[np.ndarray]) -> Callable[[], None]:
     """Resizes, allocates and feeds an interpreter once; returns its invoke."""
     details = interp.get_input_details()
-    for d, x in zip(details, inputs):
+    for d, x in zip(details, inputs, strict=True):
         interp.resize_tensor_input(d["index"], list(x.shape))
     interp.allocate_tensors()
-    for d, x in zip(details, inputs):
+    for d, x in zip(details, inputs, strict=True):
         interp.set_tensor(d["index"], x)
     return interp.invoke
 

@@ -22,17 +22,12 @@ from pathlib import Path
 
 from fusekit._compiled import built_path
 from fusekit._version import __version__
-from fusekit.errors import FusekitError
+from fusekit.errors import PluginBuildError  # noqa: F401  (also importable from here)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # As in CMakeLists.txt; Highway's targets come from the one header that
 # lists them (fusekit/simd_targets.h), included ahead of every source.
 _DEFINES = ["-DFLATBUFFERS_LOCALE_INDEPENDENT=0", "-include", "fusekit/simd_targets.h"]
-
-
-class PluginBuildError(FusekitError):
-    """Compiling or linking a plugin failed; the message holds the compiler's
-    diagnostics (file:line: error: ...)."""
 
 
 def include_dir() -> str:

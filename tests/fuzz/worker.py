@@ -115,15 +115,15 @@ def run_mutant(make_interpreter, spec, model: bytes) -> None:
             shapes = run.get("shapes") or [None] * len(details)
             wanted = [
                 list(s) if s is not None else default_shape(d)
-                for d, s in zip(details, list(shapes) + [None] * len(details))
+                for d, s in zip(details, list(shapes) + [None] * len(details), strict=False)
             ]
-            for d, shape in zip(details, wanted):
+            for d, shape in zip(details, wanted, strict=True):
                 if list(d["shape"]) != shape:
                     interp.resize_tensor_input(d["index"], shape)
             if run.get("allocate", True):
                 interp.allocate_tensors()
             if run.get("set", True):
-                for d, shape in zip(interp.get_input_details(), wanted):
+                for d, shape in zip(interp.get_input_details(), wanted, strict=True):
                     dtype = run.get("dtype") or d["dtype"]
                     try:
                         value = fill(rng, shape, dtype, run.get("fill", "normal"))
@@ -143,7 +143,7 @@ def run_mutant(make_interpreter, spec, model: bytes) -> None:
 def main() -> None:
     args = sys.argv[1:]
     runtime, mode, manifest, blob, start, stop, progress = args[:7]
-    options = dict(zip(args[7::2], args[8::2]))
+    options = dict(zip(args[7::2], args[8::2], strict=True))
     start, stop = int(start), int(stop)
     classes = [c for c in options.get("--classes", "").split(",") if c]
     if os.environ.get("FUSEKIT_FUZZ_RLIMIT_AS"):

@@ -369,7 +369,7 @@ def _build(workdir, rng, spec) -> Case:
             dims = {"B": b, "S": sq, "K": skv}
             named["mask"] = _mask(rng, kind, tuple(dims.get(x, x) for x in msig))
         feeds: list[np.ndarray] = [None] * len(names)  # type: ignore[list-item]
-        for key, position in zip(names, order):
+        for key, position in zip(names, order, strict=True):
             feeds[position] = named[key]
         case.runs.append(feeds)
         case.reference.append(module(*named.values()).numpy())
@@ -394,7 +394,7 @@ def test_converts_to_one_fused_op(attention_cases):
         assert set(op.attrs) == {"causal", "scale"}, case.name
         depth = op.input_shapes[0][-1]
         assert op.attrs["scale"] == pytest.approx(1 / np.sqrt(depth), rel=1e-6)
-        for ref, exact in zip(case.reference, case.truth):
+        for ref, exact in zip(case.reference, case.truth, strict=True):
             tol = 1e-4 if case.name == "large values" else 2e-6
             np.testing.assert_allclose(ref, exact, atol=tol, err_msg=case.name)
 
@@ -427,13 +427,15 @@ def attention_outcomes(attention_cases):
 
 def _parity_failures(cases, jobs, outcomes) -> list[str]:
     failures = []
-    for case, job, outcome in zip(cases, jobs, outcomes):
+    for case, job, outcome in zip(cases, jobs, outcomes, strict=True):
         label = f"{case.name} ({job.mode}, {job.num_threads} threads)"
         if outcome.error:
             failures.append(f"{label}: {outcome.error}")
             continue
         tol = 1e-3 if case.long else 1e-4
-        for r, ((out,), ref, exact) in enumerate(zip(outcome.outputs, case.reference, case.truth)):
+        for r, ((out,), ref, exact) in enumerate(
+            zip(outcome.outputs, case.reference, case.truth, strict=True)
+        ):
             if out.shape != ref.shape or out.dtype != np.float32:
                 failures.append(f"{label} run {r}: {out.dtype}{out.shape} != {ref.shape}")
                 continue
@@ -619,7 +621,7 @@ def half_cases(session_dir) -> list[HalfCase]:
         order = input_order(result.model, names)
         case = HalfCase(name, result.model)
         for b, sq, skv in shapes:
-            named = dict(zip("qkv", _half(*_qkv(rng, b, sq, skv, h, hkv, d, dv))))
+            named = dict(zip("qkv", _half(*_qkv(rng, b, sq, skv, h, hkv, d, dv)), strict=True))
             if kind is not None:
                 dims = {"B": b, "S": sq, "K": skv}
                 mask = _mask(
@@ -629,7 +631,7 @@ def half_cases(session_dir) -> list[HalfCase]:
                 )
                 named["mask"] = mask.astype(np.float16) if kind == "half" else mask
             feeds: list[np.ndarray] = [None] * len(names)  # type: ignore[list-item]
-            for key, position in zip(names, order):
+            for key, position in zip(names, order, strict=True):
                 feeds[position] = named[key]
             case.runs.append(feeds)
             case.reference.append(module(*named.values()).numpy())
@@ -659,11 +661,13 @@ def test_float16_converts_with_float16_tensors(half_cases):
 
 def _half_failures(cases, outcomes, label) -> list[str]:
     failures = []
-    for case, outcome in zip(cases, outcomes):
+    for case, outcome in zip(cases, outcomes, strict=True):
         if outcome.error:
             failures.append(f"{case.name} ({label}): {outcome.error}")
             continue
-        for r, ((out,), ref, exact) in enumerate(zip(outcome.outputs, case.reference, case.truth)):
+        for r, ((out,), ref, exact) in enumerate(
+            zip(outcome.outputs, case.reference, case.truth, strict=True)
+        ):
             where = f"{case.name} ({label}) run {r}"
             if out.dtype != np.float16 or out.shape != ref.shape:
                 failures.append(f"{where}: {out.dtype}{out.shape} != float16{ref.shape}")
@@ -703,7 +707,7 @@ def half_outcomes(half_cases):
                     jobs.append(Job(case.model, runs, mode=mode, num_threads=threads))
                     owners.append(i)
             outcomes = [_Outcome() for _ in cases]
-            for i, outcome in zip(owners, run_jobs(runtime, jobs)):
+            for i, outcome in zip(owners, run_jobs(runtime, jobs), strict=True):
                 if outcome.error is not None:
                     outcomes[i].error = outcomes[i].error or outcome.error
                 else:
@@ -778,7 +782,9 @@ def _at_levels(levels, models_and_runs) -> dict[str, list]:
             env = env_without_simd_override()
             env["FUSEKIT_SIMD"] = level
             got = []
-            for job, result in zip(jobs, run_worker(jobs, jobdir, sys.executable, env)):
+            for job, result in zip(
+                jobs, run_worker(jobs, jobdir, sys.executable, env), strict=True
+            ):
                 if result["error"] is not None:
                     got.append(result["error"])
                 elif result["simd"] != level:
@@ -805,10 +811,10 @@ def test_float16_at_every_simd_level(half_cases, simd_levels):
         failures += _half_failures(half_cases, outcomes, level)
     first = simd_levels[0]
     for level in simd_levels[1:]:
-        for case, a, b in zip(half_cases, got[first], got[level]):
+        for case, a, b in zip(half_cases, got[first], got[level], strict=True):
             if isinstance(a, str) or isinstance(b, str):
                 continue
-            for r, (ya, yb) in enumerate(zip(a, b)):
+            for r, (ya, yb) in enumerate(zip(a, b, strict=True)):
                 if _half_close(yb[0], ya[0], HALF_RTOL_TF, 2e-5) > 0:
                     failures.append(f"{case.name} run {r}: {level} and {first} differ")
     assert not failures, "\n".join(failures)
@@ -857,7 +863,7 @@ def test_float16_conversions_are_exact(conversion_model, simd_levels):
 
     def ordered(*named):
         feeds = [None] * 3
-        for array, position in zip(named, order):
+        for array, position in zip(named, order, strict=True):
             feeds[position] = array
         return feeds
 
@@ -936,7 +942,7 @@ def _feeds(
     }
     order = input_order(model, list(named))
     feeds: list[np.ndarray] = [None] * 4  # type: ignore[list-item]
-    for array, position in zip(named.values(), order):
+    for array, position in zip(named.values(), order, strict=True):
         feeds[position] = array
     return feeds
 
@@ -1035,7 +1041,7 @@ def test_kernel_bad_input_gives_clear_error(runtime, bad_model):
         jobs.append(Job(model, [_feeds(model, **feeds)]))
     outcomes = run_jobs(runtime, jobs)
     failures = []
-    for name, outcome, (_, _, message) in zip(BAD, outcomes, BAD.values()):
+    for name, outcome, (_, _, message) in zip(BAD, outcomes, BAD.values(), strict=True):
         if outcome.error is None:
             failures.append(f"{name}: no error")
         elif OP not in outcome.error or message not in outcome.error:
@@ -1092,7 +1098,7 @@ def test_float16_mixed_dtypes_give_clear_error(runtime, bad_model16):
         jobs.append(Job(model, [_feeds(model, dtype=np.float16, **feeds)]))
     outcomes = run_jobs(runtime, jobs)
     failures = []
-    for name, outcome, (_, _, message) in zip(BAD16, outcomes, BAD16.values()):
+    for name, outcome, (_, _, message) in zip(BAD16, outcomes, BAD16.values(), strict=True):
         if outcome.error is None:
             failures.append(f"{name}: no error")
         elif OP not in outcome.error or message not in outcome.error:

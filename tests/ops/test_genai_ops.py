@@ -50,7 +50,7 @@ def one_op_model(name: str, inputs, outputs, options: bytes) -> bytes:
 
 def run(interp, feeds: list[np.ndarray]) -> list[np.ndarray]:
     interp.allocate_tensors()
-    for detail, value in zip(interp.get_input_details(), feeds):
+    for detail, value in zip(interp.get_input_details(), feeds, strict=True):
         interp.set_tensor(detail["index"], value)
     interp.invoke()
     return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
@@ -195,7 +195,7 @@ def test_external_kv_cache_equals_the_runtime_kernel(positions):
     feeds = kv_feeds(32, positions)
     ours = fusekit_run(model, feeds)
     theirs = genai_run(model, feeds)
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(a, b)
     # And it did write: the first slice row is at the first position.
     written = ours[0][0, positions[0]]
@@ -208,7 +208,7 @@ def test_external_kv_cache_int64_positions():
     positions = [2, 3, 1]
     ours = fusekit_run(kv_model(16, 3, 2, 8, I64), kv_feeds(16, positions, dtype=np.int64))
     same = fusekit_run(kv_model(16, 3, 2, 8), kv_feeds(16, positions))
-    for a, b in zip(ours, same):
+    for a, b in zip(ours, same, strict=True):
         np.testing.assert_array_equal(a, b)
 
 

@@ -146,7 +146,7 @@ def test_gradient_matches_unfused():
                     y = fusekit.ops.group_norm(x, gamma, beta, groups=4)
             loss = tf.reduce_sum(y * tf.range(8.0))
         grads.append(tape.gradient(loss, [x, gamma, beta]))
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
@@ -256,7 +256,7 @@ def test_converts_to_one_fused_op(group_cases):
         assert op.input_shapes[1:] == [[channels]] * (scale + center)
         gamma = case.module.weights.get("gamma")
         gamma = None if gamma is None else gamma.numpy()
-        for (x,), ref, exact in zip(case.runs, case.reference, case.truth):
+        for (x,), ref, exact in zip(case.runs, case.reference, case.truth, strict=True):
             atol = tolerance(x, groups, gamma)
             np.testing.assert_allclose(ref[0], exact[0], rtol=1e-5, atol=atol)
 
@@ -380,12 +380,14 @@ def _modes(runtime: str) -> list[str]:
 
 def _parity_failures(cases, jobs, outcomes) -> list[str]:
     failures = []
-    for case, job, outcome in zip(cases, jobs, outcomes):
+    for case, job, outcome in zip(cases, jobs, outcomes, strict=True):
         label = f"{case.name} ({job.mode}, {job.num_threads} threads)"
         if outcome.error:
             failures.append(f"{label}: {outcome.error}")
             continue
-        for r, (got, ref, exact) in enumerate(zip(outcome.outputs, case.reference, case.truth)):
+        for r, (got, ref, exact) in enumerate(
+            zip(outcome.outputs, case.reference, case.truth, strict=True)
+        ):
             (y,) = got
             if y.shape != exact[0].shape or y.dtype != np.float32:
                 failures.append(f"{label} run {r}: {y.dtype}{y.shape} != {exact[0].shape}")
@@ -572,7 +574,7 @@ def test_kernel_bad_input_gives_clear_error(runtime, group_bad_model):
         jobs.append(Job(model, [[ONES if x is None else x]]))
     outcomes = run_jobs(runtime, jobs)
     failures = []
-    for name, outcome, (_, _, message) in zip(GROUP_BAD, outcomes, GROUP_BAD.values()):
+    for name, outcome, (_, _, message) in zip(GROUP_BAD, outcomes, GROUP_BAD.values(), strict=True):
         if outcome.error is None:
             failures.append(f"{name}: no error")
         elif GROUP_OP not in outcome.error or message not in outcome.error:
@@ -637,11 +639,13 @@ def test_kernel_shape_sweep(group_sweep_cases):
     outcomes = run_jobs("litert", jobs)
     n = len(group_sweep_cases)
     failures = []
-    for case, one, two in zip(group_sweep_cases, outcomes[:n], outcomes[n:]):
+    for case, one, two in zip(group_sweep_cases, outcomes[:n], outcomes[n:], strict=True):
         if one.error or two.error:
             failures.append(f"{case.name}: {one.error or two.error}")
             continue
-        for (x,), (a,), (b,), (exact,) in zip(case.runs, one.outputs, two.outputs, case.truth):
+        for (x,), (a,), (b,), (exact,) in zip(
+            case.runs, one.outputs, two.outputs, case.truth, strict=True
+        ):
             err = _rel(a, exact)
             if err > GROUP_TOLERANCE:
                 failures.append(f"{case.name} x{list(x.shape)}: rel err {err:.2e} vs float64")

@@ -62,11 +62,13 @@ def parity_cases(session_dir) -> list[Case]:
 def test_parity_with_tensorflow(runtime, parity_cases):
     outcomes = run_jobs(runtime, [Job(c.model, c.runs) for c in parity_cases])
     failures = []
-    for case, outcome in zip(parity_cases, outcomes):
+    for case, outcome in zip(parity_cases, outcomes, strict=True):
         if outcome.error:
             failures.append(f"{case.name}: {outcome.error}")
             continue
-        for r, (ours, ref, exact) in enumerate(zip(outcome.outputs, case.reference, case.truth)):
+        for r, (ours, ref, exact) in enumerate(
+            zip(outcome.outputs, case.reference, case.truth, strict=True)
+        ):
             got = ours[0]
             if got.shape != ref.shape:
                 failures.append(f"{case.name} run {r}: shape {got.shape} != {ref.shape}")
@@ -102,7 +104,7 @@ def test_one_custom_op_per_call_and_all_runtimes(session_dir):
     for runtime in RUNTIMES:
         modes = ["delegate", "registerer"] if runtime == "tflite_runtime" else ["delegate"]
         for mode, outcome in zip(
-            modes, run_jobs(runtime, [Job(result.model, [[x]], mode=m) for m in modes])
+            modes, run_jobs(runtime, [Job(result.model, [[x]], mode=m) for m in modes]), strict=True
         ):
             got = outcome.ok()[0][0]
             assert np.abs(got - ref).max() <= 1e-4, (runtime, mode)
@@ -176,7 +178,7 @@ def float16_cases(session_dir):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_float16_parity(runtime, float16_cases):
     outcomes = run_jobs(runtime, [Job(model, [[x]]) for model, x, _, _ in float16_cases])
-    for (_, _, t, tf_out), outcome in zip(float16_cases, outcomes):
+    for (_, _, t, tf_out), outcome in zip(float16_cases, outcomes, strict=True):
         (y,) = outcome.ok()[0]
         assert y.dtype == np.float16
         err = np.abs(y.astype(np.float64) - t)
@@ -279,7 +281,7 @@ def test_bad_input_gives_clear_error(runtime, base_model):
     jobs.append(Job(base_model, [[np.ones((), np.float32)]]))
     expected.append("input x must have rank >= 1, got rank 0")
     outcomes = run_jobs(runtime, jobs)
-    for name, outcome, message in zip([*BAD, "scalar x"], outcomes, expected):
+    for name, outcome, message in zip([*BAD, "scalar x"], outcomes, expected, strict=True):
         assert outcome.error is not None, f"{name}: no error"
         if message:
             assert "fusekit_layer_norm" in outcome.error and message in outcome.error, (

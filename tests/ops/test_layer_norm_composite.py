@@ -120,7 +120,7 @@ def test_converts_to_one_op_with_scale_center_attrs(variant_cases):
 
 def test_kernel_runs_each_variant_on_litert(variant_cases):
     outcomes = run_jobs("litert", [case.job() for case in variant_cases])
-    for case, outcome in zip(variant_cases, outcomes):
-        for got, ref, exact in zip(outcome.ok(), case.reference, case.truth):
+    for case, outcome in zip(variant_cases, outcomes, strict=True):
+        for got, ref, exact in zip(outcome.ok(), case.reference, case.truth, strict=True):
             np.testing.assert_allclose(got[0], exact[0], atol=1e-5, err_msg=case.name)
             np.testing.assert_allclose(got[0], ref[0], atol=1e-5, err_msg=case.name)

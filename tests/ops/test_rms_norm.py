@@ -89,7 +89,7 @@ def test_gradient_matches_unfused():
                     y = fusekit.ops.rms_norm(x, gamma)
             loss = tf.reduce_sum(y * tf.range(8.0))
         grads.append(tape.gradient(loss, [x, gamma]))
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
@@ -156,7 +156,7 @@ def test_converts_to_one_fused_op(rms_cases):
         assert op.attrs["epsilon"] == pytest.approx(eps, rel=1e-6)
         depth = op.input_shapes[0][-1]
         assert op.input_shapes[1] == [depth]  # gamma, a constant
-        for ref, exact in zip(case.reference, case.truth):
+        for ref, exact in zip(case.reference, case.truth, strict=True):
             np.testing.assert_allclose(ref[0], exact[0], rtol=2e-6, atol=2e-6)
 
 
@@ -237,12 +237,14 @@ def _modes(runtime: str) -> list[str]:
 
 def _parity_failures(cases, jobs, outcomes) -> list[str]:
     failures = []
-    for case, job, outcome in zip(cases, jobs, outcomes):
+    for case, job, outcome in zip(cases, jobs, outcomes, strict=True):
         label = f"{case.name} ({job.mode}, {job.num_threads} threads)"
         if outcome.error:
             failures.append(f"{label}: {outcome.error}")
             continue
-        for r, (got, ref, exact) in enumerate(zip(outcome.outputs, case.reference, case.truth)):
+        for r, (got, ref, exact) in enumerate(
+            zip(outcome.outputs, case.reference, case.truth, strict=True)
+        ):
             (y,) = got
             if y.shape != exact[0].shape or y.dtype != np.float32:
                 failures.append(f"{label} run {r}: {y.dtype}{y.shape} != {exact[0].shape}")
@@ -400,7 +402,7 @@ def test_kernel_bad_input_gives_clear_error(runtime, rms_bad_model):
         jobs.append(Job(model, [[np.ones((2, 3, 16), np.float32) if x is None else x]]))
     outcomes = run_jobs(runtime, jobs)
     failures = []
-    for name, outcome, (_, _, message) in zip(RMS_BAD, outcomes, RMS_BAD.values()):
+    for name, outcome, (_, _, message) in zip(RMS_BAD, outcomes, RMS_BAD.values(), strict=True):
         if outcome.error is None:
             failures.append(f"{name}: no error")
         elif RMS_OP not in outcome.error or message not in outcome.error:
@@ -446,11 +448,13 @@ def test_kernel_depth_sweep(rms_sweep_cases):
     outcomes = run_jobs("litert", jobs)
     n = len(rms_sweep_cases)
     failures = []
-    for case, one, two in zip(rms_sweep_cases, outcomes[:n], outcomes[n:]):
+    for case, one, two in zip(rms_sweep_cases, outcomes[:n], outcomes[n:], strict=True):
         if one.error or two.error:
             failures.append(f"{case.name}: {one.error or two.error}")
             continue
-        for (x,), (a,), (b,), (exact,) in zip(case.runs, one.outputs, two.outputs, case.truth):
+        for (x,), (a,), (b,), (exact,) in zip(
+            case.runs, one.outputs, two.outputs, case.truth, strict=True
+        ):
             err = _rel(a, exact)
             if err > RMS_TOLERANCE:
                 failures.append(f"{case.name} x{list(x.shape)}: rel err {err:.2e} vs float64")

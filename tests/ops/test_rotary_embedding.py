@@ -81,13 +81,13 @@ def test_runtime_parity(runtime, parity_cases):
     jobs = [Job(c.model, c.runs, mode=mode) for mode in modes for c in parity_cases]
     outcomes = run_jobs(runtime, jobs)
     failures = []
-    for job, outcome, case in zip(jobs, outcomes, parity_cases * len(modes)):
+    for job, outcome, case in zip(jobs, outcomes, parity_cases * len(modes), strict=True):
         label = f"{case.name} ({job.mode})"
         if outcome.error:
             failures.append(f"{label}: {outcome.error}")
             continue
         for r, (got, want, tf_out) in enumerate(
-            zip(outcome.outputs, case.expected, case.tf_outputs)
+            zip(outcome.outputs, case.expected, case.tf_outputs, strict=True)
         ):
             (y,) = got
             if y.shape != want[0].shape:
@@ -238,7 +238,7 @@ def test_bad_input_gives_clear_error(runtime, bad_input_model):
         jobs.append(Job(model, [_feeds(bad_input_model, **feeds)]))
     outcomes = run_jobs(runtime, jobs)
     failures = []
-    for name, outcome, (_, _, message) in zip(BAD, outcomes, BAD.values()):
+    for name, outcome, (_, _, message) in zip(BAD, outcomes, BAD.values(), strict=True):
         if outcome.error is None:
             failures.append(f"{name}: no error")
         elif "fusekit_rotary_embedding" not in outcome.error or message not in outcome.error:

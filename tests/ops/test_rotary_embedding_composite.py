@@ -257,6 +257,6 @@ def test_converts_to_one_fused_op(rotary_cases):
         assert len(op.input_signatures) == 3
         assert len(op.input_signatures[1]) == form.count(",") + 1
         assert op.input_signatures[1] == op.input_signatures[2]
-        for run, ref, exact in zip(case.runs, case.reference, case.truth):
+        for run, ref, exact in zip(case.runs, case.reference, case.truth, strict=True):
             x = max(run, key=lambda a: float(np.abs(a).max()))  # x, not cos/sin
             np.testing.assert_allclose(ref[0], exact[0], atol=tolerance(x))

@@ -62,10 +62,12 @@ def assert_same_outputs(
         runs = [random_inputs(original, seed) for seed in range(2)]
     runs = [list(run) for run in runs]
     want = run_jobs("litert", [Job(original, runs)])[0].ok()
+    # Strict counts: a dropped run or output must not pass by comparing less.
+    assert runs and len(want) == len(runs) and all(want), "nothing to compare"
     for runtime in runtimes:
         (outcome,) = run_jobs(runtime, [Job(optimized, runs)])
-        for want_run, got_run in zip(want, outcome.ok()):
-            for w, g in zip(want_run, got_run):
+        for want_run, got_run in zip(want, outcome.ok(), strict=True):
+            for w, g in zip(want_run, got_run, strict=True):
                 np.testing.assert_allclose(g, w, atol=atol, rtol=0, err_msg=runtime)
 
 

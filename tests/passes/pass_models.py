@@ -19,7 +19,7 @@ def run(model: bytes, inputs: Sequence[np.ndarray], num_threads: int = 1) -> lis
     """Outputs of one invoke on ai-edge-litert (XNNPACK on), in output order."""
     interp = Interpreter(model_content=model, num_threads=num_threads)
     interp.allocate_tensors()
-    for detail, value in zip(interp.get_input_details(), inputs):
+    for detail, value in zip(interp.get_input_details(), inputs, strict=True):
         interp.set_tensor(detail["index"], value)
     interp.invoke()
     return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
@@ -195,7 +195,7 @@ class Builder:
 
     def slice(self, x: int, begin, size) -> int:
         def fn(v, b, s):
-            return v[tuple(slice(int(i), int(i) + int(n)) for i, n in zip(b, s))]
+            return v[tuple(slice(int(i), int(i) + int(n)) for i, n in zip(b, s, strict=True))]
 
         return self.op(
             OP.SLICE,
@@ -211,7 +211,7 @@ class Builder:
 
         def fn(v, b, e, s):
             index = []
-            for axis, (i, j, k) in enumerate(zip(b, e, s)):
+            for axis, (i, j, k) in enumerate(zip(b, e, s, strict=True)):
                 index.append(
                     slice(
                         None if begin_mask >> axis & 1 else int(i),

@@ -20,7 +20,7 @@ def cleanup(model: bytes) -> fusekit.OptimizeResult:
 
 def assert_same(a: bytes, b: bytes) -> None:
     inputs = random_inputs(a)
-    for x, y in zip(run(a, inputs), run(b, inputs)):
+    for x, y in zip(run(a, inputs), run(b, inputs), strict=True):
         np.testing.assert_allclose(y, x, atol=1e-6, rtol=0)
 
 

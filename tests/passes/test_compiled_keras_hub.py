@@ -21,7 +21,7 @@ def test_llama_through_compiled_model():
 
     it = fusekit.Interpreter(model_content=fused, runtime="litert", num_threads=2)
     it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), feeds):
+    for d, x in zip(it.get_input_details(), feeds, strict=True):
         it.set_tensor(d["index"], x)
     it.invoke()
     want = [it.get_tensor(d["index"]) for d in it.get_output_details()]
@@ -31,10 +31,10 @@ def test_llama_through_compiled_model():
     tensor_of = {t.string("name").decode(): t.scalar("tensor_index")
                  for side in ("inputs", "outputs") for t in sig.items(side)}
     sg = root.item("subgraphs", 0)
-    by_tensor = dict(zip(sg.values("inputs"), feeds))
+    by_tensor = dict(zip(sg.values("inputs"), feeds, strict=True))
     with fusekit.CompiledModel.from_buffer(fused, num_threads=2) as cm:
         names = cm.get_signature_by_index(0)
         outs = cm.run([by_tensor[tensor_of[n]] for n in names["inputs"]])
-    got = dict(zip((tensor_of[n] for n in names["outputs"]), outs))
-    for tensor, w in zip(sg.values("outputs"), want):
+    got = dict(zip((tensor_of[n] for n in names["outputs"]), outs, strict=True))
+    for tensor, w in zip(sg.values("outputs"), want, strict=True):
         np.testing.assert_array_equal(got[tensor], w)

@@ -27,7 +27,7 @@ OP = schema.BuiltinOperator
 
 def assert_same(a: bytes, b: bytes, atol: float = 1e-5) -> None:
     inputs = random_inputs(a)
-    for x, y in zip(run(a, inputs), run(b, inputs)):
+    for x, y in zip(run(a, inputs), run(b, inputs), strict=True):
         np.testing.assert_allclose(y, x, atol=atol, rtol=0)
 
 

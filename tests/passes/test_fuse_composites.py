@@ -93,7 +93,7 @@ def test_fused_outputs_match_plain(block, runtime, signature):
     feeds = arrays("block")
     plain = run(model_bytes("block"), runtime, signature, feeds)
     fused = run(block.model, runtime, signature, feeds)
-    for i, (want, got) in enumerate(zip(plain, fused)):
+    for i, (want, got) in enumerate(zip(plain, fused, strict=True)):
         np.testing.assert_allclose(got, want, atol=1e-4, rtol=0, err_msg=f"output {i}")
         # And PyTorch's own result (the plain model is the reference above).
         np.testing.assert_allclose(
@@ -113,7 +113,7 @@ def test_softcap_attention_is_refused_with_its_reason():
     for signature in SIGNATURES:
         plain = run(model_bytes("block_softcap"), "litert", signature, feeds)
         fused = run(result.model, "litert", signature, feeds)
-        for want, got in zip(plain, fused):
+        for want, got in zip(plain, fused, strict=True):
             np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
 
 

@@ -94,7 +94,7 @@ def test_int8_every_layer_fused_and_closer_to_float(int8_case):
                 writer = graph.producer(int(quantize.inputs[0]))
                 assert writer is None or graph.builtin(writer) != OP.CUSTOM
     runs = token_inputs(original)
-    feed = dict(zip([d["name"] for d in _details(original)], runs[0]))
+    feed = dict(zip([d["name"] for d in _details(original)], runs[0], strict=True))
     want = np.asarray(model([_by_name(feed, i.name) for i in model.inputs]))
     plain = max_error(original, runs, want, "litert")
     for runtime in RUNTIMES:
@@ -210,7 +210,7 @@ def test_ai_edge_quantizer_recipes(name):
     keras_model = FAMILIES[name].build()
     float_model = convert_keras(keras_model)
     runs = token_inputs(float_model)
-    feed = dict(zip([d["name"] for d in _details(float_model)], runs[0]))
+    feed = dict(zip([d["name"] for d in _details(float_model)], runs[0], strict=True))
     want = np.asarray(keras_model([_by_name(feed, i.name) for i in keras_model.inputs]))
     for recipe_name in FLOAT_RECIPES + STATIC_RECIPES:
         original = quantize_with_recipe(float_model, keras_model, recipe_name)

@@ -69,12 +69,14 @@ def test_outputs_match_the_plain_model(runtime, optimized):
     model on ai-edge-litert."""
     names = ONE_SIGNATURE
     runs = [_inputs(name, "serving_default") for name in names]
-    want = run_jobs("litert", [Job(_model(n), [r], signature=True) for n, r in zip(names, runs)])
+    want = run_jobs(
+        "litert", [Job(_model(n), [r], signature=True) for n, r in zip(names, runs, strict=True)]
+    )
     got = run_jobs(
         runtime,
-        [Job(optimized[n].model, [r], signature=True) for n, r in zip(names, runs)],
+        [Job(optimized[n].model, [r], signature=True) for n, r in zip(names, runs, strict=True)],
     )
-    for name, w, g in zip(names, want, got):
+    for name, w, g in zip(names, want, got, strict=True):
         if runtime == "tflite_runtime" and g.error is not None:
             # Op versions newer than tflite-runtime 2.14 (litert-torch's
             # GATHER_ND v5): the plain model is refused alike.

@@ -33,7 +33,7 @@ def optimize(model: bytes, passes=("layout",)) -> fusekit.OptimizeResult:
 def assert_same_outputs(a: bytes, b: bytes, atol: float = 1e-5, seeds=(0, 1)) -> None:
     for seed in seeds:
         inputs = random_inputs(a, seed)
-        for x, y in zip(run(a, inputs), run(b, inputs)):
+        for x, y in zip(run(a, inputs), run(b, inputs), strict=True):
             assert x.shape == y.shape
             np.testing.assert_allclose(y, x, atol=atol, rtol=0)
 
@@ -219,7 +219,7 @@ def _random_graph(seed: int) -> bytes:
             y = b.reduce(code, t, axes, keep=bool(rng.random() < 0.6))
         elif kind == "slice":
             begin = [int(rng.integers(0, d)) for d in shape]
-            size = [int(rng.integers(1, d - s + 1)) for d, s in zip(shape, begin)]
+            size = [int(rng.integers(1, d - s + 1)) for d, s in zip(shape, begin, strict=True)]
             y = b.slice(t, begin, size)
         elif kind == "strided":
             begin = [int(rng.integers(0, d)) for d in shape]

@@ -68,7 +68,7 @@ def test_optimized_plain_model_runs_on_all_three_runtimes(plain):
     reference = run_jobs("litert", [Job(model, runs)])[0].ok()
     for runtime in RUNTIMES:
         (outcome,) = run_jobs(runtime, [Job(optimized, runs)])
-        for want, got in zip(reference, outcome.ok()):
+        for want, got in zip(reference, outcome.ok(), strict=True):
             np.testing.assert_allclose(got[0], want[0], atol=1e-5, rtol=0, err_msg=runtime)
 
 
@@ -81,7 +81,7 @@ def test_optimized_int8_model_runs_on_all_three_runtimes():
     runs = [random_inputs(model, seed) for seed in range(2)]
     for runtime in RUNTIMES:
         reference, outcome = run_jobs(runtime, [Job(model, runs), Job(optimized, runs)])
-        for want, got in zip(reference.ok(), outcome.ok()):
+        for want, got in zip(reference.ok(), outcome.ok(), strict=True):
             np.testing.assert_array_equal(got[0], want[0], err_msg=runtime)
 
 

@@ -21,7 +21,21 @@ def test_builtin_passes_are_registered():
     assert {"cleanup", "layout", "space_to_depth"} <= set(fusekit.passes.available())
 
 
-def test_a_user_pass_registers_and_runs_in_the_loop(cnn):
+def test_the_registry_is_restored_after_a_failing_test():
+    """What the pass_registry fixture does: a test that unregisters a
+    built-in pass and registers its own, then fails, leaves the registry as
+    it found it."""
+    from pass_registry import restored
+
+    before = {name: fusekit.passes.get(name) for name in fusekit.passes.available()}
+    with pytest.raises(AssertionError, match="the test failed"), restored():
+        fusekit.passes.unregister("layout")
+        fusekit.passes.register("leftover_test")(lambda m, o: (m, []))
+        raise AssertionError("the test failed")
+    assert {name: fusekit.passes.get(name) for name in fusekit.passes.available()} == before
+
+
+def test_a_user_pass_registers_and_runs_in_the_loop(cnn, pass_registry):
     seen = []
 
     @fusekit.passes.register("count_transposes_test")
@@ -40,15 +54,12 @@ def test_a_user_pass_registers_and_runs_in_the_loop(cnn):
     assert "count_transposes_test" not in fusekit.passes.available()
 
 
-def test_the_loop_stops_at_its_bound_and_says_so(cnn):
+def test_the_loop_stops_at_its_bound_and_says_so(cnn, pass_registry):
     @fusekit.passes.register("always_changes_test", replace=True)
     def always(model, options):
         return model, ["pretended change"]
 
-    try:
-        result = fusekit.optimize(cnn, passes=["always_changes_test"], max_iterations=3)
-    finally:
-        fusekit.passes.unregister("always_changes_test")
+    result = fusekit.optimize(cnn, passes=["always_changes_test"], max_iterations=3)
     assert result.report.iterations == 3
     assert not result.report.converged
     assert "stopped at the bound" in result.report.to_text()

@@ -33,7 +33,7 @@ def conv_geometry(model: bytes) -> list[tuple[str, list[int], list[int], int]]:
 
 def assert_same(a: bytes, b: bytes, atol: float = 1e-4) -> None:
     inputs = random_inputs(a)
-    for x, y in zip(run(a, inputs), run(b, inputs)):
+    for x, y in zip(run(a, inputs), run(b, inputs), strict=True):
         assert x.shape == y.shape
         np.testing.assert_allclose(y, x, atol=atol, rtol=0)
 

@@ -32,6 +32,7 @@
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -225,7 +226,9 @@ inline AttrSpec Required(AttrSpec spec) {
 // Attrs of one node, parsed from the flexbuffer map in its custom options
 // and validated against the kernel's AttrSchema at node init (a missing
 // required attr or a wrong type never reaches the kernel).  The typed getters
-// return the node's value or the declared default.
+// return the node's value or the declared default.  Reading a key the schema
+// does not declare (a typo: Float("epsilom")) fails the node's init with an
+// error naming the op and the key, instead of reading a silent zero.
 class Attrs {
  public:
   Attrs() = default;
@@ -253,8 +256,16 @@ class Attrs {
   // required one for presence; returns false with error() set otherwise.
   bool Validate(const std::vector<AttrSpec>* schema);
 
+  // After Validate: why a getter or Has() was given a key the schema does
+  // not declare (the first such key), else empty.  The SDK fails the node
+  // with it after the kernel's constructor, Prepare and Invoke.
+  const std::string& undeclared() const { return undeclared_; }
+
  private:
   const AttrSpec* Spec(const char* key) const;
+  // Records `key` in undeclared_ when a schema is set and lacks it.
+  void CheckDeclared(const char* key) const;
+  mutable std::string undeclared_;
   std::vector<uint8_t> buffer_;  // copied: aligned reads, outlives the model
   bool valid_ = false;
   std::string error_;
@@ -338,6 +349,87 @@ class OpContext {
     const TfLiteStatus fusekit_status_ = (expr);             \
     if (fusekit_status_ != kTfLiteOk) return fusekit_status_; \
   } while (0)
+
+// Comparisons that print both values when they fail:
+//   FUSEKIT_ENSURE_EQ(ctx, gamma.dim(0), x.dim(-1));
+//   FUSEKIT_ENSURE_LE(ctx, rotary_dim_, x.dim(-1), "rotary_dim");
+// fail with "<op>: rotary_dim: expected rotary_dim_ <= x.dim(-1), got 96 vs 64".
+// The optional trailing arguments are a printf format and its values, put
+// before the comparison.  Each operand is evaluated once.  Values print as
+// numbers, bools, strings or lists ({1, 2}) of those.
+#define FUSEKIT_ENSURE_EQ(ctx, a, b, ...) FUSEKIT_ENSURE_CMP_(ctx, a, b, ==, "" __VA_ARGS__)
+#define FUSEKIT_ENSURE_NE(ctx, a, b, ...) FUSEKIT_ENSURE_CMP_(ctx, a, b, !=, "" __VA_ARGS__)
+#define FUSEKIT_ENSURE_LT(ctx, a, b, ...) FUSEKIT_ENSURE_CMP_(ctx, a, b, <, "" __VA_ARGS__)
+#define FUSEKIT_ENSURE_LE(ctx, a, b, ...) FUSEKIT_ENSURE_CMP_(ctx, a, b, <=, "" __VA_ARGS__)
+#define FUSEKIT_ENSURE_GT(ctx, a, b, ...) FUSEKIT_ENSURE_CMP_(ctx, a, b, >, "" __VA_ARGS__)
+#define FUSEKIT_ENSURE_GE(ctx, a, b, ...) FUSEKIT_ENSURE_CMP_(ctx, a, b, >=, "" __VA_ARGS__)
+// (The format is "" when none is given: GCC's zero-length format warning is
+// off for the call, the format is still checked otherwise.)
+#define FUSEKIT_ENSURE_CMP_(ctx, a, b, op, ...)                                     \
+  do {                                                                              \
+    const auto& fusekit_a_ = (a);                                                   \
+    const auto& fusekit_b_ = (b);                                                   \
+    if (!(fusekit_a_ op fusekit_b_)) {                                              \
+      _Pragma("GCC diagnostic push")                                                \
+      _Pragma("GCC diagnostic ignored \"-Wformat-zero-length\"")                    \
+      return ::fusekit::internal::FailComparison(                                   \
+          (ctx), #a " " #op " " #b, ::fusekit::internal::ValueText(fusekit_a_),     \
+          ::fusekit::internal::ValueText(fusekit_b_), __VA_ARGS__);                 \
+      _Pragma("GCC diagnostic pop")                                                 \
+    }                                                                               \
+  } while (0)
+
+namespace internal {
+
+// How FUSEKIT_ENSURE_EQ and friends print a value.
+inline std::string NumberText(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.9g", value);
+  return text;
+}
+inline std::string ValueText(bool value) { return value ? "true" : "false"; }
+inline std::string ValueText(const char* value) { return std::string("\"") + value + "\""; }
+inline std::string ValueText(const std::string& value) { return ValueText(value.c_str()); }
+template <typename T>
+std::string ValueText(const T& value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return NumberText(static_cast<double>(value));
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(value);
+  } else if constexpr (std::is_enum_v<T>) {
+    return std::to_string(static_cast<long long>(value));
+  } else {
+    // A container: {a, b, ...}.
+    std::string text = "{";
+    bool first = true;
+    for (const auto& element : value) {
+      if (!first) text += ", ";
+      text += ValueText(element);
+      first = false;
+    }
+    return text + "}";
+  }
+}
+
+// Fails with "<op>: [<context>: ]expected <expression>, got <a> vs <b>";
+// `format` (possibly "") and its values give the context.
+inline TfLiteStatus FailComparison(const OpContext& ctx, const char* expression,
+                                   const std::string& a, const std::string& b,
+                                   const char* format, ...)
+    __attribute__((format(printf, 5, 6)));
+inline TfLiteStatus FailComparison(const OpContext& ctx, const char* expression,
+                                   const std::string& a, const std::string& b,
+                                   const char* format, ...) {
+  char context[256] = "";
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(context, sizeof(context), format, args);
+  va_end(args);
+  return ctx.Fail("%s%sexpected %s, got %s vs %s", context, context[0] ? ": " : "",
+                  expression, a.c_str(), b.c_str());
+}
+
+}  // namespace internal
 
 // --------------------------------------------------------------- registry
 
@@ -465,6 +557,11 @@ struct Signature<TfLiteStatus (K::*)(OpContext&, Args...)> {
   }
 };
 
+// A getter was given a key the kernel's schema does not declare.
+inline bool UndeclaredAttrRead(const OpContext& ctx) {
+  return !ctx.attrs().undeclared().empty();
+}
+
 template <typename K>
 KernelVariant MakeVariant() {
   using InvokeSig = Signature<decltype(&K::Invoke)>;
@@ -476,6 +573,7 @@ KernelVariant MakeVariant() {
   InvokeSig::Describe(&v);
   v.create = [](const Attrs& attrs, std::string* error) -> void* {
     auto* kernel = new K(attrs, error);
+    if (error->empty()) *error = attrs.undeclared();
     if (!error->empty()) {
       delete kernel;
       return nullptr;
@@ -484,10 +582,12 @@ KernelVariant MakeVariant() {
   };
   v.destroy = [](void* kernel) { delete static_cast<K*>(kernel); };
   v.prepare = [](void* kernel, OpContext& ctx) {
-    return InvokeSig::Call(static_cast<K*>(kernel), &K::Prepare, ctx);
+    const TfLiteStatus status = InvokeSig::Call(static_cast<K*>(kernel), &K::Prepare, ctx);
+    return UndeclaredAttrRead(ctx) ? ctx.Fail("%s", ctx.attrs().undeclared().c_str()) : status;
   };
   v.invoke = [](void* kernel, OpContext& ctx) {
-    return InvokeSig::Call(static_cast<K*>(kernel), &K::Invoke, ctx);
+    const TfLiteStatus status = InvokeSig::Call(static_cast<K*>(kernel), &K::Invoke, ctx);
+    return UndeclaredAttrRead(ctx) ? ctx.Fail("%s", ctx.attrs().undeclared().c_str()) : status;
   };
   return v;
 }

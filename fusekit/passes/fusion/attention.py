@@ -207,7 +207,7 @@ def _unrepeat(graph: Graph, tensor: int) -> tuple[int, list[int] | None]:
 def _broadcasts(shape: list[int], target: list[int]) -> bool:
     if len(shape) > len(target):
         return False
-    for dim, want in zip(shape[::-1], target[::-1]):
+    for dim, want in zip(shape[::-1], target[::-1], strict=False):  # target may have more dims
         if dim not in (1, want) and not (dim == -1 and want == -1):
             return False
     return True

@@ -100,7 +100,9 @@ def decomposition_model(graph: Graph, body: int, args: list[Operand]) -> bytes |
     out = schema.SubGraphT()
     out.tensors = tensors
     out.operators = [copy.copy(op) for op in sg.operators or []]
-    out.inputs = np.array([t for t, a in zip(inputs, args) if a.value is None], np.int32)
+    out.inputs = np.array(
+        [t for t, a in zip(inputs, args, strict=True) if a.value is None], np.int32
+    )
     out.outputs = np.array(sg.outputs, np.int32)
     return _pack(list(model.m.operatorCodes), out, buffers)
 
@@ -148,7 +150,7 @@ def fused_model(
 def _run(model: bytes, feeds: list[np.ndarray]) -> list[np.ndarray]:
     interpreter = Interpreter(model_content=model, num_threads=1)
     interpreter.allocate_tensors()
-    for detail, value in zip(interpreter.get_input_details(), feeds):
+    for detail, value in zip(interpreter.get_input_details(), feeds, strict=True):
         interpreter.set_tensor(detail["index"], value)
     interpreter.invoke()
     return [interpreter.get_tensor(d["index"]).copy() for d in interpreter.get_output_details()]

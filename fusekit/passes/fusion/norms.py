@@ -229,7 +229,9 @@ def _broadcasts_into(shape: list[int], x_shape: list[int]) -> bool:
     """A shape of x's rank whose every dim is x's or 1: a value defined per
     element of x that the symbols (x per element, m and r per row, constants
     per channel) describe."""
-    return len(shape) == len(x_shape) and all(d in (xd, 1) for d, xd in zip(shape, x_shape))
+    return len(shape) == len(x_shape) and all(
+        d in (xd, 1) for d, xd in zip(shape, x_shape, strict=True)
+    )
 
 
 def _evaluate(graph: Graph, op: schema.OperatorT, args: list[poly.Poly]) -> poly.Poly | None:

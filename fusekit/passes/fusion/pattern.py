@@ -140,7 +140,7 @@ class Op(Pattern):
             orders.append([operands[1], operands[0], *operands[2:]])
         for order in orders:
             state = found._snapshot()
-            if all(p.match(graph, t, found) for p, t in zip(self.inputs, order)):
+            if all(p.match(graph, t, found) for p, t in zip(self.inputs, order, strict=False)):
                 if self.name is not None:
                     found.ops[self.name] = op
                 found.matched.append(op)

@@ -137,7 +137,7 @@ def _transposed(graph: Graph, tensor: int, perm: list[int] | None) -> int:
 def _broadcast(a: list[int], b: list[int]) -> list[int]:
     """The broadcast of two shapes (-1: unknown; it wins over 1)."""
     a, b = [1] * (len(b) - len(a)) + a, [1] * (len(a) - len(b)) + b
-    return [x if y == 1 else y if x == 1 else max(x, y) for x, y in zip(a, b)]
+    return [x if y == 1 else y if x == 1 else max(x, y) for x, y in zip(a, b, strict=True)]
 
 
 def _select(graph: Graph, keep: int, kept: int, fill: float, name: str) -> int:

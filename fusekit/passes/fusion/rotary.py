@@ -177,7 +177,7 @@ def _table_ok(graph: Graph, x: int, cos: int, sin: int) -> bool:
         return False
     if cos_shape[3] != shape[3]:
         return False
-    return all(c == 1 or (c == d and d > 0) for c, d in zip(cos_shape[:3], shape[:3]))
+    return all(c == 1 or (c == d and d > 0) for c, d in zip(cos_shape[:3], shape[:3], strict=True))
 
 
 def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:

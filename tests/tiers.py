@@ -1,0 +1,82 @@
+"""Which tests leave the default (fast) run, and for which tier.
+
+    pytest                     the fast tier: what a developer runs after a change
+    pytest -m slow             the slow tier (what the fast one leaves out)
+    pytest -m fuzz tests/fuzz  the mutation fuzz run
+    pytest -m bench            the benchmarks' quick runs
+    pytest -m ""               every tier (CI, scripts/test.sh)
+    bash scripts/sanitize.sh   the sanitize tier: kernel tests and fuzz on an ASan/UBSan build
+
+Kept in one table rather than as decorators in each file, with the time each
+test took when the tiers were cut (2 shared cores, seconds, fixtures
+included), so that a test moves between tiers in one place.  A test
+parametrized over runtimes runs on ai-edge-litert in the fast tier and on
+tf.lite and tflite-runtime (a subprocess in another venv) in the slow one.
+"""
+
+from __future__ import annotations
+
+TIERS = ("slow", "fuzz", "bench", "sanitize")
+
+# Runtimes whose parametrizations (a ``runtime`` parameter) are slow.
+SLOW_RUNTIMES = frozenset({"tf", "tflite_runtime"})
+
+# node id (without parameters: every parametrization) or a file -> tier.
+MARKED: dict[str, str] = {
+    # Conversions of many or large models, sweeps over shapes.
+    "tests/ops/test_attention.py::test_converts_to_one_fused_op": "slow",  # 35
+    "tests/ops/test_attention.py::test_float16_converts_with_float16_tensors": "slow",  # 22
+    "tests/ops/test_attention.py::test_float16_at_every_simd_level": "slow",  # 4
+    "tests/ops/test_attention.py::test_float16_conversions_are_exact": "slow",  # 4
+    "tests/ops/test_group_norm.py::test_converts_to_one_fused_op": "slow",  # 18
+    "tests/ops/test_group_norm.py::test_kernel_shape_sweep": "slow",  # 17
+    "tests/ops/test_group_norm.py::test_traced_with_dynamic_batch_and_spatial_dims": "slow",  # 7
+    "tests/ops/test_layer_norm.py::test_float16_parity": "slow",  # 9
+    "tests/ops/test_layer_norm.py::test_one_custom_op_per_call_and_all_runtimes": "slow",  # 4
+    "tests/ops/test_layer_norm_composite.py::test_converts_to_one_op_with_scale_center_attrs": (
+        "slow"  # 12
+    ),
+    "tests/ops/test_layer_norm_composite.py::test_traced_with_dynamic_batch": "slow",  # 4
+    "tests/ops/test_rms_norm.py::test_kernel_depth_sweep": "slow",  # 11
+    "tests/ops/test_rms_norm.py::test_converts_to_one_fused_op": "slow",  # 8
+    "tests/ops/test_rms_norm.py::test_traced_with_dynamic_batch": "slow",  # 4
+    "tests/ops/test_rotary_embedding_composite.py::test_converts_to_one_fused_op": "slow",  # 12
+    "tests/ops/test_rotary_embedding_composite.py::test_traced_with_dynamic_batch_and_sequence": (
+        "slow"  # 5
+    ),
+    "tests/passes/test_fuse_keras_hub.py": "slow",  # 200: a dozen keras-hub backbones
+    "tests/passes/test_cleanup.py::test_models_with_resource_variables_are_read": "slow",  # 16
+    "tests/passes/test_space_to_depth.py::"
+    "test_resnet_stem_becomes_a_stride_1_conv_over_12_channels": "slow",  # 13
+    "tests/passes/test_fuse_norms.py::test_options_are_the_composites_bytes": "slow",  # 10
+    "tests/passes/test_fuse_group_norm.py::test_options_are_the_composites_bytes": "slow",  # 8
+    "tests/passes/test_fuse_rotary.py::test_options_are_the_composites_bytes": "slow",  # 8
+    "tests/test_convert_multi_output.py": "slow",  # 67: a model per output count and runtime
+    "tests/test_calibration.py": "slow",  # 66: int8 calibration against TensorFlow's
+    "tests/test_simd_levels.py::test_kernel_at_every_simd_level": "slow",  # 60
+    "tests/test_keras_attention.py::"
+    "test_converted_model_has_one_attention_op_per_layer_and_runs_everywhere": "slow",  # 7
+    # Subprocesses: the command line as users run it, other venvs, compilers.
+    "tests/test_cli.py::test_build_command": "slow",  # 38
+    "tests/test_cli.py::test_verify_and_bench": "slow",  # 29
+    "tests/test_cli.py::test_verify_and_bench_take_two_tflite_files": "slow",  # 21
+    "tests/test_cli.py::test_a_kernel_error_during_verify_is_a_one_line_error": "slow",  # 20
+    "tests/test_cli.py::test_verify_refuses_a_shape_it_cannot_apply": "slow",  # 3 x 6-17
+    "tests/test_cli.py::test_convert_with_buffer_offsets": "slow",  # 12
+    "tests/test_abi_behaviour.py": "slow",  # 54: a probe plugin on every runtime
+    "tests/test_threads.py": "slow",  # 46 (litert only; 3 runtimes: ~120)
+    "tests/test_user_plugin.py": "slow",  # 139: compiles plugins
+    "tests/test_sdk_checks.py": "slow",  # 50: compiles a plugin
+    "tests/test_plugin_loading.py::test_a_user_plugin_through_symlink_relative_and_hard_link": (
+        "slow"  # 15
+    ),
+    "tests/test_model_check.py::test_byte_flipped_models_never_crash_tflite_runtime": "slow",
+    "tests/test_runtime_deps.py::"
+    "test_fusekit_runs_a_model_on_tflite_runtime_without_litert_or_tensorflow": "slow",  # 7
+    # The mutation fuzz run (its builder check stays in the fast tier).
+    "tests/fuzz/test_fuzz.py::test_fuzz": "fuzz",
+    "tests/fuzz/test_fuzz.py::test_regressions_replay": "fuzz",
+    # The benchmarks' quick runs.
+    "tests/test_benchmarks.py": "bench",
+    "tests/test_bench_model_reading.py": "bench",
+}
