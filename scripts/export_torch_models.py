@@ -1,0 +1,653 @@
+"""Build small PyTorch models from configs and export them with litert-torch.
+
+The fixtures under ``tests/data/torch/`` come from this script: plain
+``torch.nn`` blocks, Hugging Face Llama / Qwen3 / BERT / GPT-2 built from
+tiny configs, and litert-torch's own generative decoder (prefill and decode
+signatures, external KV cache).  Weights are random (seeded), nothing is
+downloaded.  For each model it writes
+
+* ``<name>.tflite``: the litert-torch export,
+* ``<name>.npz``: for every signature, the inputs (``<sig>/in/<name>``) and
+  the PyTorch outputs (``<sig>/out/<name>``), keyed by the TFLite
+  signature's tensor names,
+* an entry in ``manifest.json``: signatures, inputs, outputs, how many
+  norm / attention / rotary instances the model holds, and the measured
+  difference between the exported model and PyTorch.
+
+Run it in the torch environment (``scripts/setup_torch.sh``)::
+
+    .venv-torch/bin/python scripts/export_torch_models.py [--out DIR] [--only NAME ...]
+
+The test suite only reads the committed files; it never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812 (the usual torch spelling)
+from torch import nn
+
+SEED = 1234
+SEQ = 16
+
+# What the counts in the manifest mean: one instance per normalization
+# module call, per scaled-dot-product attention, and per tensor RoPE is
+# applied to (queries and keys count separately).
+COUNT_KINDS = ("layer_norm", "rms_norm", "group_norm", "attention", "rotary")
+
+
+@dataclass
+class Signature:
+    """One exported entry point: the module, its example inputs as
+    keyword tensors (names become the TFLite input names) or positional
+    tensors (``args_<i>``)."""
+
+    name: str
+    module: nn.Module
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Fixture:
+    """A model to export and what it contains."""
+
+    name: str
+    description: str
+    build: Callable[[], list[Signature]]
+    counts: dict[str, int]
+    # Instances carried as StableHLO composites instead of plain ops.
+    composites: dict[str, int] = field(default_factory=dict)
+    notes: str = ""
+
+
+def _seed() -> None:
+    torch.manual_seed(SEED)
+    np.random.seed(SEED)
+
+
+def _randomize(module: nn.Module) -> nn.Module:
+    """Give every norm weight/bias non-trivial values: a freshly built norm
+    has gamma=1 and beta=0, which would hide a wrong gamma or beta."""
+    with torch.no_grad():
+        for sub in module.modules():
+            for attr in ("weight", "bias"):
+                p = getattr(sub, attr, None)
+                if not isinstance(p, torch.Tensor) or p.dim() != 1:
+                    continue
+                if (
+                    isinstance(sub, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm))
+                    or "Norm" in type(sub).__name__
+                ):
+                    base = 1.0 if attr == "weight" else 0.0
+                    p.copy_(base + 0.2 * torch.randn_like(p))
+    return module.eval()
+
+
+# --------------------------------------------------------------------------
+# Plain torch.nn blocks
+
+
+class _LayerNormBlock(nn.Module):
+    """Two nn.LayerNorms: one feeding a Linear (the converter may fold its
+    gamma/beta into the matmul), one as the output (affine kept)."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__()
+        self.inp = nn.Linear(dim, dim)
+        self.norm1 = nn.LayerNorm(dim, eps=1e-5)
+        self.mid = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        h = self.mid(self.norm1(self.inp(x)))
+        return (self.norm2(F.gelu(h) + x),)
+
+
+class _RMSNormBlock(nn.Module):
+    """Two nn.RMSNorms, one feeding a Linear, one as the output."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__()
+        self.inp = nn.Linear(dim, dim)
+        self.norm1 = nn.RMSNorm(dim, eps=1e-6)
+        self.mid = nn.Linear(dim, dim)
+        self.norm2 = nn.RMSNorm(dim, eps=1e-5)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        h = self.mid(self.norm1(self.inp(x)))
+        return (self.norm2(F.silu(h) + x),)
+
+
+class _SDPABlock(nn.Module):
+    """Multi-head attention through F.scaled_dot_product_attention, causal
+    or with a runtime additive mask."""
+
+    def __init__(self, dim: int = 64, heads: int = 4, with_mask: bool = False) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.with_mask = with_mask
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor]:
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        if self.with_mask:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return (self.out(y.transpose(1, 2).reshape(b, s, d)),)
+
+
+class _GroupNormConv(nn.Module):
+    """A channels-first conv block: Conv2d -> GroupNorm -> SiLU -> Conv2d
+    -> GroupNorm."""
+
+    def __init__(self, channels: int = 16) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, channels, 3, padding=1)
+        self.norm1 = nn.GroupNorm(4, channels, eps=1e-5)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm2 = nn.GroupNorm(8, channels, eps=1e-6)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        h = F.silu(self.norm1(self.conv1(x)))
+        return (self.norm2(self.conv2(h)),)
+
+
+def _plain(module: nn.Module, *args: torch.Tensor) -> Callable[[], list[Signature]]:
+    def build() -> list[Signature]:
+        _seed()
+        m = _randomize(module())
+        _seed()
+        return [Signature("serving_default", m, args=tuple(a() for a in args))]
+
+    return build
+
+
+def _x(*shape: int) -> Callable[[], torch.Tensor]:
+    return lambda: torch.randn(*shape)
+
+
+def _causal_padding_mask() -> torch.Tensor:
+    """Additive [1, 1, S, S] mask: causal, and the last 3 keys padded."""
+    allowed = torch.tril(torch.ones(SEQ, SEQ, dtype=torch.bool))
+    allowed[:, SEQ - 3 :] = False
+    allowed[:, 0] = True  # no row is fully masked
+    mask = torch.zeros(SEQ, SEQ)
+    mask[~allowed] = torch.finfo(torch.float32).min
+    return mask.view(1, 1, SEQ, SEQ)
+
+
+# --------------------------------------------------------------------------
+# Hugging Face models from tiny configs
+
+
+class _LogitsOnly(nn.Module):
+    """Export wrapper: token ids in, logits out, no cache."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.model(input_ids=input_ids, use_cache=False).logits,)
+
+
+class _HiddenWithMask(nn.Module):
+    """Export wrapper: ids and padding mask in, last hidden state out."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state,)
+
+
+VOCAB = 128
+
+
+def _ids() -> torch.Tensor:
+    return torch.randint(0, VOCAB, (1, SEQ), dtype=torch.int32)
+
+
+def _hf_llama() -> list[Signature]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _seed()
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        attn_implementation="sdpa",
+    )
+    model = _randomize(LlamaForCausalLM(config))
+    return [Signature("serving_default", _LogitsOnly(model).eval(), args=(_ids(),))]
+
+
+def _hf_qwen3() -> list[Signature]:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    _seed()
+    config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        attn_implementation="sdpa",
+    )
+    model = _randomize(Qwen3ForCausalLM(config))
+    return [Signature("serving_default", _LogitsOnly(model).eval(), args=(_ids(),))]
+
+
+def _hf_bert() -> list[Signature]:
+    from transformers import BertConfig, BertModel
+
+    _seed()
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        attn_implementation="sdpa",
+    )
+    model = _randomize(BertModel(config, add_pooling_layer=False))
+    mask = torch.ones(1, SEQ, dtype=torch.int32)
+    mask[:, SEQ - 4 :] = 0
+    return [Signature("serving_default", _HiddenWithMask(model).eval(), args=(_ids(), mask))]
+
+
+def _hf_gpt2() -> list[Signature]:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _seed()
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        attn_implementation="sdpa",
+    )
+    model = _randomize(GPT2LMHeadModel(config))
+    return [Signature("serving_default", _LogitsOnly(model).eval(), args=(_ids(),))]
+
+
+# --------------------------------------------------------------------------
+# litert-torch generative layers
+
+GEN_PREFILL = 16
+GEN_KV = 32
+
+
+def _gen_config(hlfb: bool):
+    import litert_torch.generative.layers.model_config as cfg
+
+    attn = cfg.AttentionConfig(
+        num_heads=4,
+        head_dim=16,
+        num_query_groups=2,
+        rotary_base=10000,
+        rotary_percentage=1.0,
+    )
+    ff = cfg.FeedForwardConfig(
+        type=cfg.FeedForwardType.GATED,
+        activation=cfg.ActivationConfig(cfg.ActivationType.SILU),
+        intermediate_size=128,
+    )
+    norm = cfg.NormalizationConfig(
+        type=cfg.NormalizationType.RMS_NORM, epsilon=1e-6, enable_hlfb=hlfb
+    )
+    block = cfg.TransformerBlockConfig(
+        attn_config=attn,
+        ff_config=ff,
+        pre_attention_norm_config=norm,
+        post_attention_norm_config=norm,
+    )
+    return cfg.ModelConfig(
+        vocab_size=VOCAB,
+        num_layers=2,
+        max_seq_len=64,
+        embedding_dim=64,
+        block_configs=block,
+        final_norm_config=norm,
+        enable_hlfb=hlfb,
+        lm_head_share_weight_with_embedding=False,
+    )
+
+
+class _GenEntry(nn.Module):
+    """Export wrapper for the decoder: fixes the export config (logits on
+    prefill too) so both signatures return logits and the updated cache."""
+
+    def __init__(self, model: nn.Module, export_config: Any) -> None:
+        super().__init__()
+        self.model = model
+        self.export_config = export_config
+
+    def forward(self, tokens, input_pos, kv_cache):  # noqa: ANN001, ANN201
+        return self.model(tokens, input_pos, kv_cache, export_config=self.export_config)
+
+
+def _gen_decoder(hlfb: bool) -> Callable[[], list[Signature]]:
+    def build() -> list[Signature]:
+        from litert_torch.generative.layers import kv_cache as kv_utils
+        from litert_torch.generative.utilities import export_config as export_cfg
+        from litert_torch.generative.utilities import model_builder
+
+        _seed()
+        config = _gen_config(hlfb)
+        model = model_builder.DecoderOnlyModel(config, mask_cache_size=GEN_KV)
+        model = _randomize(model)
+        export_config = export_cfg.ExportConfig(output_logits_on_prefill=True)
+        entry = _GenEntry(model, export_config).eval()
+        kv = kv_utils.KVCache.from_model_config(GEN_KV, config)
+        tokens = torch.randint(1, VOCAB, (1, GEN_PREFILL), dtype=torch.int32)
+        pos = torch.arange(0, GEN_PREFILL, dtype=torch.int32)
+        with torch.no_grad():
+            prefilled = entry(tokens, pos, kv)["kv_cache"]
+        decode_token = torch.randint(1, VOCAB, (1, 1), dtype=torch.int32)
+        decode_pos = torch.tensor([GEN_PREFILL], dtype=torch.int32)
+        return [
+            Signature(
+                f"prefill_{GEN_PREFILL}",
+                entry,
+                kwargs={"tokens": tokens, "input_pos": pos, "kv_cache": kv},
+            ),
+            Signature(
+                "decode",
+                entry,
+                kwargs={"tokens": decode_token, "input_pos": decode_pos, "kv_cache": prefilled},
+            ),
+        ]
+
+    return build
+
+
+# --------------------------------------------------------------------------
+# The fixture table
+
+FIXTURES: list[Fixture] = [
+    Fixture(
+        "nn_layernorm",
+        "Linear -> nn.LayerNorm -> Linear -> GELU -> residual -> nn.LayerNorm, [1, 16, 64]",
+        _plain(_LayerNormBlock, _x(1, SEQ, 64)),
+        {"layer_norm": 2},
+    ),
+    Fixture(
+        "nn_rmsnorm",
+        "Linear -> nn.RMSNorm -> Linear -> SiLU -> residual -> nn.RMSNorm, [1, 16, 64]",
+        _plain(_RMSNormBlock, _x(1, SEQ, 64)),
+        {"rms_norm": 2},
+    ),
+    Fixture(
+        "sdpa_causal",
+        "QKV Linear -> F.scaled_dot_product_attention(is_causal=True), 4 heads of 16",
+        _plain(lambda: _SDPABlock(with_mask=False), _x(1, SEQ, 64)),
+        {"attention": 1},
+    ),
+    Fixture(
+        "sdpa_mask",
+        "F.scaled_dot_product_attention with a runtime additive float mask [1, 1, S, S]",
+        _plain(lambda: _SDPABlock(with_mask=True), _x(1, SEQ, 64), _causal_padding_mask),
+        {"attention": 1},
+    ),
+    Fixture(
+        "groupnorm_conv",
+        "channels-first Conv2d -> nn.GroupNorm(4) -> SiLU -> Conv2d -> nn.GroupNorm(8), "
+        "[1, 4, 12, 12]",
+        _plain(_GroupNormConv, _x(1, 4, 12, 12)),
+        {"group_norm": 2},
+    ),
+    Fixture(
+        "hf_llama",
+        "LlamaForCausalLM: hidden 64, 2 layers, 4 query heads, 2 KV heads (GQA), S=16",
+        _hf_llama,
+        {"rms_norm": 5, "attention": 2, "rotary": 4},
+    ),
+    Fixture(
+        "hf_qwen3",
+        "Qwen3ForCausalLM: hidden 64, 2 layers, 4/2 heads, per-head q/k RMS norms, S=16",
+        _hf_qwen3,
+        {"rms_norm": 9, "attention": 2, "rotary": 4},
+    ),
+    Fixture(
+        "hf_bert",
+        "BertModel: hidden 64, 2 layers, 4 heads, padding mask input (last 4 tokens padded), S=16",
+        _hf_bert,
+        {"layer_norm": 5, "attention": 2},
+    ),
+    Fixture(
+        "hf_gpt2",
+        "GPT2LMHeadModel: n_embd 64, 2 layers, 4 heads, causal, S=16",
+        _hf_gpt2,
+        {"layer_norm": 5, "attention": 2},
+    ),
+    Fixture(
+        "gen_decoder",
+        "litert-torch DecoderOnlyModel (generative layers, HLFB composites on): "
+        "hidden 64, 2 layers, 4/2 heads, prefill_16 and decode, external KV cache of 32",
+        _gen_decoder(True),
+        {"rms_norm": 5, "attention": 2, "rotary": 4},
+        composites={"rms_norm": 5, "attention": 2},
+        notes="counts are per signature; norms and SDPA are StableHLO composites, "
+        "RoPE is plain ops",
+    ),
+    Fixture(
+        "gen_decoder_plain",
+        "litert-torch DecoderOnlyModel with HLFB off (every layer as plain ops): "
+        "hidden 64, 2 layers, 4/2 heads, prefill_16 and decode, external KV cache of 32",
+        _gen_decoder(False),
+        {"rms_norm": 5, "attention": 2, "rotary": 4},
+        notes="counts are per signature",
+    ),
+]
+
+
+# --------------------------------------------------------------------------
+# Export and record
+
+
+def _flat_named(value: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
+    """Name the leaves of nested outputs the way litert-torch names the
+    TFLite signature tensors (dict keys joined by '_', tuple positions as
+    output_<i> at the top level)."""
+    if isinstance(value, torch.Tensor):
+        return [(prefix, value)]
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            out += _flat_named(v, f"{prefix}_{k}" if prefix else str(k))
+        return out
+    if hasattr(value, "caches"):  # litert-torch KVCache
+        out = []
+        for i, entry in enumerate(value.caches):
+            out.append((f"{prefix}_k_{i}", entry.k_cache))
+            out.append((f"{prefix}_v_{i}", entry.v_cache))
+        return out
+    if isinstance(value, (tuple, list)):
+        out = []
+        for i, v in enumerate(value):
+            out += _flat_named(v, f"{prefix}_{i}" if prefix else f"output_{i}")
+        return out
+    raise TypeError(f"cannot name an output of type {type(value).__name__}")
+
+
+def _inputs_named(sig: Signature) -> list[tuple[str, torch.Tensor]]:
+    named = [(f"args_{i}", a) for i, a in enumerate(sig.args)]
+    for k, v in sig.kwargs.items():
+        named += _flat_named(v, k)
+    return named
+
+
+def _run_tflite(model: bytes, sig: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=model)
+    runner = interp.get_signature_runner(sig)
+    return {k: np.array(v) for k, v in runner(**inputs).items()}
+
+
+def _spec(name: str, a: np.ndarray) -> dict[str, Any]:
+    return {"name": name, "shape": list(a.shape), "dtype": str(a.dtype)}
+
+
+def export(fixture: Fixture, out_dir: Path) -> dict[str, Any]:
+    """Export one fixture; returns its manifest entry."""
+    import litert_torch
+
+    sigs = fixture.build()
+    arrays: dict[str, np.ndarray] = {}
+    torch_outputs: dict[str, dict[str, np.ndarray]] = {}
+    torch_inputs: dict[str, dict[str, np.ndarray]] = {}
+    for sig in sigs:
+        with torch.no_grad():
+            result = sig.module(*sig.args, **sig.kwargs)
+        torch_inputs[sig.name] = {n: t.detach().numpy() for n, t in _inputs_named(sig)}
+        torch_outputs[sig.name] = {n: t.detach().numpy() for n, t in _flat_named(result)}
+
+    conv = litert_torch
+    for sig in sigs:
+        conv = conv.signature(
+            sig.name, sig.module, sample_args=sig.args, sample_kwargs=sig.kwargs or None
+        )
+    edge = conv.convert()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.tflite"
+        edge.export(str(path))
+        model = path.read_bytes()
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    listed = Interpreter(model_content=model).get_signature_list()
+    entry_sigs = []
+    for sig in sigs:
+        names = listed[sig.name]
+        missing = set(names["inputs"]) ^ set(torch_inputs[sig.name])
+        if missing:
+            raise RuntimeError(f"{fixture.name}/{sig.name}: input names differ: {sorted(missing)}")
+        missing = set(names["outputs"]) - set(torch_outputs[sig.name])
+        if missing:
+            raise RuntimeError(
+                f"{fixture.name}/{sig.name}: outputs without a torch value: {sorted(missing)}"
+            )
+        inputs = torch_inputs[sig.name]
+        got = _run_tflite(model, sig.name, inputs)
+        diffs = {}
+        for name in names["outputs"]:
+            want = torch_outputs[sig.name][name]
+            diffs[name] = (
+                float(np.max(np.abs(got[name].astype(np.float64) - want))) if want.size else 0.0
+            )
+            arrays[f"{sig.name}/out/{name}"] = want
+        for name in names["inputs"]:
+            arrays[f"{sig.name}/in/{name}"] = inputs[name]
+        entry_sigs.append(
+            {
+                "name": sig.name,
+                "inputs": [_spec(n, inputs[n]) for n in names["inputs"]],
+                "outputs": [_spec(n, torch_outputs[sig.name][n]) for n in names["outputs"]],
+                "tflite_vs_torch_max_abs_diff": diffs,
+            }
+        )
+
+    (out_dir / f"{fixture.name}.tflite").write_bytes(model)
+    np.savez_compressed(out_dir / f"{fixture.name}.npz", **arrays)
+    counts = {k: int(fixture.counts.get(k, 0)) for k in COUNT_KINDS}
+    return {
+        "name": fixture.name,
+        "description": fixture.description,
+        "model": f"{fixture.name}.tflite",
+        "data": f"{fixture.name}.npz",
+        "signatures": entry_sigs,
+        "counts": counts,
+        "composites": {k: int(v) for k, v in fixture.composites.items()},
+        "notes": fixture.notes,
+    }
+
+
+def _versions() -> dict[str, str]:
+    import litert_torch
+    import transformers
+
+    return {
+        "torch": torch.__version__,
+        "litert_torch": litert_torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent / "tests" / "data" / "torch",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        help="export only these fixtures (manifest entries of the others are kept)",
+    )
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    manifest_path = args.out / "manifest.json"
+    old = {}
+    if args.only and manifest_path.exists():
+        old = {e["name"]: e for e in json.loads(manifest_path.read_text())["fixtures"]}
+    known = {f.name for f in FIXTURES}
+    for name in args.only or []:
+        if name not in known:
+            parser.error(f"unknown fixture {name!r}; known: {', '.join(sorted(known))}")
+    entries = []
+    for fixture in FIXTURES:
+        if args.only and fixture.name not in args.only:
+            if fixture.name in old:
+                entries.append(old[fixture.name])
+            continue
+        print(f"exporting {fixture.name}", file=sys.stderr, flush=True)
+        entry = export(fixture, args.out)
+        worst = max(max(s["tflite_vs_torch_max_abs_diff"].values()) for s in entry["signatures"])
+        print(f"  {fixture.name}: max |tflite - torch| = {worst:.3g}", file=sys.stderr, flush=True)
+        entries.append(entry)
+    manifest = {
+        "about": "PyTorch models exported with litert-torch by scripts/export_torch_models.py; "
+        "counts are the norm/attention/rotary instances each signature holds "
+        "(rotary: one per tensor RoPE is applied to).",
+        "seed": SEED,
+        "versions": _versions(),
+        "fixtures": entries,
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())
