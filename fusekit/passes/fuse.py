@@ -4,6 +4,7 @@ norms, rotary embeddings, attention), reporting under one name; in the default p
 
 from __future__ import annotations
 
+from fusekit.passes.fusion.norm_notes import note_unfused_norms
 from fusekit.passes.fusion.rewrite import (
     fuse_attention_pass,
     fuse_norm_pass,
@@ -24,6 +25,7 @@ def fuse(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]]:
     changes = fuse_norm_pass(model, options, "group_norm", NAME)
     changes += fuse_norm_pass(model, options, "layer_norm", NAME)
     changes += fuse_norm_pass(model, options, "rms_norm", NAME)
+    note_unfused_norms(model, options, NAME)
     changes += fuse_rotary_pass(model, options, NAME)
     changes += fuse_attention_pass(model, options, NAME)
     return model, changes
