@@ -68,6 +68,10 @@ class NormMatch:
     # x's (the converter merges the reshape back with the next group norm's
     # reshape in): they are fed the fused op's output, written in x's shape.
     readers: list[schema.OperatorT] = field(default_factory=list)
+    # A channels-first group norm whose result is read channels-first: the
+    # fused op writes channels-last and a TRANSPOSE by this perm writes
+    # ``output`` (fusion/group_norm_nchw.py).
+    transpose_back: list[int] | None = None
 
 
 @dataclass

@@ -9,6 +9,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, find_attention
 from fusekit.passes.fusion.emit import replace_with_custom
+from fusekit.passes.fusion.group_norm_nchw import find_nchw_group_norms
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
 from fusekit.passes.fusion.values import FLOAT32
@@ -81,7 +82,14 @@ def fuse_norm(graph: Graph, match: NormMatch) -> str:
         output = graph.like(
             output, graph.shape(match.x), "/ungrouped", signature=graph.signature(match.x)
         )
-    replace_with_custom(graph, name, inputs, output, attrs, match.ops)
+    if match.transpose_back is not None:
+        # The op writes channels-last; the matched result stays channels-first.
+        shape = graph.shape(match.x)
+        fused = graph.like(output, shape, "/channels_last", signature=graph.signature(match.x))
+        replace_with_custom(graph, name, inputs, fused, attrs, match.ops)
+        graph.add_transpose(fused, match.transpose_back, output=output)
+    else:
+        replace_with_custom(graph, name, inputs, output, attrs, match.ops)
     for reader in match.readers:
         graph.set_input(reader, 0, output)
     shown = ", ".join(
@@ -99,6 +107,8 @@ def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str)
         while True:
             near_misses: list[str] = []
             matches = find_norms(graph, kind, near_misses)
+            if kind == "group_norm":
+                matches += find_nchw_group_norms(graph, near_misses)
             for match in matches:
                 changes.append(fuse_norm(graph, match))
             if matches:
