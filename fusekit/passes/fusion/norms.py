@@ -256,17 +256,22 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
                 shown = axes[0] if axes is not None and len(axes) == 1 else axes
                 near_misses.append(
                     f"{label} at {where!r}: MEAN over axis {shown} "
-                    f"of a rank-{rank} tensor (the kernel normalizes the last axis)"
+                    f"of a rank-{rank} tensor (the kernel normalizes the last axis); "
+                    "advice: keep the normalized axis last (channels last)"
                 )
                 break
             epsilon = scalar(graph, eps)
             if epsilon is None or not epsilon >= 0.0 or epsilon == float("inf"):
                 near_misses.append(
-                    f"{label} at {where!r}: epsilon is not a finite scalar constant >= 0"
+                    f"{label} at {where!r}: epsilon is not a finite scalar constant >= 0; "
+                    "advice: use a constant epsilon"
                 )
                 break
             if graph.tensor(source).type != FLOAT32 or graph.signature(source)[-1] <= 0:
-                near_misses.append(f"{label} at {where!r}: x is not float32 with a static last dim")
+                near_misses.append(
+                    f"{label} at {where!r}: x is not float32 with a static last dim; "
+                    "advice: fuse the float32 model (quantize afterwards) with a fixed hidden size"
+                )
                 break
             root_is_sqrt = graph.builtin(op) == OP.SQRT
             root = int(op.outputs[0])
@@ -557,12 +562,16 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
             over = "the channels" if kind == "group_norm" else "the last axis"
             notes.append(
                 f"{label} at {where!r}: the ops after the statistics do not compute "
-                f"{_FORMULAS[kind]} with gamma/beta vectors over {over}"
+                f"{_FORMULAS[kind]} with gamma/beta vectors over {over}; advice: write the "
+                "norm as one layer (nn.LayerNorm, nn.RMSNorm, keras LayerNormalization)"
             )
             continue
         finals = _finals(graph, anchor, candidates)
         if finals is None:
-            notes.append(f"{label} at {where!r}: the result reads tensors outside the norm")
+            notes.append(
+                f"{label} at {where!r}: the result reads tensors outside the norm; "
+                "advice: compute the norm from x and constants only"
+            )
             continue
         found: list[NormMatch] = []
         claimed: set[int] = set()
@@ -614,7 +623,8 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
             if leak is not None:
                 notes.append(
                     f"{label} at {graph.name(found[-1].output)!r}: intermediate "
-                    f"{graph.name(leak)!r} is also read outside the norm"
+                    f"{graph.name(leak)!r} is also read outside the norm; advice: read "
+                    "only the norm's result"
                 )
                 continue
             if claimed & taken:

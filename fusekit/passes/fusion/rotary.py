@@ -194,7 +194,9 @@ def _table_ok(graph: Graph, x: int, cos: int, sin: int) -> bool:
     return all(c == 1 or (c == d and d > 0) for c, d in zip(cos_shape[:3], shape[:3]))
 
 
-def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
+def _match(graph: Graph, add: schema.OperatorT, considered: set[int]) -> RotaryMatch | str | None:
+    """The rotary at ``add``, a near-miss message, or None; the rotate-half
+    operators it examined go into ``considered`` (their miss is said here)."""
     if not no_activation(add):
         return None
     products = [graph.producer(int(t)) for t in add.inputs]
@@ -212,6 +214,7 @@ def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
             inputs = [int(t) for t in direct.inputs]
             if x not in inputs:
                 continue
+            considered.add(id(rot_ops[0]))
             cos = inputs[1] if inputs[0] == x else inputs[0]
             output = int(add.outputs[0])
             where = graph.name(output)
@@ -256,19 +259,17 @@ def _complex(graph: Graph, concat: schema.OperatorT) -> RotaryMatch | str | None
     return RotaryMatch(x, c, s, output, ops, half_tables=padded)
 
 
-def _unfused_rotations(graph: Graph, fused: set[int], noted: list[str]) -> list[str]:
-    """A note for each rotate-half (concat(-x2, x1) of x's halves) left
-    out of every match and not named by a note yet."""
+def _unfused_rotations(graph: Graph, skip: set[int]) -> list[str]:
+    """A note for each rotate-half (concat(-x2, x1) of x's halves) whose
+    operator is not in ``skip`` (fused, or its miss already noted)."""
     notes = []
     for op in graph.ops:
-        if graph.builtin(op) not in (OP.CONCATENATION, OP.RESHAPE) or id(op) in fused:
+        if graph.builtin(op) not in (OP.CONCATENATION, OP.RESHAPE) or id(op) in skip:
             continue
         out = int(op.outputs[0])
         if _rotate_half(graph, out) is None:
             continue
         where = graph.name(out)
-        if any(repr(where) in note for note in noted):
-            continue
         notes.append(
             f"rotate-half at {where!r} not fused: it is not combined as "
             "x * cos + rotate_half(x) * sin (one MUL by cos, one by sin, one ADD, "
@@ -284,9 +285,10 @@ def find_rotary(graph: Graph, near_misses: list[str]) -> list[RotaryMatch]:
     complex-multiply form) in ``graph``; every rotate-half left unfused is
     noted in ``near_misses``."""
     matches = []
+    considered: set[int] = set()
     for op in list(graph.ops):
         if graph.builtin(op) == OP.ADD:
-            found = _match(graph, op)
+            found = _match(graph, op, considered)
         elif graph.builtin(op) == OP.CONCATENATION:
             found = _complex(graph, op)
         else:
@@ -296,5 +298,5 @@ def find_rotary(graph: Graph, near_misses: list[str]) -> list[RotaryMatch]:
         elif found is not None:
             matches.append(found)
     fused = {id(op) for match in matches for op in match.ops}
-    near_misses += _unfused_rotations(graph, fused, near_misses)
+    near_misses += _unfused_rotations(graph, fused | considered)
     return matches

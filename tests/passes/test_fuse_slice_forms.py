@@ -1,0 +1,107 @@
+"""The rotary and norm forms other exporters write, through the plain TF
+converter: rotate-half with the halves as slices (``x[..., :d//2]``:
+STRIDED_SLICE, as in keras-hub SmolLM3), and the notes for what looks
+like a rotate-half or a normalization but is not fused."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from fuse_models import assert_same_outputs, convert_function, custom_ops, optimize_twice
+
+import fusekit
+
+SEQ, HEADS, DEPTH = 16, 4, 8
+
+
+def _tables() -> tuple[tf.Tensor, tf.Tensor]:
+    inv = 1.0 / (10000 ** (np.arange(0, DEPTH, 2) / DEPTH))
+    angles = np.arange(SEQ)[:, None] * inv[None, :]
+    angles = np.concatenate([angles, angles], axis=-1).astype(np.float32)[None, :, None, :]
+    return tf.constant(np.cos(angles)), tf.constant(np.sin(angles))
+
+
+def _notes(result) -> list[str]:
+    return [n for line in result.report.passes for n in line.notes]
+
+
+def test_strided_slice_rotate_half_fuses_and_matches():
+    cos, sin = _tables()
+
+    @tf.function
+    def rope(q, k):
+        def rotate_half(x):
+            return tf.concat([-x[..., DEPTH // 2 :], x[..., : DEPTH // 2]], axis=-1)
+
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    spec = tf.TensorSpec([2, SEQ, HEADS, DEPTH])
+    original = convert_function(rope, spec, spec)
+    counts = fusekit.passes.ModelView(original).op_counts()
+    assert counts.get("STRIDED_SLICE", 0) == 4, counts
+    result = optimize_twice(original, ["fuse_rotary"])
+    assert len(custom_ops(result.model, "fusekit_rotary_embedding")) == 2
+    after = fusekit.passes.ModelView(result.model).op_counts()
+    assert "STRIDED_SLICE" not in after and "CONCATENATION" not in after, after
+    assert_same_outputs(original, result.model)
+
+
+def test_swapped_halves_are_left_alone():
+    """concat(-x1, x2) is no rotation: nothing fused, the bytes unchanged."""
+    cos, sin = _tables()
+
+    @tf.function
+    def wrong(x):
+        rot = tf.concat([-x[..., : DEPTH // 2], x[..., DEPTH // 2 :]], axis=-1)
+        return x * cos + rot * sin
+
+    original = convert_function(wrong, tf.TensorSpec([1, SEQ, HEADS, DEPTH]))
+    result = fusekit.optimize(original, passes=["fuse_rotary"])
+    assert result.model == original
+
+
+def test_rotate_half_read_elsewhere_gets_a_note():
+    cos, sin = _tables()
+
+    @tf.function
+    def leaky(x):
+        rot = tf.concat([-x[..., DEPTH // 2 :], x[..., : DEPTH // 2]], axis=-1)
+        return x * cos + rot * sin, rot
+
+    original = convert_function(leaky, tf.TensorSpec([1, SEQ, HEADS, DEPTH]))
+    result = fusekit.optimize(original, passes=["fuse_rotary"])
+    assert not custom_ops(result.model, "fusekit_rotary_embedding")
+    notes = _notes(result)
+    assert any(n.startswith(("rotary embedding at", "rotate-half at")) for n in notes), notes
+
+
+def test_rotate_half_without_cos_sin_gets_a_note():
+    """A rotate-half that is not combined as x * cos + rot * sin."""
+
+    @tf.function
+    def odd(x):
+        rot = tf.concat([-x[..., DEPTH // 2 :], x[..., : DEPTH // 2]], axis=-1)
+        return x + rot
+
+    original = convert_function(odd, tf.TensorSpec([1, SEQ, HEADS, DEPTH]))
+    result = fusekit.optimize(original, passes=["fuse_rotary"])
+    notes = _notes(result)
+    assert any(n.startswith("rotate-half at") and "advice:" in n for n in notes), notes
+
+
+def test_unfused_normalizations_get_a_note_with_advice():
+    """An RMS statistic over a non-last axis and a sum of squares instead
+    of a mean: neither is fused, each is named with a reason and advice."""
+
+    @tf.function
+    def norms(x):
+        over_seq = x * tf.math.rsqrt(tf.reduce_mean(x * x, axis=1, keepdims=True) + 1e-6)
+        summed = x * tf.math.rsqrt(tf.reduce_sum(x * x, axis=-1, keepdims=True) + 1e-6)
+        return over_seq, summed
+
+    original = convert_function(norms, tf.TensorSpec([1, SEQ, 32]))
+    result = fusekit.optimize(original, passes=["fuse"])
+    assert not custom_ops(result.model, "fusekit_rms_norm")
+    notes = [n for n in _notes(result) if "advice:" in n]
+    assert any("not the last axis" in n or "axis 1" in n for n in notes), _notes(result)
+    assert any("SUM" in n for n in notes), _notes(result)
