@@ -22,11 +22,12 @@ norm formula x r G - m r G + B with G/B per-channel constants.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.passes.fusion import poly
-from fusekit.passes.fusion.norms import _ELEMENTWISE, MAX_REGION_OPS, NormMatch, _evaluate
-from fusekit.passes.fusion.norms import _formula as norm_formula
+from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
 from fusekit.passes.fusion.values import (
     FLOAT32,
     constant_value,
@@ -36,6 +37,22 @@ from fusekit.passes.fusion.values import (
     scalar,
 )
 from fusekit.passes.graph import OP, Graph
+
+
+@dataclass
+class NchwGroupNorm:
+    """A proven channels-first group norm: the fused op reads the
+    channels-last ``x`` and writes ``output`` (through a TRANSPOSE by
+    ``transpose_back`` when ``output`` is the channels-first result)."""
+
+    x: int
+    output: int
+    epsilon: float
+    gamma: int | None
+    beta: int | None
+    ops: list[schema.OperatorT]
+    groups: int
+    transpose_back: list[int] | None = None
 
 
 def _to_channels_first(rank: int) -> list[int]:
@@ -202,7 +219,7 @@ def _explore(graph: Graph, layout: _Layout, seeds: dict[int, tuple[poly.Poly, st
                     known[out] = (value, "x")
                     queue.append(out)
                 continue
-            if code not in _ELEMENTWISE:
+            if code not in ELEMENTWISE:
                 continue
             space = layout.space_of(out_shape)
             if space is None:
@@ -222,7 +239,7 @@ def _explore(graph: Graph, layout: _Layout, seeds: dict[int, tuple[poly.Poly, st
                 else:
                     break
             else:
-                value = _evaluate(graph, op, args)
+                value = evaluate(graph, op, args)
                 if value is not None and not poly.too_big(value):
                     known[out] = (value, space)
                     queue.append(out)
@@ -247,7 +264,7 @@ def _region(graph: Graph, output: int, stop: int) -> list[schema.OperatorT] | No
     return list(ops.values())
 
 
-def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NormMatch]:
+def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGroupNorm]:
     """Every proven channels-first group norm between transposes."""
     matches = []
     taken: set[int] = set()
@@ -280,7 +297,7 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NormMatc
         for tensor, (value, space) in known.items():
             if space != "x" or tensor == xc:
                 continue
-            operands = norm_formula(value, "layer_norm")
+            operands = formula(value, "layer_norm")
             if operands is None or graph.signature(tensor) != layout.xc_shape:
                 continue
             candidates.append((position[id(graph.producer(tensor))], tensor, operands))
@@ -329,17 +346,5 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NormMatc
         if ids & taken:
             continue
         taken |= ids
-        matches.append(
-            NormMatch(
-                "group_norm",
-                xh,
-                output,
-                epsilon,
-                gamma,
-                beta,
-                ops,
-                groups=groups,
-                transpose_back=back_perm,
-            )
-        )
+        matches.append(NchwGroupNorm(xh, output, epsilon, gamma, beta, ops, groups, back_perm))
     return matches

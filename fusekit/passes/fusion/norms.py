@@ -35,6 +35,8 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.passes.fusion import poly, views
+from fusekit.passes.fusion.group_norm_nchw import find_nchw_group_norms
+from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
 from fusekit.passes.fusion.values import (
     FLOAT32,
     constant_value,
@@ -45,9 +47,6 @@ from fusekit.passes.fusion.values import (
     scalar,
 )
 from fusekit.passes.graph import OP, Graph
-
-MAX_REGION_OPS = 64
-_ELEMENTWISE = {OP.ADD, OP.SUB, OP.MUL, OP.NEG, OP.DIV, OP.SQUARE, OP.SQUARED_DIFFERENCE}
 
 
 @dataclass
@@ -307,32 +306,6 @@ def _broadcasts_into(shape: list[int], x_shape: list[int]) -> bool:
     return views.broadcasts_into(shape, x_shape)
 
 
-def _evaluate(graph: Graph, op: schema.OperatorT, args: list[poly.Poly]) -> poly.Poly | None:
-    code = graph.builtin(op)
-    if not no_activation(op):
-        return None
-    if code == OP.ADD:
-        return poly.add(args[0], args[1])
-    if code == OP.SUB:
-        return poly.sub(args[0], args[1])
-    if code == OP.MUL:
-        return poly.mul(args[0], args[1])
-    if code == OP.NEG:
-        return poly.neg(args[0])
-    if code == OP.SQUARE:
-        return poly.mul(args[0], args[0])
-    if code == OP.SQUARED_DIFFERENCE:
-        d = poly.sub(args[0], args[1])
-        return poly.mul(d, d)
-    if code == OP.DIV:
-        divisor = args[1]
-        if divisor == poly.symbol("s"):
-            return poly.mul(args[0], poly.symbol("r"))
-        if set(divisor) == {()}:
-            return poly.mul(args[0], poly.const(1.0 / divisor[()]))
-    return None
-
-
 def _row_step(
     graph: Graph, op: schema.OperatorT, known: dict[int, poly.Poly], rows: set[int], x_shape
 ) -> tuple[poly.Poly, bool] | None:
@@ -352,7 +325,7 @@ def _row_step(
         if -1 not in out_shape and count is not None and int(np.prod(out_shape)) == count:
             return known[source], True
         return None
-    if graph.builtin(op) not in _ELEMENTWISE:
+    if graph.builtin(op) not in ELEMENTWISE:
         return None
     args = []
     for t in (int(t) for t in op.inputs):
@@ -365,7 +338,7 @@ def _row_step(
         if value is None:
             return None
         args.append(poly.const(value))
-    value = _evaluate(graph, op, args)
+    value = evaluate(graph, op, args)
     return None if value is None else (value, True)
 
 
@@ -401,56 +374,20 @@ def _explore(graph: Graph, anchor: _Anchor) -> dict[int, poly.Poly]:
                     rows.add(out)
                 queue.append(out)
                 continue
-            if graph.builtin(op) not in _ELEMENTWISE:
+            if graph.builtin(op) not in ELEMENTWISE:
                 continue
             if not _broadcasts_into(graph.signature(out), x_shape):
                 continue
             args = [_operand(graph, int(t), known, anchor) for t in op.inputs]
             if any(a is None for a in args):
                 continue
-            value = _evaluate(graph, op, args)
+            value = evaluate(graph, op, args)
             evaluated += 1
             if value is None or poly.too_big(value):
                 continue
             known[out] = value
             queue.append(out)
     return known
-
-
-def _constant_symbol(mono: tuple[str, ...]) -> int | None:
-    """The tensor of a monomial made of one constant symbol, else None."""
-    if len(mono) == 1 and mono[0].startswith("c"):
-        return int(mono[0][1:])
-    return None
-
-
-def _formula(value: poly.Poly, kind: str) -> tuple[int | None, int | None] | None:
-    """(gamma, beta) tensors when ``value`` is the fused op's formula with
-    coefficient one (layer norm: x r G - m r G + B; RMS norm: x r G), each
-    of G and B one constant symbol or absent; None otherwise."""
-    x_terms = [m for m in value if "x" in m]
-    if len(x_terms) != 1 or not poly.close(value[x_terms[0]], 1.0):
-        return None
-    rest = [s for s in x_terms[0] if s not in ("x", "r")]
-    if sorted(set(x_terms[0]) & {"x", "r"}) != ["r", "x"] or len(x_terms[0]) != 2 + len(rest):
-        return None
-    if len(rest) > 1 or (rest and _constant_symbol(tuple(rest)) is None):
-        return None
-    gamma = _constant_symbol(tuple(rest)) if rest else None
-    remaining = {m: c for m, c in value.items() if m != x_terms[0]}
-    if kind == "rms_norm":
-        return (gamma, None) if not remaining else None
-    centered = tuple(sorted(("m", "r", *rest)))
-    if not poly.close(remaining.pop(centered, 0.0), -1.0):
-        return None
-    if not remaining:
-        return gamma, None
-    if len(remaining) == 1:
-        ((mono, coef),) = remaining.items()
-        beta = _constant_symbol(mono)
-        if beta is not None and poly.close(coef, 1.0):
-            return gamma, beta
-    return None
 
 
 def _region(graph: Graph, anchor: _Anchor, output: int) -> list[schema.OperatorT] | None:
@@ -555,7 +492,7 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
             producer = graph.producer(tensor)
             if producer is None or tensor in (anchor.root, anchor.mean):
                 continue
-            operands = _formula(value, "rms_norm" if kind == "rms_norm" else "layer_norm")
+            operands = formula(value, "rms_norm" if kind == "rms_norm" else "layer_norm")
             if operands is not None:
                 candidates.append((position[id(producer)], tensor, operands))
         if not candidates:
@@ -631,4 +568,19 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                 continue
             taken |= claimed
             matches += found
+    if kind == "group_norm":
+        for g in find_nchw_group_norms(graph, near_misses):
+            matches.append(
+                NormMatch(
+                    kind,
+                    g.x,
+                    g.output,
+                    g.epsilon,
+                    g.gamma,
+                    g.beta,
+                    g.ops,
+                    groups=g.groups,
+                    transpose_back=g.transpose_back,
+                )
+            )
     return matches

@@ -9,7 +9,6 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, find_attention
 from fusekit.passes.fusion.emit import replace_with_custom
-from fusekit.passes.fusion.group_norm_nchw import find_nchw_group_norms
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
 from fusekit.passes.fusion.values import FLOAT32
@@ -107,8 +106,6 @@ def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str)
         while True:
             near_misses: list[str] = []
             matches = find_norms(graph, kind, near_misses)
-            if kind == "group_norm":
-                matches += find_nchw_group_norms(graph, near_misses)
             for match in matches:
                 changes.append(fuse_norm(graph, match))
             if matches:

@@ -155,27 +155,23 @@ def complex_form(graph: Graph, concat: schema.OperatorT) -> dict | None:
     if not (no_activation(left) and no_activation(right)):
         return None
     # left = x1*c - x2*s: the minuend and subtrahend are ordered.
-    p, q = (int(t) for t in left.inputs)
-    for x1_c, x2_s in ((p, q),):
-        first = _product(graph, x1_c)
-        second = _product(graph, x2_s)
-        if first is None or second is None:
-            return None
-        for x1, c in ((first[0], first[1]), (first[1], first[0])):
-            for x2, s in ((second[0], second[1]), (second[1], second[0])):
-                halves = sliced_halves(graph, x1, x2)
-                if halves is None:
+    first, second = (_product(graph, int(t)) for t in left.inputs)
+    if first is None or second is None:
+        return None
+    for x1, c in ((first[0], first[1]), (first[1], first[0])):
+        for x2, s in ((second[0], second[1]), (second[1], second[0])):
+            halves = sliced_halves(graph, x1, x2)
+            if halves is None:
+                continue
+            x, slice_ops = halves
+            # right = x2*c + x1*s, any order of the sum and the products.
+            r1, r2 = (int(t) for t in right.inputs)
+            for a, b in ((r1, r2), (r2, r1)):
+                x2c, x1s = _times(graph, a, x2), _times(graph, b, x1)
+                if x2c is None or x1s is None or x2c[0] != c or x1s[0] != s:
                     continue
-                x, slice_ops = halves
-                # right = x2*c + x1*s, any order of the sum and the products.
-                r1, r2 = (int(t) for t in right.inputs)
-                for a, b in ((r1, r2), (r2, r1)):
-                    x2c = _times(graph, a, x2)
-                    x1s = _times(graph, b, x1)
-                    if x2c is None or x1s is None or x2c[0] != c or x1s[0] != s:
-                        continue
-                    ops = [concat, left, right, first[2], second[2], x2c[1], x1s[1], *slice_ops]
-                    return {"x": x, "c": c, "s": s, "ops": ops}
+                ops = [concat, left, right, first[2], second[2], x2c[1], x1s[1], *slice_ops]
+                return {"x": x, "c": c, "s": s, "ops": ops}
     return None
 
 
