@@ -1,7 +1,9 @@
-"""The rotary and norm forms other exporters write, through the plain TF
-converter: rotate-half with the halves as slices (``x[..., :d//2]``:
-STRIDED_SLICE, as in keras-hub SmolLM3), and the notes for what looks
-like a rotate-half or a normalization but is not fused."""
+"""The rotary and norm forms other exporters write, rebuilt through the
+plain TF converter: rotate-half with the halves as slices (``x[..., :d//2]``:
+STRIDED_SLICE, as in keras-hub SmolLM3), norm statistics reduced without
+keep_dims and reshaped back (litert-torch's lowering, nn.LayerNorm's axes
+[0, 2]), and the notes for what looks like a rotate-half or a
+normalization but is not fused."""
 
 from __future__ import annotations
 
@@ -105,3 +107,51 @@ def test_unfused_normalizations_get_a_note_with_advice():
     notes = [n for n in _notes(result) if "advice:" in n]
     assert any("not the last axis" in n or "axis 1" in n for n in notes), _notes(result)
     assert any("SUM" in n for n in notes), _notes(result)
+
+
+def _torch_style_layer_norm(batch: int):
+    """nn.LayerNorm as litert-torch lowers it: statistics over axes [0, 2]
+    without keep_dims, per-row values reshaped to [1, S, 1] (only a layer
+    norm when the batch is 1)."""
+
+    @tf.function
+    def ln(x):
+        m = tf.reduce_mean(x, axis=[0, 2])
+        v = tf.reduce_mean(tf.math.squared_difference(x, tf.reshape(m, [1, SEQ, 1])), axis=[0, 2])
+        r = tf.math.rsqrt(v + 1e-5)
+        return x * tf.reshape(r, [1, SEQ, 1]) + tf.reshape(0.0 - r * m, [1, SEQ, 1])
+
+    return convert_function(ln, tf.TensorSpec([batch, SEQ, 32]))
+
+
+def test_row_statistics_without_keep_dims_fuse_with_a_unit_batch():
+    original = _torch_style_layer_norm(batch=1)
+    counts = fusekit.passes.ModelView(original).op_counts()
+    assert counts.get("MEAN") == 2 and counts.get("RESHAPE", 0) >= 2, counts
+    result = optimize_twice(original, ["fuse"])
+    assert len(custom_ops(result.model, "fusekit_layer_norm")) == 1
+    assert "MEAN" not in fusekit.passes.ModelView(result.model).op_counts()
+    assert_same_outputs(original, result.model)
+
+
+def test_axes_zero_and_two_over_a_real_batch_are_refused_with_a_note():
+    """Over a batch of 2 the statistics mix the batch: no norm, a note."""
+    original = _torch_style_layer_norm(batch=2)
+    result = fusekit.optimize(original, passes=["fuse"])
+    assert not custom_ops(result.model, "fusekit_layer_norm")
+    assert result.model == original
+    notes = _notes(result)
+    assert any("[0, 2]" in n and "advice:" in n for n in notes), notes
+
+
+def test_rms_statistic_without_keep_dims_fuses():
+    @tf.function
+    def rms(x):
+        ms = tf.reduce_mean(x * x, axis=-1)
+        r = tf.math.rsqrt(tf.reshape(ms + 1e-6, [1, SEQ, 1]))
+        return x * r * tf.constant(np.linspace(0.5, 1.5, 32, dtype=np.float32))
+
+    original = convert_function(rms, tf.TensorSpec([1, SEQ, 32]))
+    result = optimize_twice(original, ["fuse"])
+    assert len(custom_ops(result.model, "fusekit_rms_norm")) == 1
+    assert_same_outputs(original, result.model)
