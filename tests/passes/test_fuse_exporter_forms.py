@@ -155,3 +155,65 @@ def test_rms_statistic_without_keep_dims_fuses():
     result = optimize_twice(original, ["fuse"])
     assert len(custom_ops(result.model, "fusekit_rms_norm")) == 1
     assert_same_outputs(original, result.model)
+
+
+def _complex_rope(swap: bool):
+    """litert-torch's apply_rope on x [B, N, T, H] with half-width tables;
+    with ``swap`` the second half uses sin where cos belongs (no rotation)."""
+    half = DEPTH // 2
+    angles = np.arange(SEQ)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
+    c = tf.constant(np.cos(angles).astype(np.float32)[None])
+    s = tf.constant(np.sin(angles).astype(np.float32)[None])
+
+    @tf.function
+    def rope(x):
+        x1, x2 = x[..., :half], x[..., half:]
+        left = x1 * c - x2 * s
+        right = x2 * s + x1 * c if swap else x2 * c + x1 * s
+        return tf.concat([left, right], axis=-1)
+
+    return convert_function(rope, tf.TensorSpec([1, HEADS, SEQ, DEPTH]))
+
+
+def test_complex_multiply_rope_with_half_tables_fuses_and_matches():
+    original = _complex_rope(swap=False)
+    result = optimize_twice(original, ["fuse"])
+    assert len(custom_ops(result.model, "fusekit_rotary_embedding")) == 1
+    assert_same_outputs(original, result.model)
+
+
+def test_complex_form_with_swapped_tables_is_left_alone():
+    original = _complex_rope(swap=True)
+    result = fusekit.optimize(original, passes=["fuse"])
+    assert not custom_ops(result.model, "fusekit_rotary_embedding")
+
+
+def _channels_first_group_norm(read_channels_first: bool):
+    """nn.GroupNorm as litert-torch lowers it in a conv block: NHWC ->
+    NCHW, channels grouped by a RESHAPE, per-channel scale/shift reshaped
+    from [1, G, C/G, 1], back to NHWC (or kept NCHW)."""
+    rng = np.random.default_rng(3)
+    gamma = tf.constant(rng.uniform(0.5, 1.5, (1, 2, 4, 1)).astype(np.float32))
+    beta = tf.constant(rng.uniform(-0.5, 0.5, (1, 2, 4, 1)).astype(np.float32))
+
+    @tf.function
+    def gn(x):
+        xc = tf.transpose(x, [0, 3, 1, 2])
+        xg = tf.reshape(xc, [1, 2, 4, 36])
+        m = tf.reduce_mean(xg, axis=[2, 3], keepdims=True)
+        v = tf.reduce_mean(tf.square(xg - m), axis=[2, 3], keepdims=True)
+        a = tf.math.rsqrt(v + 1e-5) * gamma
+        b = beta - m * a
+        y = xc * tf.reshape(a, [1, 8, 1, 1]) + tf.reshape(b, [1, 8, 1, 1])
+        return y if read_channels_first else tf.transpose(y, [0, 2, 3, 1])
+
+    return convert_function(gn, tf.TensorSpec([1, 6, 6, 8]))
+
+
+def test_channels_first_group_norm_fuses_and_matches():
+    for read_channels_first in (False, True):
+        original = _channels_first_group_norm(read_channels_first)
+        result = optimize_twice(original, ["fuse"])
+        assert len(custom_ops(result.model, "fusekit_group_norm")) == 1, read_channels_first
+        assert "MEAN" not in fusekit.passes.ModelView(result.model).op_counts()
+        assert_same_outputs(original, result.model)
