@@ -249,6 +249,10 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
             row_wise = views.is_row_reduction(axes, x_shape)
             if not keeps_dims(stat_op) and not row_wise:
                 break  # a MEAN without keep_dims over other axes: not a row statistic
+            if summed is not None and not views.keeps_rows(
+                graph.signature(int(op.inputs[0])), x_shape
+            ):
+                break  # the per-row sum is reshaped into another layout than x's rows
             if kind == "layer_norm" and grouping is not None and not row_wise:
                 break  # fuse_group_norm's to fuse or report
             if kind != "group_norm" and not row_wise:
