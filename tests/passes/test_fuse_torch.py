@@ -145,8 +145,9 @@ def test_outputs_match_plain_and_torch(runtime, optimized):
             np.testing.assert_allclose(
                 value, torch_out[out], atol=TORCH_ATOL, rtol=0, err_msg=where
             )
-    # Every runtime runs the plain torch.nn blocks at least.
-    assert compared >= 5, compared
+    # tflite-runtime 2.14 refuses BERT (GATHER_ND v5) and the composites
+    # (STABLEHLO_COMPOSITE); it runs the other ten signatures.
+    assert compared == (len(jobs) - 3 if runtime == "tflite_runtime" else len(jobs)), compared
 
 
 def test_the_manifest_matches_the_files():
