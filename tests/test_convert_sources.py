@@ -42,6 +42,23 @@ def test_keras_model_fuses():
     np.testing.assert_allclose(_run(result.model, x)[0], model(x).numpy(), atol=1e-4)
 
 
+def test_keras_model_keeps_its_static_batch():
+    """keras.Input(batch_size=1, ...) stays batch 1 in the converted model
+    (Keras' export would make it dynamic: shape ops before every reshape);
+    a model whose batch is dynamic keeps a dynamic batch."""
+    for batch in (1, None):
+        inputs = keras.Input((6, 16), batch_size=batch)
+        h = keras.layers.Dense(8)(NormLayer()(inputs))
+        out = keras.layers.Reshape((48,))(h)
+        result = fusekit.convert(keras.Model(inputs, out))
+        interp = fusekit.Interpreter(model_content=result.model)
+        (detail,) = interp.get_input_details()
+        assert list(detail["shape_signature"]) == [batch or -1, 6, 16]
+        assert ("SHAPE" in op_counts(result.model)) == (batch is None)
+        x = np.random.default_rng(0).standard_normal((1, 6, 16)).astype(np.float32)
+        assert _run(result.model, x)[0].shape == (1, 48)
+
+
 def test_module_with_signature_fuses():
     module = layer_norm_module(8, 1, epsilons=(1e-5, 1e-3))
     result = fusekit.convert(module)

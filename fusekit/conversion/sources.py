@@ -40,12 +40,39 @@ def save_concrete_functions(functions: list, path: Path) -> None:
     tf.saved_model.save(holder, str(path), signatures=signatures)
 
 
+def static_input_signature(model: Any) -> list | None:
+    """The serving signature of a Keras 3 functional model whose inputs all
+    have a static batch (``keras.Input(batch_size=1, ...)``): their own
+    shapes.  Keras' ``export`` would otherwise make the batch dynamic, and
+    the converted model would compute its shapes at run time (SHAPE,
+    STRIDED_SLICE, PACK before every reshape).  None for a dynamic batch or
+    a model without symbolic inputs (Keras' own signature then)."""
+    import tensorflow as tf
+
+    try:
+        structure = model.input
+    except (AttributeError, ValueError):
+        return None
+    tensors = tf.nest.flatten(structure)
+    if not tensors or any(
+        getattr(t, "shape", None) is None or not t.shape or t.shape[0] is None for t in tensors
+    ):
+        return None
+    return [
+        tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape, t.dtype, name=getattr(t, "name", None)), structure
+        )
+    ]
+
+
 def save_keras(model: Any, path: Path) -> None:
-    """Saves a Keras model as a SavedModel with its serving signature."""
+    """Saves a Keras model as a SavedModel with its serving signature (its
+    inputs' static shapes kept, see static_input_signature)."""
     import tensorflow as tf
 
     if hasattr(model, "export"):  # Keras 3
-        model.export(str(path), format="tf_saved_model", verbose=False)
+        signature = static_input_signature(model)
+        model.export(str(path), format="tf_saved_model", verbose=False, input_signature=signature)
     else:
         tf.saved_model.save(model, str(path))
 

@@ -1,6 +1,7 @@
 """``cleanup``: constant transposes folded, transpose chains merged and
-identity transposes dropped, identity and chained reshapes removed, dead
-operators, tensors and buffers removed."""
+identity transposes dropped, identity and chained reshapes removed, unit-stride STRIDED_SLICEs with
+constant bounds made SLICEs (strided_slice.py), dead operators, tensors and
+buffers removed."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from fusekit.passes.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
 from fusekit.passes.registry import PassOptions, register
+from fusekit.passes.strided_slice import strided_slices_as_slices
 
 
 def fold_constant_transposes(graph: Graph) -> int:
@@ -64,6 +66,20 @@ def merge_transpose_chains(graph: Graph) -> tuple[int, int]:
     return merged, dropped
 
 
+def _same_dynamic_shape(graph: Graph, op, source: int) -> bool:
+    """A RESHAPE whose constant new shape is its input's signature with one
+    unknown dim (-1 in both places): the output has the input's shape
+    whatever that dim is at run time (a dynamic batch's no-op reshapes)."""
+    if graph.builtin(op) != OP.RESHAPE or len(op.inputs) < 2:
+        return False
+    shape = int(op.inputs[1])
+    if shape < 0 or not graph.is_constant(shape):
+        return False
+    signature = graph.signature(source)
+    wanted = [int(d) for d in graph.constant(shape).reshape(-1)]
+    return wanted == signature and signature.count(-1) == 1
+
+
 def remove_identity_reshapes(graph: Graph) -> tuple[int, int]:
     """A RESHAPE (or SQUEEZE) to its input's own shape is dropped; a reshape
     of a reshape reads the first one's input.  Returns (dropped, merged)."""
@@ -84,7 +100,7 @@ def remove_identity_reshapes(graph: Graph) -> tuple[int, int]:
             merged += 1
         static = graph.is_static(source) and graph.is_static(out)
         if (
-            static
+            (static or _same_dynamic_shape(graph, op, source))
             and graph.shape(source) == graph.shape(out)
             and graph.tensor(source).type == graph.tensor(out).type
             and graph.replace_tensor(out, source)
@@ -107,6 +123,7 @@ def cleanup(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str
         dropped, merged = remove_identity_reshapes(graph)
         counts["identity reshapes dropped"] += dropped
         counts["reshape chains merged"] += merged
+        counts["strided slices made slices"] += strided_slices_as_slices(graph)
         ops_removed, tensors_removed = graph.finish()
         counts["dead operators removed"] += ops_removed
         counts["dead tensors removed"] += tensors_removed

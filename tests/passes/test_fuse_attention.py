@@ -207,3 +207,39 @@ def test_near_misses_are_left_alone_with_the_reason():
     text = "\n".join(result.report.line("fuse_attention").notes)
     assert "SOFTMAX over an axis other than the keys" in text
     assert "masked scores set to -100:" in text
+
+
+def test_keras_transformer_with_a_dynamic_batch():
+    """The default keras.Input (batch unknown until run time): the
+    converter's no-op RESHAPEs of the scores and P.V's result (new shape
+    [-1, H, S, S]) go in cleanup and the attention fuses; outputs equal at
+    batch 1 and 3 on all three runtimes."""
+    x = keras.Input((16, 32))
+    y = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)(x, x)
+    model = keras.Model(x, keras.layers.LayerNormalization()(y + x))
+    randomize(model)
+    original = convert_keras(model)
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    assert len(custom_ops(result.model, ATTENTION)) == 1, result.report.line("fuse").notes
+    rng = np.random.default_rng(0)
+    runs = [[rng.standard_normal((b, 16, 32)).astype(np.float32)] for b in (1, 3)]
+    assert_same_outputs(original, result.model, runs=runs)
+
+
+def test_softmax_of_two_activations_is_never_left_silently():
+    """A SOFTMAX over q.k^T whose probabilities are not multiplied by v gets
+    a note; a classifier's SOFTMAX after a dense layer gets none."""
+
+    w = tf.constant(np.random.default_rng(0).standard_normal((512, 10)), tf.float32)
+
+    @tf.function
+    def odd(q, k):
+        scores = tf.matmul(q, k, transpose_b=True)
+        logits = tf.matmul(tf.reshape(q, [2, -1]), w)
+        return tf.reduce_sum(tf.nn.softmax(scores), axis=-1), tf.nn.softmax(logits)
+
+    specs = [tf.TensorSpec([2, 4, 16, 8])] * 2
+    original = convert_function(odd, *specs)
+    result = fusekit.optimize(original, passes=["fuse_attention"])
+    (note,) = result.report.line("fuse_attention").notes
+    assert "a matmul of two activations, but not in a form of attention" in note

@@ -73,6 +73,52 @@ def vit() -> keras.Model:
     return model
 
 
+def image_model(backbone: keras.Model) -> keras.Model:
+    """An image backbone over a batch of 2 32x32 images, random weights."""
+    image = keras.Input((32, 32, 3), batch_size=2)
+    outputs = backbone(image)
+    model = keras.Model(image, list(outputs.values()) if isinstance(outputs, dict) else outputs)
+    randomize(model)
+    return model
+
+
+def siglip() -> keras.Model:
+    """SigLIP's vision encoder: ViT blocks and the multi-head attention
+    pooling head, whose one learned query attends over the patches (its
+    result is not transposed back: the op gets a reshape after it)."""
+    keras.utils.set_random_seed(0)
+    return image_model(
+        keras_hub.models.SigLIPVisionEncoder(
+            patch_size=8,
+            hidden_dim=32,
+            num_layers=LAYERS,
+            num_heads=2,
+            intermediate_dim=64,
+            image_shape=(32, 32, 3),
+        )
+    )
+
+
+def mit() -> keras.Model:
+    """MiT (SegFormer's encoder): efficient attention whose keys and values
+    come from a strided convolution of the tokens, a one-head first stage
+    (its result is not transposed back: the op gets a reshape after it)."""
+    keras.utils.set_random_seed(0)
+    return image_model(
+        keras_hub.models.MiTBackbone(
+            layerwise_depths=[1, 1],
+            num_layers=2,
+            layerwise_num_heads=[1, 2],
+            layerwise_sr_ratios=[2, 1],
+            max_drop_path_rate=0.0,
+            layerwise_patch_sizes=[7, 3],
+            layerwise_strides=[4, 2],
+            hidden_dims=[16, 32],
+            image_shape=(32, 32, 3),
+        )
+    )
+
+
 def token_inputs(model: bytes) -> list[list[np.ndarray]]:
     """Two sequences: the first with its last quarter padded, the second
     all padding (every key masked: the rows Keras zeroes); in the model's
@@ -159,6 +205,24 @@ FAMILIES = {
     "vit": Family(
         vit, {LN: 2 * LAYERS + 1, ATTENTION: LAYERS}, ("SOFTMAX", "MEAN"), (), tokens=False
     ),
+    # Two blocks, the final norm, and the pooling head (its own norm and
+    # one attention).
+    "siglip": Family(
+        siglip,
+        {LN: 2 * LAYERS + 2, ATTENTION: LAYERS + 1},
+        ("SOFTMAX", "BATCH_MATMUL", "MEAN"),
+        ("no mask",),
+        tokens=False,
+    ),
+    # Per stage: the patch embedding's norm, two in the block, the
+    # reduction's norm where keys are downsampled (stage 1), the stage norm.
+    "mit": Family(
+        mit,
+        {LN: 9, ATTENTION: 2},
+        ("SOFTMAX", "BATCH_MATMUL", "MEAN"),
+        ("no mask",),
+        tokens=False,
+    ),
 }
 CASES = [(name, float16) for name in FAMILIES for float16 in (False, True)]
 
@@ -227,3 +291,30 @@ def test_survey_example():
     gpt2 = next(line for line in lines if line.startswith("gpt2"))
     assert "fused {'fusekit_attention': 2, 'fusekit_layer_norm': 5}; SOFTMAX left 0" in gpt2
     assert "near-miss x1: the scores pass through RESHAPE before the SOFTMAX" in proc.stdout
+
+
+def test_smollm3_attention_is_causal_with_the_padding_mask():
+    """SmolLM3 (grouped-query, rotary written with slices): its merged
+    causal + padding mask becomes causal=True and the padding as the bool
+    mask, as in the other decoders, not one full [Sq, Skv] mask."""
+    build = text_backbone(
+        keras_hub.models.SmolLM3Backbone,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attention_bias=False,
+        attention_dropout=0.0,
+        rope_layer_enabled_list=[True] * LAYERS,
+        layer_types=["attention"] * LAYERS,
+        mlp_bias=False,
+        layer_norm_epsilon=1e-6,
+        max_position_embeddings=64,
+        rope_theta=10000.0,
+        partial_rotary_factor=1.0,
+    )
+    original = convert_keras(build())
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    line = result.report.line("fuse")
+    attention = [c for c in line.changes if c.startswith(ATTENTION)]
+    assert len(attention) == LAYERS, line.notes
+    assert all(t in c for c in attention for t in CAUSAL_PADDING), attention
+    assert_same_outputs(original, result.model, runs=token_inputs(original))

@@ -8,21 +8,31 @@ MultiHeadAttention's einsums, ``tf.matmul`` code)::
     p  = SOFTMAX(s)         (or SELECT_V2(keep, p, 0): masked rows zeroed)
     o  = BATCH_MATMUL(p, TRANSPOSE(v, [0,2,1,3])) -> TRANSPOSE(o, [0,2,1,3])
 
-q, k and v made heads-first another way (Swin unstacks them from one qkv
-tensor) are read as they are; the op gets their [B, S, H, D] transposes.
-k and v repeated for grouped-query attention (RESHAPE/TILE/RESHAPE, as
-keras-hub's decoders write ``repeat``) are read before the repeat: the
-kernel maps query head h to kv head h // G itself.  The grouped form
+q, k and v are traced to their sources (fusion/attention_operands.py):
+through scalar MULs (the scale, or sqrt(scale) on q and on k), TRANSPOSEs
+and RESHAPEs that move only unit axes (a decode step's Sq = 1), the torch
+lowering's 3-D matmuls of batch and heads merged ([B*H, S, D] reshapes of
+[B, H, S, D]), and grouped-query repeats of k and v (RESHAPE/TILE/RESHAPE
+after the heads as keras-hub writes ``repeat``; RESHAPE/BROADCAST_TO/RESHAPE
+after the kv heads as torch does): the kernel maps query head h to kv head
+h // G itself.  A source in another layout than [B, S, H, D] (Swin
+unstacks heads-first q, k, v from one tensor; rotary applied heads-first)
+gets a TRANSPOSE before the op.  The grouped form
 (keras-hub's Gemma) keeps the G query heads of a kv head as rows of one
 matmul: q RESHAPE [B,Sq,Hkv,G,D] -> TRANSPOSE [0,2,3,1,4] -> RESHAPE
 [B,Hkv,G*Sq,D], scores and softmax in 5-D [B,Hkv,G,Sq,Skv], and back through
 RESHAPE / TRANSPOSE [0,3,1,2,4] / RESHAPE; one kv head's heads-first
-transposes are reshapes.
+transposes are reshapes.  A result not transposed back to [B, Sq, H, Dv]
+(SigLIP's pooling head, MiT's one-head stage, a decode step) gets a
+TRANSPOSE after the op, or a RESHAPE where that moves only unit axes.
 
 mask: ``SELECT_V2(keep, s, c)`` (Keras: c is -1e9 or the dtype's lowest
 value) or ``ADD(s, mask)`` (times any scale after it), or both -- a bias
 such as ALiBi under a keep-mask, which become one float mask
-``SELECT_V2(keep, bias, fill)``.  A constant ``keep`` becomes ``causal`` (the
+``SELECT_V2(keep, bias, fill)``.  An additive mask computed from
+constants only, of 0 and one negative value (torch's unfolded
+``SELECT_V2(causal, 0, -inf)``), is read as a constant keep-mask with that
+fill.  A constant ``keep`` becomes ``causal`` (the
 bottom-right band), nothing (all true) or a constant mask; a runtime
 ``keep`` becomes the additive mask ``SELECT_V2(keep, 0, M)`` with M = -1e38
 -- or ``keep`` itself as the op's bool mask when the probabilities of masked
@@ -37,7 +47,11 @@ c + 104 -- which is why c must be at most -1e4 (Keras writes -1e9, the
 dtype's lowest value, or float16's -65504 in float16 models; the one
 assumption: no kept attention logit below c + 104).  -inf fills (a fully masked row is NaN
 in TFLite, zeros in the kernel) and anything else the kernel cannot
-reproduce are near-misses with the reason.
+reproduce are near-misses with the reason.  A runtime float mask (added
+to the scores, as torch's exports and hand-written code do) goes to the op
+as it is: the same weights, except in a row whose every key is -inf (NaN
+in TFLite, zeros in the kernel), which only an input without a single
+valid key produces.
 """
 
 from __future__ import annotations
@@ -47,7 +61,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
+from fusekit.passes.fusion import attention_operands as operands
+from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
+from fusekit.passes.fusion.pattern import NearMiss, only_reader
+from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
 from fusekit.passes.graph import OP, Graph
 
 HEADS_FIRST = [0, 2, 1, 3]
@@ -88,14 +105,13 @@ class AttentionMatch:
     q_perm: list[int] | None = None
     k_perm: list[int] | None = None
     v_perm: list[int] | None = None
+    # The op's result [B, Sq, H, Dv] goes through this transpose to the
+    # graph's output tensor (P.V's result when nothing takes it back).
+    output_perm: list[int] | None = None
+    # The op's result shape when the graph's output is not 4-D (a merged
+    # [B*H, 1, Dv] read back by a reshape).
+    result_shape: list[int] | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
-
-
-def _only_reader(graph: Graph, tensor: int) -> schema.OperatorT | None:
-    readers = graph.consumers(tensor)
-    if len(readers) != 1 or graph.is_output(tensor):
-        return None
-    return readers[0]
 
 
 def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float] | None:
@@ -115,7 +131,10 @@ def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float]
             scale *= c
             tensor = a
             continue
-        if code == OP.TRANSPOSE and graph.perm_of(op) == perm:
+        reshaped = code == OP.RESHAPE and reshape_is_transpose(
+            graph.signature(int(op.inputs[0])), graph.signature(tensor), perm
+        )
+        if (code == OP.TRANSPOSE and graph.perm_of(op) == perm) or reshaped:
             source = int(op.inputs[0])
             # A scalar MUL of the source (q * scale before the transpose).
             inner = graph.producer(source)
@@ -272,7 +291,7 @@ def _grouped_q(graph: Graph, tensor: int, _perm: list[int]) -> tuple[int, float]
     split = graph.producer(int(moved.inputs[0]))
     if split is None or graph.builtin(split) != OP.RESHAPE:
         return None
-    q, scale = _unscaled(graph, int(split.inputs[0]))
+    q, scale = unscaled(graph, int(split.inputs[0]))
     q_shape, five = graph.signature(q), graph.signature(int(split.outputs[0]))
     if len(q_shape) != 4 or len(five) != 5 or any(d <= 0 for d in five[1:]):
         return None
@@ -281,18 +300,6 @@ def _grouped_q(graph: Graph, tensor: int, _perm: list[int]) -> tuple[int, float]
     if graph.signature(tensor) != [five[0], five[2], five[3] * five[1], five[4]]:
         return None
     return q, scale
-
-
-def _unscaled(graph: Graph, tensor: int) -> tuple[int, float]:
-    """(t, c) for ``tensor`` = t times scalar constants c (c = 1: none)."""
-    scale = 1.0
-    while (op := graph.producer(tensor)) is not None and graph.builtin(op) == OP.MUL:
-        c = scalar(graph, int(op.inputs[1])) if no_activation(op) else None
-        if c is None:
-            break
-        scale *= c
-        tensor = int(op.inputs[0])
-    return tensor, scale
 
 
 def _single_head(graph: Graph, tensor: int) -> tuple[int, list[int] | None] | None:
@@ -315,7 +322,7 @@ def _single_head(graph: Graph, tensor: int) -> tuple[int, list[int] | None] | No
 
 def _heads_back(graph: Graph, pv: schema.OperatorT) -> list[schema.OperatorT] | None:
     """[TRANSPOSE] when P.V's result goes back to [B, Sq, H, Dv] by one."""
-    out = _only_reader(graph, int(pv.outputs[0]))
+    out = only_reader(graph, int(pv.outputs[0]))
     if out is None or graph.perm_of(out) != HEADS_FIRST:
         return None
     return [out]
@@ -327,16 +334,16 @@ def _grouped_out(
     """The grouped form's way back from [B, Hkv, G*Sq, Dv] to [B, Sq, H, Dv]:
     RESHAPE to [B,Hkv,G,Sq,Dv], TRANSPOSE [0,3,1,2,4], RESHAPE."""
     b, hkv, group, q_len, _ = scores
-    split = _only_reader(graph, int(pv.outputs[0]))
+    split = only_reader(graph, int(pv.outputs[0]))
     if split is None or graph.builtin(split) != OP.RESHAPE:
         return None
     five = graph.signature(int(split.outputs[0]))
     if len(five) != 5 or five[:4] != [b, hkv, group, q_len]:
         return None
-    moved = _only_reader(graph, int(split.outputs[0]))
+    moved = only_reader(graph, int(split.outputs[0]))
     if moved is None or graph.perm_of(moved) != [0, 3, 1, 2, 4]:
         return None
-    merge = _only_reader(graph, int(moved.outputs[0]))
+    merge = only_reader(graph, int(moved.outputs[0]))
     if merge is None or graph.builtin(merge) != OP.RESHAPE:
         return None
     if graph.signature(int(merge.outputs[0])) != [b, q_len, hkv * group, five[4]]:
@@ -433,22 +440,20 @@ _QUERY_AXIS = "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
 
 
 def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
-    """A BATCH_MATMUL within ``hops`` operators above ``tensor``: the SOFTMAX
-    is an attention's (worth a near-miss note), not a classifier's."""
+    """A BATCH_MATMUL of two activations within ``hops`` operators above
+    ``tensor``: the SOFTMAX is an attention's (worth a near-miss note), not
+    a classifier's."""
     frontier = [tensor]
     for _ in range(hops):
         ops = [op for t in frontier if (op := graph.producer(t)) is not None]
-        if any(graph.builtin(op) == OP.BATCH_MATMUL for op in ops):
+        if any(
+            graph.builtin(op) == OP.BATCH_MATMUL
+            and not any(graph.is_constant(int(t)) for t in op.inputs[:2])
+            for op in ops
+        ):
             return True
         frontier = [int(t) for op in ops for t in op.inputs if t >= 0]
     return False
-
-
-def _as_is(graph: Graph, tensor: int) -> tuple[int, float] | None:
-    """(t, scale) for a rank-4 operand t times scalar constants, taken as
-    it is (heads-first already)."""
-    source, scale = _unscaled(graph, tensor)
-    return (source, scale) if len(graph.signature(source)) == 4 else None
 
 
 def _permuted(shape: list[int], perm: list[int] | None) -> list[int]:
@@ -465,235 +470,509 @@ def _transposed_back(graph: Graph, reader: schema.OperatorT) -> bool:
     return graph.builtin(reader) == OP.BATCH_MATMUL and bool(getattr(options, "adjX", False))
 
 
-def _match(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | str | None:
-    """An AttentionMatch, a near-miss reason, or None (not attention)."""
-    probs = int(softmax.outputs[0])
-    beta = float(getattr(softmax.builtinOptions, "beta", 1.0) or 1.0)
-    chain = [softmax]
-    tensor = int(softmax.inputs[0])
-    match = AttentionMatch(-1, -1, -1, -1, beta)
-    scores_shape = graph.signature(tensor)
-    if len(scores_shape) not in (4, 5) or graph.tensor(tensor).type != FLOAT32:
+# -- the matcher: one small step per part of the attention ------------------
+
+
+def _miss(code: str, message: str, advice: str = "") -> NearMiss:
+    return NearMiss(f"attention.{code}", message, advice)
+
+
+_QUERY_AXIS_MISS = _miss("query_axis", _QUERY_AXIS)
+# Dynamic shapes make the converter compute reshapes' shapes at run time,
+# which hides what they do.
+_STATIC_BATCH = "give the model a static batch: keras.Input(batch_size=1, ...)"
+_SHARED_SCORES = "an intermediate score tensor is also read outside the attention"
+_SHARED_PROBS = "the attention probabilities are also read outside the attention"
+
+# The parts between Q.K^T and the SOFTMAX, in the order the walk back from
+# the SOFTMAX meets them; each at most once, none out of order (scalar
+# scales may sit anywhere below the keep-mask).
+_SELECT, _BIAS, _SWAP = 0, 1, 2
+
+
+@dataclass
+class _Scores:
+    """The walk from the SOFTMAX back to Q.K^T."""
+
+    shape: list[int]
+    chain: list[schema.OperatorT]
+    stage: int = -1  # the last part met (_SELECT, _BIAS, _SWAP)
+    scaled: bool = False
+    select_keep: int = -1
+    select_fill: float = 0.0
+    # Q.K^T is a 3-D matmul of batch and heads merged ([B*H, Sq, Skv]: the
+    # torch lowering), broadcast or reshaped back to the 4-D scores.
+    merged: bool = False
+    # The masked value of a constant additive mask read as a keep-mask.
+    constant_fill: float | None = None
+
+    @property
+    def grouped(self) -> bool:
+        """Rank 5: the grouped form [B, Hkv, G, Sq, Skv] (module docstring)."""
+        return len(self.shape) == 5
+
+    @property
+    def swapped(self) -> bool:
+        return self.stage == _SWAP
+
+
+def _take_select(
+    graph: Graph, op: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> NearMiss | None:
+    """A keep-mask ``SELECT_V2(keep, s, fill)``: constant (causal, nothing
+    or a constant mask) or a runtime bool tensor."""
+    if scores.scaled:
+        return _miss("scaled_after_mask", "the scores are scaled after the mask is applied")
+    keep, fill = int(op.inputs[0]), scalar(graph, int(op.inputs[2]))
+    scores.select_keep = keep
+    if fill is None:
+        return _miss("select_fill", "SELECT_V2 on the scores with a non-constant masked value")
+    scores.select_fill = fill
+    if graph.is_constant(keep):
+        reason = _constant_keep(graph.constant(keep), scores.shape[-2], scores.shape[-1], match)
+        return _miss("constant_mask", reason) if reason else None
+    match.keep, match.peeled = _peel_true(graph, keep)
+    shape = graph.signature(match.keep)
+    match.keep_reshape = _mask_shape(shape, scores.shape)
+    if not _broadcasts(shape, scores.shape) or (scores.grouped and not match.keep_reshape):
+        return _miss("mask_shape", f"a mask of shape {shape} the kernel does not take")
+    return None
+
+
+def _take_bias(
+    graph: Graph, op: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> tuple[int, NearMiss | None]:
+    """An additive mask or bias (ALiBi), possibly scaled after it is added
+    and below a keep-mask: the op's mask is then the bias times those
+    scales, with the keep-mask's fill selected in.  Returns the scores
+    tensor the walk goes on from."""
+    a, b = (int(t) for t in op.inputs)
+    tensor, mask = (b, a) if _is_scores(graph, b, scores.shape) else (a, b)
+    shape = graph.signature(mask)
+    if scores.stage == _SELECT and scores.grouped:
+        return tensor, _miss("grouped_bias", "a bias besides a mask in the grouped form")
+    folded = _constant_mask(graph, mask)
+    if folded is not None and not scores.grouped and scores.stage < _SELECT:
+        # A constant mask of 0 and one fill value (torch's unfolded
+        # SELECT_V2(causal, 0, -inf)) is a constant keep-mask.
+        values = np.unique(folded)
+        fill = float(values.min())
+        if values.size == 2 and values.max() == 0.0 and fill < 0.0:
+            reason = _constant_keep(folded == 0.0, scores.shape[-2], scores.shape[-1], match)
+            if reason:
+                return tensor, _miss("constant_mask", reason)
+            scores.constant_fill = fill
+            return tensor, None
+    match.mask_reshape = _mask_shape(shape, scores.shape)
+    if (
+        graph.tensor(mask).type != FLOAT32
+        or not _broadcasts(shape, scores.shape)
+        or (scores.grouped and not match.mask_reshape)
+    ):
+        return tensor, _miss(
+            "mask_shape", f"an additive mask of shape {shape} the kernel does not take"
+        )
+    match.mask, match.mask_scale = mask, match.scale
+    return tensor, None
+
+
+def _constant_mask(graph: Graph, tensor: int) -> np.ndarray | None:
+    """The value of a float mask computed from constants only: a constant,
+    or SELECT_V2 of constants (through RESHAPEs), as torch exports leave
+    them unfolded; None for anything else."""
+    value = constant_value(graph, tensor)
+    if value is not None:
+        return value
+    op = graph.producer(tensor)
+    if op is None:
         return None
-    # Rank 5: the grouped form [B, Hkv, G, Sq, Skv] (see the module docstring).
-    grouped = len(scores_shape) == 5
-    # Walking back from the softmax: the mask (once), then scalar scales,
-    # then the Q.K^T matmul.
-    masked = biased = scaled = swapped = False
-    select_keep, select_fill = -1, 0.0
+    if graph.builtin(op) == OP.RESHAPE and graph.is_static(tensor):
+        inner = _constant_mask(graph, int(op.inputs[0]))
+        return None if inner is None else inner.reshape(graph.signature(tensor))
+    if graph.builtin(op) != OP.SELECT_V2:
+        return None
+    keep = int(op.inputs[0])
+    if not graph.is_constant(keep):
+        return None
+    a, b = (constant_value(graph, int(t)) for t in op.inputs[1:3])
+    if a is None or b is None:
+        return None
+    return np.where(graph.constant(keep), a, b).astype(np.float32)
+
+
+def _grouped_scores(graph: Graph, op: schema.OperatorT, scores: _Scores) -> bool:
+    """The grouped form's RESHAPE of Q.K^T [B, Hkv, G*Sq, Skv] to 5-D."""
+    b, hkv, group, q_len, kv_len = scores.shape
+    inner = graph.producer(int(op.inputs[0]))
+    flat = graph.signature(int(op.inputs[0]))
+    return (
+        flat == [b, hkv, group * q_len, kv_len]
+        and q_len > 0
+        and group > 0
+        and inner is not None
+        and graph.builtin(inner) == OP.BATCH_MATMUL
+    )
+
+
+def _walk_scores(
+    graph: Graph, softmax: schema.OperatorT, match: AttentionMatch
+) -> tuple[_Scores, schema.OperatorT] | NearMiss | None:
+    """From the SOFTMAX back to the Q.K^T matmul through (walking back) a
+    keep-mask, scalar scales, an additive mask or bias, scales, the einsum
+    swap and scales; (the walk, Q.K^T), a near-miss, or None."""
+    probs = int(softmax.outputs[0])
+    tensor = int(softmax.inputs[0])
+    scores = _Scores(graph.signature(tensor), [softmax])
+    if len(scores.shape) not in (4, 5) or graph.tensor(tensor).type != FLOAT32:
+        return None
     while True:
         op = graph.producer(tensor)
         if op is None:
             return None
-        reader_ok = _only_reader(graph, tensor) is chain[-1]
+        reader_ok = only_reader(graph, tensor) is scores.chain[-1]
         code = graph.builtin(op)
-        if code == OP.BATCH_MATMUL and not grouped:
+        if code == OP.BATCH_MATMUL and not scores.grouped:
             break
-        if grouped and code == OP.RESHAPE and reader_ok:
-            flat = graph.signature(int(op.inputs[0]))
-            b, hkv, group, q_len, kv_len = scores_shape
-            inner = graph.producer(int(op.inputs[0]))
-            if flat != [b, hkv, group * q_len, kv_len] or q_len <= 0 or group <= 0:
-                return None
-            if inner is None or graph.builtin(inner) != OP.BATCH_MATMUL:
-                return None
-            chain.append(op)
+        if code == OP.RESHAPE and not scores.grouped and reader_ok and _merge_back(graph, op):
+            scores.chain.append(op)
             tensor = int(op.inputs[0])
-            op = inner
-            reader_ok = _only_reader(graph, tensor) is chain[-1]
+            op = graph.producer(tensor)
+            reader_ok = only_reader(graph, tensor) is scores.chain[-1]
             break
-        if code == OP.TRANSPOSE and graph.perm_of(op) == SWAP_LAST and not swapped:
-            reader = _only_reader(graph, probs)
-            if len(chain) == 1 and reader is not None and _transposed_back(graph, reader):
-                return _QUERY_AXIS
-            inner, _ = _unscaled(graph, int(op.inputs[0]))
+        if scores.grouped and code == OP.RESHAPE and reader_ok:
+            if not _grouped_scores(graph, op, scores):
+                return None
+            scores.chain.append(op)
+            tensor = int(op.inputs[0])
+            op = graph.producer(tensor)
+            reader_ok = only_reader(graph, tensor) is scores.chain[-1]
+            break
+        if code == OP.TRANSPOSE and graph.perm_of(op) == SWAP_LAST and scores.stage < _SWAP:
+            reader = only_reader(graph, probs)
+            if len(scores.chain) == 1 and reader is not None and _transposed_back(graph, reader):
+                return _QUERY_AXIS_MISS
+            inner, _ = unscaled(graph, int(op.inputs[0]))
             producer = graph.producer(inner)
             if producer is not None and graph.builtin(producer) == OP.BATCH_MATMUL and reader_ok:
                 # scores = (K.Q^T)^T: the converter's lowering of Keras' einsum
                 # (the scale may come before the swap: GPT-NeoX).  A mask is
                 # no longer expected below it.
-                swapped = True
-                chain.append(op)
+                scores.stage = _SWAP
+                scores.chain.append(op)
                 tensor = int(op.inputs[0])
                 continue
-        if code == OP.TRANSPOSE and len(chain) == 1:
-            return _QUERY_AXIS
+        if code == OP.TRANSPOSE and len(scores.chain) == 1:
+            return _QUERY_AXIS_MISS
         if not reader_ok:
-            return "an intermediate score tensor is also read outside the attention"
-        inputs = [int(t) for t in op.inputs]
+            return _miss("shared_scores", _SHARED_SCORES)
         if code in (OP.MUL, OP.DIV) and no_activation(op):
-            c = scalar(graph, inputs[1])
+            c = scalar(graph, int(op.inputs[1]))
             if c is None or c == 0.0:
                 return None
-            scaled = True
+            scores.scaled = True
             match.scale *= c if code == OP.MUL else 1.0 / c
-            tensor = inputs[0]
-        elif code in (OP.SELECT_V2, OP.ADD) and swapped:
-            return "a mask applied to the transposed scores"
-        elif code == OP.SELECT_V2 and scaled:
-            return "the scores are scaled after the mask is applied"
-        elif code == OP.SELECT_V2 and biased:
-            return "an additive mask on top of a selected one"
-        elif code == OP.SELECT_V2 and not masked:
-            keep, fill = inputs[0], scalar(graph, inputs[2])
-            select_keep = keep
-            if fill is None:
-                return "SELECT_V2 on the scores with a non-constant masked value"
-            select_fill = fill
-            if graph.is_constant(keep):
-                reason = _constant_keep(
-                    graph.constant(keep), scores_shape[-2], scores_shape[-1], match
-                )
-                if reason:
-                    return reason
-            else:
-                match.keep, match.peeled = _peel_true(graph, keep)
-                shape = graph.signature(match.keep)
-                match.keep_reshape = _mask_shape(shape, scores_shape)
-                if not _broadcasts(shape, scores_shape) or (grouped and not match.keep_reshape):
-                    return f"a mask of shape {shape} the kernel does not take"
-            masked = True
-            tensor = inputs[1]
-        elif code == OP.ADD and no_activation(op) and not biased:
-            # An additive mask or bias (ALiBi), possibly scaled after it is
-            # added and below a SELECT_V2 mask: the op's mask is then the
-            # bias times those scales, with the keep-mask's fill selected in.
-            a, b = inputs
-            tensor, mask = (b, a) if _is_scores(graph, b, scores_shape) else (a, b)
-            shape = graph.signature(mask)
-            if masked and grouped:
-                return "a bias besides a mask in the grouped form"
-            match.mask_reshape = _mask_shape(shape, scores_shape)
-            if (
-                graph.tensor(mask).type != FLOAT32
-                or not _broadcasts(shape, scores_shape)
-                or (grouped and not match.mask_reshape)
-            ):
-                return f"an additive mask of shape {shape} the kernel does not take"
-            match.mask, match.mask_scale = mask, match.scale
-            biased = True
+            tensor = int(op.inputs[0])
+        elif code in (OP.SELECT_V2, OP.ADD) and scores.swapped:
+            return _miss("mask_after_swap", "a mask applied to the transposed scores")
+        elif code == OP.SELECT_V2 and scores.stage < _SELECT:
+            miss = _take_select(graph, op, scores, match)
+            if miss:
+                return miss
+            scores.stage = _SELECT
+            tensor = int(op.inputs[1])
+        elif code == OP.SELECT_V2 and scores.scaled:
+            return _miss("scaled_after_mask", "the scores are scaled after the mask is applied")
+        elif code == OP.SELECT_V2 and scores.stage == _BIAS:
+            return _miss("bias_over_select", "an additive mask on top of a selected one")
+        elif code == OP.ADD and no_activation(op) and scores.stage < _BIAS:
+            tensor, miss = _take_bias(graph, op, scores, match)
+            if miss:
+                return miss
+            scores.stage = _BIAS
         elif code in (OP.SELECT_V2, OP.ADD):
-            return "a second mask on the scores: the kernel takes one and a bias"
+            return _miss(
+                "second_mask", "a second mask on the scores: the kernel takes one and a bias"
+            )
         elif _reaches_matmul(graph, tensor):
-            return f"the scores pass through {graph.model.op_name(op)} before the SOFTMAX"
+            return _miss(
+                "scores_through",
+                f"the scores pass through {graph.model.op_name(op)} before the SOFTMAX",
+                _STATIC_BATCH if -1 in scores.shape else "",
+            )
         else:
             return None
-        chain.append(op)
-    qk = op
-    if not reader_ok:
-        return "the attention scores are also read outside the attention"
-    chain.append(qk)
+        scores.chain.append(op)
+    if op is None or not reader_ok:
+        return _miss("shared_scores", "the attention scores are also read outside the attention")
+    flat = graph.signature(int(op.outputs[0]))
+    if not scores.grouped and len(flat) == 3:
+        if flat != [scores.shape[0] * scores.shape[1], *scores.shape[2:]]:
+            return _miss(
+                "merged_scores",
+                f"3-D scores {flat} that are not the 4-D scores {scores.shape} merged",
+            )
+        scores.merged = True
+    scores.chain.append(op)
+    return scores, op
+
+
+def _merge_back(graph: Graph, op: schema.OperatorT) -> bool:
+    """``op`` is a RESHAPE of a 3-D Q.K^T [B*H, Sq, Skv] to [B, H, Sq, Skv]."""
+    source = int(op.inputs[0])
+    inner = graph.producer(source)
+    have, want = graph.signature(source), graph.signature(int(op.outputs[0]))
+    return (
+        inner is not None
+        and graph.builtin(inner) == OP.BATCH_MATMUL
+        and len(have) == 3
+        and len(want) == 4
+        and all(d > 0 for d in want)
+        and have == [want[0] * want[1], *want[2:]]
+    )
+
+
+def _qk_operands(
+    graph: Graph, qk: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> NearMiss | None:
+    """q and k (and their scales) behind Q.K^T (attention_operands.py):
+    through scales, transposes, a batch-and-heads merge and a grouped-query
+    repeat of k; the grouped form's q.  Operands in another layout than
+    [B, S, H, D] get a TRANSPOSE before the op."""
     options = qk.builtinOptions
     if getattr(options, "adjX", False):
+        return _miss("adj_x", "Q.K^T reads its first operand transposed (adj_x)")
+    second_layout = "bhsd" if getattr(options, "adjY", False) else "bhds"
+    if scores.grouped:
+        first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST)
+        second = _transposed(
+            graph, int(qk.inputs[1]), KEYS_LAST if second_layout == "bhds" else HEADS_FIRST
+        )
+        if first is None or second is None:
+            return _miss("qk_layout", "Q.K^T does not read q and k transposed from [B, S, H, D]")
+        (match.q, q_scale), (k, k_scale) = first, second
+        match.k, match.k_reshape = _unrepeat(graph, k)
+        match.scale *= q_scale * k_scale
         return None
-    first = (_grouped_q if grouped else _transposed)(graph, int(qk.inputs[0]), HEADS_FIRST)
-    second_perm = HEADS_FIRST if getattr(options, "adjY", False) else KEYS_LAST
-    second = _transposed(graph, int(qk.inputs[1]), second_perm)
-    # Operands made heads-first some other way (Swin unstacks a fused qkv
-    # tensor): read as they are, the op gets their [B, S, H, D] transposes.
-    first_perm = second_back = None
-    if first is None and not grouped:
-        first, first_perm = _as_is(graph, int(qk.inputs[0])), HEADS_FIRST
-    if second is None and not grouped:
-        back = HEADS_FIRST if second_perm == HEADS_FIRST else [0, 3, 1, 2]
-        second, second_back = _as_is(graph, int(qk.inputs[1])), back
-    if first is None or second is None:
-        return "Q.K^T does not read q and k transposed from [B, S, H, D]"
-    q_side, k_side = (second, first) if swapped else (first, second)
-    match.q_perm, match.k_perm = (second_back, first_perm) if swapped else (first_perm, second_back)
-    (match.q, q_scale), (match.k, k_scale) = q_side, k_side
-    if match.k_perm is None:
-        match.k, match.k_reshape = _unrepeat(graph, match.k)
-    match.scale *= q_scale * k_scale
-    # Forward: (masked probabilities zeroed,) probs @ V, back to [B, Sq, H, Dv].
-    pv = _only_reader(graph, probs)
+    inputs = [int(t) for t in qk.inputs[:2]]
+    layouts = ["bhsd", second_layout]
+    # (K.Q^T)^T: the first operand is k.
+    q_at = 1 if scores.swapped else 0
+    q = operands.q_operand(graph, inputs[q_at], layouts[q_at], scores.merged)
+    k = operands.kv_operand(graph, inputs[1 - q_at], layouts[1 - q_at], scores.merged, _unrepeat)
+    if (
+        q is None
+        or k is None
+        or any(len(t.reshape or graph.signature(t.tensor)) != 4 for t in (q, k))
+    ):
+        return _miss("qk_layout", "Q.K^T does not read q and k transposed from [B, S, H, D]")
+    match.q, match.q_perm = q.tensor, q.perm
+    match.k, match.k_perm, match.k_reshape = k.tensor, k.perm, k.reshape
+    match.scale *= q.scale * k.scale
+    return None
+
+
+def _pv_matmul(
+    graph: Graph, softmax: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> schema.OperatorT | NearMiss | None:
+    """Forward from the SOFTMAX: (masked probabilities zeroed,) the grouped
+    form's reshape back to 4-D, then the P.V matmul."""
+    probs = int(softmax.outputs[0])
+    pv = only_reader(graph, probs)
     if pv is None:
-        return "the attention probabilities are also read outside the attention"
-    if swapped and _transposed_back(graph, pv):
-        return _QUERY_AXIS
+        return _miss("shared_probs", _SHARED_PROBS)
+    if scores.swapped and _transposed_back(graph, pv):
+        return _QUERY_AXIS_MISS
     if graph.builtin(pv) == OP.SELECT_V2 and int(pv.inputs[1]) == probs:
-        if int(pv.inputs[0]) != select_keep or scalar(graph, int(pv.inputs[2])) != 0.0:
-            return "probabilities zeroed after the softmax by another mask than the scores'"
+        if int(pv.inputs[0]) != scores.select_keep or scalar(graph, int(pv.inputs[2])) != 0.0:
+            return _miss(
+                "zeroed_by_other_mask",
+                "probabilities zeroed after the softmax by another mask than the scores'",
+            )
         match.zero_masked_rows = True
-        chain.append(pv)
+        scores.chain.append(pv)
         probs = int(pv.outputs[0])
-        pv = _only_reader(graph, probs)
+        pv = only_reader(graph, probs)
         if pv is None:
-            return "the attention probabilities are also read outside the attention"
-    if grouped:
-        # Back to [B, Hkv, G*Sq, Skv] for the P.V matmul.
-        b, hkv, group, q_len, kv_len = scores_shape
-        merge = pv
-        if graph.builtin(merge) != OP.RESHAPE or graph.signature(int(merge.outputs[0])) != [
+            return _miss("shared_probs", _SHARED_PROBS)
+    if scores.merged:
+        flat = [scores.shape[0] * scores.shape[1], *scores.shape[2:]]
+        if graph.builtin(pv) != OP.RESHAPE or graph.signature(int(pv.outputs[0])) != flat:
+            return None
+        scores.chain.append(pv)
+        probs = int(pv.outputs[0])
+        pv = only_reader(graph, probs)
+        if pv is None:
+            return _miss("shared_probs", _SHARED_PROBS)
+    if scores.grouped:
+        b, hkv, group, q_len, kv_len = scores.shape
+        if graph.builtin(pv) != OP.RESHAPE or graph.signature(int(pv.outputs[0])) != [
             b,
             hkv,
             group * q_len,
             kv_len,
         ]:
             return None
-        chain.append(merge)
-        probs = int(merge.outputs[0])
-        pv = _only_reader(graph, probs)
+        scores.chain.append(pv)
+        probs = int(pv.outputs[0])
+        pv = only_reader(graph, probs)
         if pv is None:
-            return "the attention probabilities are also read outside the attention"
+            return _miss("shared_probs", _SHARED_PROBS)
     if graph.builtin(pv) != OP.BATCH_MATMUL or int(pv.inputs[0]) != probs:
         return None
     if getattr(pv.builtinOptions, "adjX", False) or getattr(pv.builtinOptions, "adjY", False):
         return None
-    v_side = _transposed(graph, int(pv.inputs[1]), HEADS_FIRST)
-    single = _single_head(graph, int(pv.inputs[1])) if v_side is None else None
-    if v_side is not None:
-        if v_side[1] != 1.0:
-            return None
-        match.v, match.v_reshape = _unrepeat(graph, v_side[0])
-    elif single is not None:
+    return pv
+
+
+def _v_operand(
+    graph: Graph, pv: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> NearMiss | None:
+    """v behind P.V: through transposes, a batch-and-heads merge and a
+    grouped-query repeat (attention_operands.py), or one kv head reshaped."""
+    values = int(pv.inputs[1])
+    if scores.grouped:
+        v_side = _transposed(graph, values, HEADS_FIRST)
+        single = _single_head(graph, values) if v_side is None else None
+        if v_side is not None and v_side[1] == 1.0:
+            match.v, match.v_reshape = _unrepeat(graph, v_side[0])
+        elif single is not None:
+            match.v, match.v_reshape = single
+        else:
+            return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
+        return None
+    v = operands.kv_operand(graph, values, "bhsd", scores.merged, _unrepeat)
+    if v is None:
+        return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
+    if v.scale != 1.0:
+        return _miss("scaled_v", "v is scaled before P.V")
+    single = _single_head(graph, v.tensor) if v.layout == "bhsd" else None
+    if single is not None:
         match.v, match.v_reshape = single
-    elif not grouped and len(graph.signature(int(pv.inputs[1]))) == 4:
-        match.v, match.v_perm = int(pv.inputs[1]), HEADS_FIRST
+    elif len(v.reshape or graph.signature(v.tensor)) == 4:
+        match.v, match.v_perm, match.v_reshape = v.tensor, v.perm, v.reshape
     else:
-        return "P.V does not read v transposed from [B, S, H, D]"
-    ending = _grouped_out(graph, pv, scores_shape) if grouped else _heads_back(graph, pv)
-    if ending is None:
-        return "the attention result is not transposed back to [B, Sq, H, D]"
-    chain += [pv, *ending]
-    match.output = int(ending[-1].outputs[0])
+        return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
+    return None
+
+
+def _ending(
+    graph: Graph, pv: schema.OperatorT, scores: _Scores, match: AttentionMatch
+) -> list[schema.OperatorT] | NearMiss:
+    """The operators taking P.V's [B, H, Sq, Dv] back to [B, Sq, H, Dv] (the
+    grouped form's three; one TRANSPOSE), or none: the op's result then
+    goes through a transpose back to P.V's layout (``output_perm``)."""
+    if scores.grouped:
+        ending = _grouped_out(graph, pv, scores.shape)
+        if ending is None:
+            return _miss(
+                "output_layout", "the attention result is not transposed back to [B, Sq, H, D]"
+            )
+        return ending
+    merge = []
+    if scores.merged:
+        # [B*H, Sq, Dv] back to [B, H, Sq, Dv] first; with Sq = 1 any
+        # reshape of it reads the elements in the op's own order.
+        b, h, q_len = scores.shape[:3]
+        reshape = only_reader(graph, int(pv.outputs[0]))
+        out = graph.signature(int(reshape.outputs[0])) if reshape is not None else []
+        is_reshape = reshape is not None and graph.builtin(reshape) == OP.RESHAPE
+        if is_reshape and len(out) == 4 and out[:3] == [b, h, q_len]:
+            merge, pv = [reshape], reshape
+        elif q_len == 1:
+            match.output_perm = HEADS_FIRST
+            match.result_shape = [b, 1, h, graph.signature(int(pv.outputs[0]))[-1]]
+            return []
+        else:
+            return _miss("output_layout", "the merged attention result is not reshaped to 4-D")
+    ending = _heads_back(graph, pv)
+    if ending is not None:
+        return merge + ending
+    if merge:
+        match.output_perm = HEADS_FIRST
+        return merge
+    if len(graph.signature(int(pv.outputs[0]))) != 4:
+        return _miss("output_layout", "the attention result is not of rank 4")
+    match.output_perm = HEADS_FIRST
+    return []
+
+
+def _check_operands(match: AttentionMatch, graph: Graph, scores: _Scores) -> NearMiss | None:
+    """What the kernel takes: float32 rank-4 q, k, v with whole kv groups,
+    a finite scale, a fill it reproduces."""
     q = _permuted(graph.signature(match.q), match.q_perm)
     k = match.k_reshape or _permuted(graph.signature(match.k), match.k_perm)
     v = match.v_reshape or _permuted(graph.signature(match.v), match.v_perm)
     if any(len(s) != 4 for s in (q, k, v)) or any(
         graph.tensor(t).type != FLOAT32 for t in (match.q, match.k, match.v)
     ):
-        return "q, k, v are not float32 of rank 4"
+        return _miss("dtype_rank", "q, k, v are not float32 of rank 4")
     if q[2] <= 0 or q[3] <= 0 or k[2] <= 0 or q[2] % k[2] or v[2] != k[2] or k[3] != q[3]:
-        return f"head shapes q {q}, k {k}, v {v} the kernel does not take"
+        return _miss("head_shapes", f"head shapes q {q}, k {k}, v {v} the kernel does not take")
     if not np.isfinite(match.scale):
-        return "a scale that is not finite"
-    if select_keep >= 0:
-        reason = _fill_reason(select_fill, match)
+        return _miss("scale", "a scale that is not finite")
+    for fill in (scores.select_fill if scores.select_keep >= 0 else None, scores.constant_fill):
+        reason = None if fill is None else _fill_reason(fill, match)
         if reason:
-            return reason
-    if match.keep is not None and match.zero_masked_rows and kv_len_ok(scores_shape):
-        # Causal in the op (it skips the masked half) and the padding as the
-        # mask, instead of the merged [Sq, Skv] mask: the same keys kept,
-        # and rows left without keys are zeros either way.
-        padding = _padding_and_band(graph, match.keep, scores_shape[-2], scores_shape[-1])
-        if padding is not None:
-            match.causal = True
-            match.keep = padding
-            match.keep_reshape = [graph.signature(padding)[0], 1, 1, scores_shape[-1]]
-    match.ops = chain
+            return _miss("fill", reason)
+    if scores.merged and [q[0], q[2]] != scores.shape[:2]:
+        return _miss(
+            "merged_heads",
+            f"3-D matmuls of batch and heads merged whose scores {scores.shape} are not "
+            f"[B, H, Sq, Skv] of q {q}",
+        )
+    return None
+
+
+def _split_padding(graph: Graph, match: AttentionMatch, scores: list[int]) -> None:
+    """Causal in the op (it skips the masked half) and the padding as the
+    mask, instead of the merged [Sq, Skv] mask: the same keys kept, and rows
+    left without keys are zeros either way."""
+    if match.keep is None or not match.zero_masked_rows or not kv_len_ok(scores):
+        return
+    padding = _padding_and_band(graph, match.keep, scores[-2], scores[-1])
+    if padding is not None:
+        match.causal = True
+        match.keep = padding
+        match.keep_reshape = [graph.signature(padding)[0], 1, 1, scores[-1]]
+
+
+def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
+    """An AttentionMatch, a near-miss, or None (not attention): a SOFTMAX
+    reached from a matmul of two activations is never silently left."""
+    found = _match_attention(graph, softmax)
+    if found is None and _reaches_matmul(graph, int(softmax.inputs[0])):
+        return _miss(
+            "unknown_form",
+            "the SOFTMAX reads a matmul of two activations, but not in a form of "
+            "attention fusekit can prove (see fusion/attention.py for the forms)",
+        )
+    return found
+
+
+def _match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
+    beta = float(getattr(softmax.builtinOptions, "beta", 1.0) or 1.0)
+    match = AttentionMatch(-1, -1, -1, -1, beta)
+    walked = _walk_scores(graph, softmax, match)
+    if walked is None or isinstance(walked, NearMiss):
+        return walked
+    scores, qk = walked
+    miss = _qk_operands(graph, qk, scores, match)
+    if miss:
+        return miss
+    pv = _pv_matmul(graph, softmax, scores, match)
+    if pv is None or isinstance(pv, NearMiss):
+        return pv
+    miss = _v_operand(graph, pv, scores, match)
+    if miss:
+        return miss
+    ending = _ending(graph, pv, scores, match)
+    if isinstance(ending, NearMiss):
+        return ending
+    scores.chain += [pv, *ending]
+    match.output = int((ending[-1] if ending else pv).outputs[0])
+    miss = _check_operands(match, graph, scores)
+    if miss:
+        return miss
+    _split_padding(graph, match, scores.shape)
+    match.ops = scores.chain
     return match
-
-
-def find_attention(graph: Graph, near_misses: list[str]) -> list[AttentionMatch]:
-    """Every proven attention core in ``graph``; near-misses get a reason."""
-    matches = []
-    for op in list(graph.ops):
-        if graph.builtin(op) != OP.SOFTMAX:
-            continue
-        found = _match(graph, op)
-        if isinstance(found, str):
-            near_misses.append(f"attention at {graph.name(int(op.outputs[0]))!r}: {found}")
-        elif found is not None:
-            matches.append(found)
-    return matches

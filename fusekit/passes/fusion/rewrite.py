@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, find_attention
+from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, match_attention
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
+from fusekit.passes.fusion.pattern import Fusion, NearMiss, run_fusion
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
 from fusekit.passes.fusion.values import FLOAT32
 from fusekit.passes.graph import OP, OPTIONS, Graph, ModelView
@@ -98,27 +99,29 @@ def fuse_norm(graph: Graph, match: NormMatch) -> str:
     return f"{name} at {graph.name(output)!r} ({len(match.ops)} ops; {shown})"
 
 
+class NormFusion(Fusion[NormMatch]):
+    """Norms of one ``kind`` (found by fusion/norms.py's polynomial proof)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        # A fused group norm's output may be what the next one groups (two
+        # in a row): look again until nothing more is found.
+        self.repeat = kind == "group_norm"
+
+    def find(self, graph: Graph, near_misses: list[str]) -> list[NormMatch]:
+        return find_norms(graph, self.kind, near_misses)
+
+    def rewrite(self, graph: Graph, found: NormMatch) -> str:
+        return fuse_norm(graph, found)
+
+    def finish(self, graph: Graph) -> None:
+        finish(graph)
+
+
 def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str) -> list[str]:
     """Fuses every proven ``kind`` norm of every graph; notes near-misses
     under ``name``; returns one line per fused op."""
-    changes = []
-    for graph in model.graphs():
-        while True:
-            near_misses: list[str] = []
-            matches = find_norms(graph, kind, near_misses)
-            for match in matches:
-                changes.append(fuse_norm(graph, match))
-            if matches:
-                finish(graph)
-            # A fused group norm's output may be what the next one groups
-            # (two in a row): look again until nothing more is found.
-            if not matches or kind != "group_norm":
-                break
-        for message in near_misses:
-            options.note(name, message)
-    if changes:
-        model.prune_buffers()
-    return changes
+    return run_fusion(model, options, NormFusion(kind), name)
 
 
 def _reshaped(graph: Graph, tensor: int, shape: list[int] | None) -> int:
@@ -176,6 +179,25 @@ def _scaled_mask(graph: Graph, match: AttentionMatch, where: str) -> int:
     return out
 
 
+def _permuted(shape: list[int]) -> list[int]:
+    """[B, H, S, D] -> [B, S, H, D] (its own inverse)."""
+    return [shape[0], shape[2], shape[1], shape[3]]
+
+
+def _heads_first(graph: Graph, source: int, output: int) -> None:
+    """``output`` [B, H, S, D] = ``source`` [B, S, H, D] transposed; a
+    RESHAPE when S or H is 1 (the same element order, no copy by axes), or
+    when ``output`` is not 4-D (the matcher proved the order the same)."""
+    shape = graph.signature(output)
+    if (len(shape) != 4 or shape[1] == 1 or shape[2] == 1) and shape.count(-1) <= 1:
+        new_shape = graph.add_constant(np.array(shape, np.int32), graph.name(output) + "/shape")
+        options = schema.ReshapeOptionsT()
+        options.newShape = list(shape)
+        graph.add_op(OP.RESHAPE, [source, new_shape], [output], OPTIONS.ReshapeOptions, options)
+    else:
+        graph.add_transpose(source, [0, 2, 1, 3], output=output)
+
+
 def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
     """Replaces a proven attention core by ``fusekit_attention``; returns
     the report line."""
@@ -224,7 +246,15 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
     else:
         mask_kind = "no mask"
     attrs = {"causal": match.causal, "scale": match.scale}
-    replace_with_custom(graph, "fusekit_attention", inputs, match.output, attrs, match.ops)
+    output = match.output
+    if match.output_perm is not None:
+        shape = match.result_shape or _permuted(graph.signature(match.output))
+        output = graph.like(
+            match.output, [max(d, 1) for d in shape], "/heads_last", signature=shape
+        )
+    replace_with_custom(graph, "fusekit_attention", inputs, output, attrs, match.ops)
+    if match.output_perm is not None:
+        _heads_first(graph, output, match.output)
     peeled = match.peeled
     if peeled is not None and not graph.consumers(int(peeled.outputs[0])):
         if not graph.is_output(int(peeled.outputs[0])):
@@ -235,20 +265,24 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
     )
 
 
+class AttentionFusion(Fusion[AttentionMatch]):
+    """Scaled dot-product attention cores (fusion/attention.py)."""
+
+    kind = "attention"
+    anchors = frozenset([OP.SOFTMAX])
+
+    def match(self, graph: Graph, anchor: schema.OperatorT) -> AttentionMatch | NearMiss | None:
+        return match_attention(graph, anchor)
+
+    def rewrite(self, graph: Graph, found: AttentionMatch) -> str:
+        return fuse_attention(graph, found)
+
+    def finish(self, graph: Graph) -> None:
+        finish(graph)
+
+
 def fuse_attention_pass(model: ModelView, options: PassOptions, name: str) -> list[str]:
-    changes = []
-    for graph in model.graphs():
-        near_misses: list[str] = []
-        matches = find_attention(graph, near_misses)
-        for message in near_misses:
-            options.note(name, message)
-        for match in matches:
-            changes.append(fuse_attention(graph, match))
-        if matches:
-            finish(graph)
-    if changes:
-        model.prune_buffers()
-    return changes
+    return run_fusion(model, options, AttentionFusion(), name)
 
 
 def _full_table(graph: Graph, half: int, shape: list[int]) -> int:
@@ -277,17 +311,20 @@ def fuse_rotary(graph: Graph, match: RotaryMatch) -> str:
     )
 
 
+class RotaryFusion(Fusion[RotaryMatch]):
+    """Rotary embeddings (fusion/rotary.py)."""
+
+    kind = "rotary"
+
+    def find(self, graph: Graph, near_misses: list[str]) -> list[RotaryMatch]:
+        return find_rotary(graph, near_misses)
+
+    def rewrite(self, graph: Graph, found: RotaryMatch) -> str:
+        return fuse_rotary(graph, found)
+
+    def finish(self, graph: Graph) -> None:
+        finish(graph)
+
+
 def fuse_rotary_pass(model: ModelView, options: PassOptions, name: str) -> list[str]:
-    changes = []
-    for graph in model.graphs():
-        near_misses: list[str] = []
-        matches = find_rotary(graph, near_misses)
-        for message in near_misses:
-            options.note(name, message)
-        for match in matches:
-            changes.append(fuse_rotary(graph, match))
-        if matches:
-            finish(graph)
-    if changes:
-        model.prune_buffers()
-    return changes
+    return run_fusion(model, options, RotaryFusion(), name)
