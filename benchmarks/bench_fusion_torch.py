@@ -172,6 +172,74 @@ def measure(
     return rows
 
 
+# --profile: each fusion on its own (after cleanup), to see which one moves
+# the time; "all" is the default pipeline.
+PROFILE_PASSES = {
+    "norms": ["cleanup", "fuse_layer_norm", "fuse_rms_norm"],
+    "rotary": ["cleanup", "fuse_rotary"],
+    "attention": ["cleanup", "fuse_attention"],
+    "all": None,
+}
+
+
+def profile(
+    models: Path, entry: dict[str, Any], rounds: int, batch_seconds: float
+) -> dict[str, Any]:
+    """1-thread medians of the plain model and of each fusion alone."""
+    import fusekit
+
+    plain = (models / entry["model"]).read_bytes()
+    inputs, _ = _inputs(models, entry)
+    variants = {"plain": plain}
+    for name, passes in PROFILE_PASSES.items():
+        blob = fusekit.optimize(plain, passes=passes).model
+        if name == "all" or blob != variants["plain"]:
+            variants[name] = blob
+    prepared = {
+        v: _prepare(
+            suite.plain_interpreter(blob, 1, "litert")
+            if v == "plain"
+            else fusekit.Interpreter(model_content=blob, runtime="litert", num_threads=1),
+            inputs,
+        )
+        for v, blob in variants.items()
+    }
+    timings = suite.time_interleaved(
+        {v: p.invoke for v, p in prepared.items()}, rounds, batch_seconds
+    )
+    family, seq = entry["name"].removeprefix("bench_").rsplit("_s", 1)
+    row = {
+        "family": family,
+        "seq": int(seq),
+        "median_ms": {v: tm.median_us / 1e3 for v, tm in timings.items()},
+        "iqr_ms": {v: tm.iqr_us / 1e3 for v, tm in timings.items()},
+    }
+    print(f"profile {family} S={seq}: {row['median_ms']}", flush=True)
+    return row
+
+
+def profile_lines(rows: list[dict[str, Any]]) -> list[str]:
+    names = ["plain", *PROFILE_PASSES]
+    lines = [
+        "",
+        "Where the time goes (`--profile`): 1 thread, each fusion alone after cleanup (one "
+        "interleaved run per model; median ms, IQR in brackets, plain / variant in bold):",
+        "",
+        "| model | S | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for r in rows:
+        m, q = r["median_ms"], r["iqr_ms"]
+        cells = [
+            f"{m[n]:.1f} ({q[n]:.1f})" + ("" if n == "plain" else f" **{m['plain'] / m[n]:.2f}x**")
+            if n in m
+            else "-"
+            for n in names
+        ]
+        lines.append(f"| {r['family']} | {r['seq']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def section(payload: dict[str, Any]) -> list[str]:
     """The fusion.md section of these rows (its heading first)."""
     lines = [
@@ -203,6 +271,8 @@ def section(payload: dict[str, Any]) -> list[str]:
             f"({q['optimized']:.2f}) | {speedup:.2f}x | {met} | {r['max_abs_diff']:.1e} "
             f"({r['max_abs_diff_vs_torch']:.1e}) |"
         )
+    if payload.get("profile"):
+        lines += profile_lines(payload["profile"])
     lines += ["", "![PyTorch models: plain TFLite vs fusekit optimize](fusion_torch.png)"]
     return lines
 
@@ -252,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         "--torch-python", type=Path, default=ROOT / ".venv-torch" / "bin" / "python"
     )
     parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument(
+        "--profile", action="store_true", help="also time each fusion alone (1 thread)"
+    )
     args = parser.parse_args(argv)
     seqs = [int(s) for s in args.seqs.split(",")]
     threads = [int(t) for t in args.threads.split(",")]
@@ -263,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         for family in FAMILIES:
             entry = entries[f"bench_{family}_s{seq}"]
             results += measure(args.models, entry, threads, args.rounds, 0.5)
+    profiled = []
+    if args.profile:
+        for seq in seqs:
+            for family in FAMILIES:
+                profiled.append(profile(args.models, entries[f"bench_{family}_s{seq}"], 5, 0.5))
     descriptions = {
         f: entries[f"bench_{f}_s{seqs[0]}"]["description"].rsplit(", S=", 1)[0] for f in FAMILIES
     }
@@ -275,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "Hugging Face models, random weights (seed "
         f"{manifest['seed']}), batch 1; " + "; ".join(f"{f}: {d}" for f, d in descriptions.items()),
         "results": results,
+        "profile": profiled,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fusion_torch.json").write_text(json.dumps(payload, indent=2))
