@@ -19,6 +19,11 @@ Run it in the torch environment (``scripts/setup_torch.sh``)::
     .venv-torch/bin/python scripts/export_torch_models.py [--out DIR] [--only NAME ...]
 
 The test suite only reads the committed files; it never imports torch.
+
+``--bench 512,2048 --out build/torch_bench`` exports instead the models
+``benchmarks/bench_fusion_torch.py`` times (Hugging Face Llama and BERT at
+the keras-hub benchmark's sizes, one model per sequence length); they are
+too large to commit and that benchmark exports them when they are missing.
 """
 
 from __future__ import annotations
