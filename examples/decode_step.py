@@ -9,7 +9,7 @@ TFLite converter.  Random weights from a config (no downloads).
 
 The optimized step fuses the norms, rotary embeddings and the attention over
 the cache (grouped-query: 8 query heads over 2 kv heads), and reads the
-per-layer cache blocks with SLICE instead of STRIDED_SLICE.  The script
+per-layer cache blocks with GATHER_ND instead of 6-D STRIDED_SLICEs.  The script
 prints what was fused, the largest output difference and tokens/s.
 """
 

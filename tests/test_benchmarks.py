@@ -163,3 +163,15 @@ def test_fusion_benchmark_quick_run(tmp_path):
     for row in rows.values():
         assert row["max_abs_diff"] < 1e-4, row
         assert row["median_ms"]["plain"] > 0 and row["median_ms"]["optimized"] > 0
+
+
+def test_generate_benchmark_quick_run(tmp_path):
+    payload = run_quick("bench_generate.py", tmp_path, "generate.json", "generate.md")
+    (row,) = payload["results"]
+    assert row["fused"] == {
+        "CUSTOM:fusekit_attention": 2,
+        "CUSTOM:fusekit_rms_norm": 5,
+        "CUSTOM:fusekit_rotary_embedding": 4,
+    }
+    assert row["max_abs_diff"] < 1e-4
+    assert all(row["median_ms"][v] > 0 for v in ("plain", "optimized", "floor"))

@@ -18,6 +18,11 @@ from fusekit.passes.graph import OP, OPTIONS, Graph
 
 # The largest rank SLICE and STRIDED_SLICE load with on every runtime.
 MAX_RANK = 5
+_T = schema.TensorType
+# Element types SLICE and GATHER_ND take on every runtime (tflite-runtime
+# 2.14 included).
+SLICE_TYPES = frozenset((_T.FLOAT32, _T.INT8, _T.UINT8, _T.INT16, _T.INT32, _T.INT64, _T.BOOL))
+GATHER_TYPES = SLICE_TYPES - {_T.BOOL}
 
 
 def _bounds(graph: Graph, op: schema.OperatorT) -> tuple[list[int], list[int]] | None:
@@ -120,6 +125,32 @@ def _merged(dims: list[int], starts: list[int], sizes: list[int]):
     return (view, begin, size) if len(view) <= MAX_RANK else None
 
 
+def _point_prefix(dims: list[int], starts: list[int], sizes: list[int]) -> int | None:
+    """k when the slice takes one index on each of the first k axes and
+    every later axis whole (a GATHER_ND of one point); None otherwise."""
+    if any(d < 0 for d in dims):
+        return None
+    k = len(dims)
+    while k > 0 and starts[k - 1] == 0 and sizes[k - 1] == dims[k - 1]:
+        k -= 1
+    if k == 0 or any(size != 1 for size in sizes[:k]):
+        return None
+    return k
+
+
+def _gather_point(graph: Graph, source: int, starts: list[int], k: int, output: int) -> int:
+    """GATHER_ND(source, [starts[:k]]) -> [1, *dims[k:]], into ``output``
+    when that is its shape, else into a new tensor (returned)."""
+    dims = graph.signature(source)
+    shape = [1, *dims[k:]]
+    out = output if graph.signature(output) == shape else graph.like(output, shape, "/gathered")
+    indices = graph.add_constant(np.array([starts[:k]], np.int32), graph.name(output) + "/indices")
+    graph.add_op(
+        OP.GATHER_ND, [source, indices], [out], OPTIONS.GatherNdOptions, schema.GatherNdOptionsT()
+    )
+    return out
+
+
 def _reshape(graph: Graph, source: int, shape: list[int], output: int | None = None) -> int:
     if output is None:
         output = graph.like(source, shape, f"/as{len(shape)}d")
@@ -154,6 +185,20 @@ def strided_slices_as_slices(graph: Graph) -> int:
             if graph.replace_tensor(output, source):
                 graph.remove_op(op)
                 done += 1
+            continue
+        element = graph.tensor(source).type
+        if element not in SLICE_TYPES or 0 in sizes:
+            # An empty result is left as the converter wrote it.
+            continue
+        point = _point_prefix(dims, starts, sizes) if len(dims) > MAX_RANK else None
+        if element not in GATHER_TYPES:
+            point = None
+        if point is not None:
+            graph.remove_op(op)
+            gathered = _gather_point(graph, source, starts, point, output)
+            if gathered != output:
+                _reshape(graph, gathered, out_dims, output)
+            done += 1
             continue
         if len(dims) > MAX_RANK:
             merged = _merged(dims, starts, sizes)

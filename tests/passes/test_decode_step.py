@@ -49,14 +49,16 @@ def test_decode_step_fuses_attention_over_the_cache(decode_step):
 
 
 def test_strided_slices_become_slices():
-    """Unit strides with begin/end masks, negative bounds, shrunk axes and
-    a rank-6 input (sliced over a merged view) become SLICE (+ RESHAPE);
-    a stride of 2 stays; the values are the same bits."""
+    """Unit strides with begin/end masks, negative bounds and shrunk axes
+    become SLICE (+ RESHAPE); of a rank-6 input, one point of the leading
+    axes is a GATHER_ND and another slice is taken over a merged view; a
+    stride of 2 stays; the values are the same bits."""
 
     @tf.function
     def slices(x, y):
         return [
-            x[:, 1],  # rank 6, one axis shrunk: a rank-2 view of x
+            x[:, 1],  # rank 6, one point of the leading axes: GATHER_ND
+            x[:, 1:3, :, 2:4],  # rank 6: a slice of a rank-3 view of x
             x[0, :, 1:, -3:-1],  # shrink, begin, negative bounds
             y[..., 1:3],  # ellipsis: the converter spells it out
             y[:, ::2],  # stride 2: left alone
@@ -68,6 +70,7 @@ def test_strided_slices_become_slices():
     result = optimize_twice(original, ["cleanup"])
     counts = fusekit.passes.ModelView(result.model).op_counts()
     assert counts.get("STRIDED_SLICE") == 1, counts
+    assert counts.get("GATHER_ND") == 1, counts
     assert counts.get("SLICE", 0) >= 4, counts
     rng = np.random.default_rng(0)
     runs = [[rng.standard_normal(s.shape).astype(np.float32) for s in specs]]

@@ -243,3 +243,29 @@ def test_softmax_of_two_activations_is_never_left_silently():
     result = fusekit.optimize(original, passes=["fuse_attention"])
     (note,) = result.report.line("fuse_attention").notes
     assert "a matmul of two activations, but not in a form of attention" in note
+
+
+def test_constant_additive_masks_become_keep_masks():
+    """An additive constant mask of 0 and -inf (torch's causal mask) is the
+    causal band: causal=True, no mask tensor; the same mask scaled down
+    after it is added leaves -10 for masked keys, which is no mask: a note."""
+    band = np.where(np.tril(np.ones((16, 16), bool)), 0.0, -np.inf).astype(np.float32)
+    soft = np.where(np.tril(np.ones((16, 16), bool)), 0.0, -1e4).astype(np.float32)
+
+    @tf.function
+    def masked(q, k, v):
+        qh, kh, vh = (tf.transpose(t, [0, 2, 1, 3]) for t in (q, k, v))
+        scores = tf.matmul(qh, kh, transpose_b=True)
+        own = tf.matmul(qh * 2.0, kh, transpose_b=True)
+        a = tf.matmul(tf.nn.softmax(scores * 0.35 + band), vh)
+        b = tf.matmul(tf.nn.softmax((own + soft) * 1e-3), vh)
+        return [tf.transpose(t, [0, 2, 1, 3]) for t in (a, b)]
+
+    original = convert_function(masked, *[tf.TensorSpec([2, 16, 4, 8])] * 3)
+    result = optimize_twice(original, ["fuse_attention"])
+    line = result.report.line("fuse_attention")
+    (fused,) = line.changes
+    assert "causal=True" in fused and "no mask" in fused, fused
+    (note,) = line.notes
+    assert "masked scores set to -10:" in note, note
+    assert_same_outputs(original, result.model)

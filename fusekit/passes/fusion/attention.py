@@ -63,7 +63,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.passes.fusion import attention_operands as operands
 from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
-from fusekit.passes.fusion.pattern import NearMiss, only_reader
+from fusekit.passes.fusion.pattern import Capture, NearMiss, Op, match, only_reader
 from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
 from fusekit.passes.graph import OP, Graph
 
@@ -147,6 +147,26 @@ def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float]
     return None
 
 
+# [B, S, Hkv*G, D] = RESHAPE(TILE or BROADCAST_TO(src as [B, S, Hkv, 1, D])).
+_REPEAT_AFTER_HEADS = Op(
+    OP.RESHAPE,
+    Op(
+        (OP.TILE, OP.BROADCAST_TO),
+        Op((OP.RESHAPE, OP.EXPAND_DIMS), Capture("source"), name="split"),
+        name="repeat",
+    ),
+)
+# [B, Hkv, G*Sq, D] = RESHAPE(TRANSPOSE(RESHAPE(q, [B, Sq, Hkv, G, D]), [0, 2, 3, 1, 4])).
+_GROUPED_Q = Op(
+    OP.RESHAPE,
+    Op(
+        OP.TRANSPOSE,
+        Op(OP.RESHAPE, Capture("scaled_q"), name="split"),
+        where=lambda graph, op: graph.perm_of(op) == [0, 2, 3, 1, 4],
+    ),
+)
+
+
 def _unrepeat(graph: Graph, tensor: int) -> tuple[int, list[int] | None]:
     """The kv heads before a grouped-query repeat: (src, None) for src
     [B,S,Hkv,D] when ``tensor`` [B,S,Hkv*G,D] is RESHAPE of TILE(src as
@@ -155,16 +175,10 @@ def _unrepeat(graph: Graph, tensor: int) -> tuple[int, list[int] | None]:
     src has another shape of those elements (a projection's [B,S,Hkv*D])
     and needs a reshape; (``tensor``, None) otherwise."""
     unchanged = tensor, None
-    merge = graph.producer(tensor)
-    if merge is None or graph.builtin(merge) != OP.RESHAPE:
+    found = match(graph, _REPEAT_AFTER_HEADS, tensor)
+    if found is None:
         return unchanged
-    repeat = graph.producer(int(merge.inputs[0]))
-    if repeat is None or graph.builtin(repeat) not in (OP.TILE, OP.BROADCAST_TO):
-        return unchanged
-    split = graph.producer(int(repeat.inputs[0]))
-    if split is None or graph.builtin(split) not in (OP.RESHAPE, OP.EXPAND_DIMS):
-        return unchanged
-    source = int(split.inputs[0])
+    source, split, repeat = found["source"], found.op("split"), found.op("repeat")
     mid, rep_shape, out = (
         graph.signature(t) for t in (int(split.outputs[0]), int(repeat.outputs[0]), tensor)
     )
@@ -282,15 +296,10 @@ def _grouped_q(graph: Graph, tensor: int, _perm: list[int]) -> tuple[int, float]
     """(q [B,Sq,H,D], scale) when ``tensor`` [B,Hkv,G*Sq,D] is
     RESHAPE(TRANSPOSE(RESHAPE(q * scale, [B,Sq,Hkv,G,D]), [0,2,3,1,4])):
     query head h = hkv * G + g, the kernel's grouping."""
-    flat = graph.producer(tensor)
-    if flat is None or graph.builtin(flat) != OP.RESHAPE:
+    found = match(graph, _GROUPED_Q, tensor)
+    if found is None:
         return None
-    moved = graph.producer(int(flat.inputs[0]))
-    if moved is None or graph.perm_of(moved) != [0, 2, 3, 1, 4]:
-        return None
-    split = graph.producer(int(moved.inputs[0]))
-    if split is None or graph.builtin(split) != OP.RESHAPE:
-        return None
+    split = found.op("split")
     q, scale = unscaled(graph, int(split.inputs[0]))
     q_shape, five = graph.signature(q), graph.signature(int(split.outputs[0]))
     if len(q_shape) != 4 or len(five) != 5 or any(d <= 0 for d in five[1:]):
@@ -552,16 +561,23 @@ def _take_bias(
     if scores.stage == _SELECT and scores.grouped:
         return tensor, _miss("grouped_bias", "a bias besides a mask in the grouped form")
     folded = _constant_mask(graph, mask)
-    if folded is not None and not scores.grouped and scores.stage < _SELECT:
+    if (
+        folded is not None
+        and not scores.grouped
+        and scores.stage < _SELECT
+        and match.scale > 0.0
+        and _broadcasts(list(folded.shape), scores.shape)
+    ):
         # A constant mask of 0 and one fill value (torch's unfolded
-        # SELECT_V2(causal, 0, -inf)) is a constant keep-mask.
+        # SELECT_V2(causal, 0, -inf)) is a constant keep-mask; the fill the
+        # softmax sees is scaled by what multiplies the scores after it.
         values = np.unique(folded)
         fill = float(values.min())
         if values.size == 2 and values.max() == 0.0 and fill < 0.0:
             reason = _constant_keep(folded == 0.0, scores.shape[-2], scores.shape[-1], match)
             if reason:
                 return tensor, _miss("constant_mask", reason)
-            scores.constant_fill = fill
+            scores.constant_fill = fill * match.scale
             return tensor, None
     match.mask_reshape = _mask_shape(shape, scores.shape)
     if (

@@ -49,6 +49,10 @@ class Captures(dict):
     def op(self, name: str) -> Operator:
         return self.ops[name]
 
+    def __bool__(self) -> bool:
+        # A match that captured nothing is still a match (``if match(...)``).
+        return True
+
     def _snapshot(self) -> tuple[dict, dict, int]:
         return dict(self), dict(self.ops), len(self.matched)
 
