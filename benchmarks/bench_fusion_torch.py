@@ -5,6 +5,7 @@ TFLite against the same model after ``fusekit.optimize``.
 
     .venv/bin/python benchmarks/bench_fusion_torch.py             # S=512 and 2048
     .venv/bin/python benchmarks/bench_fusion_torch.py --seqs 512 --threads 1
+    .venv/bin/python benchmarks/bench_fusion_torch.py --quick   # committed S=16 fixtures
 
 The models come from ``scripts/export_torch_models.py --bench`` (random
 seeded weights, nothing downloaded), which needs the torch environment
@@ -32,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,8 @@ SECTION = "## PyTorch models exported with litert-torch"
 # The issue's targets for these rows (1 thread): not slower at S=512, at
 # least 1.3x at S=2048.
 TARGETS = {512: 1.0, 2048: 1.3}
+# The sequence length of the committed fixtures --quick runs.
+SEQ_QUICK = 16
 
 
 def export_command(models: Path, seqs: list[int], python: str) -> list[str]:
@@ -113,7 +117,11 @@ def _prepare(interp: Any, inputs: dict[str, np.ndarray]) -> suite.Prepared:
 
 
 def measure(
-    models: Path, entry: dict[str, Any], threads: list[int], rounds: int, batch_seconds: float
+    models: Path,
+    entry: dict[str, Any],
+    threads: list[int],
+    rounds: int,
+    batch_seconds: float,
 ) -> list[dict[str, Any]]:
     """Rows of one model: per thread count, medians, spread and diffs."""
     import fusekit
@@ -128,7 +136,7 @@ def measure(
     notes = [n for line in result.report.passes for n in line.notes]
     models_by_variant = {"plain": plain, "optimized": result.model}
     inputs, torch_out = _inputs(models, entry)
-    family, seq = entry["name"].removeprefix("bench_").rsplit("_s", 1)
+    family, seq = entry["family"], entry["seq"]
     rows = []
     for t in threads:
         prepared = {
@@ -207,7 +215,7 @@ def profile(
     timings = suite.time_interleaved(
         {v: p.invoke for v, p in prepared.items()}, rounds, batch_seconds
     )
-    family, seq = entry["name"].removeprefix("bench_").rsplit("_s", 1)
+    family, seq = entry["family"], entry["seq"]
     row = {
         "family": family,
         "seq": int(seq),
@@ -288,8 +296,6 @@ def _chart(path: Path, results: list[dict[str, Any]]) -> None:
     names = {"plain": "plain TFLite", "optimized": "fusekit optimize"}
     # Bars of S=2048 would flatten those of S=512: milliseconds per S=512 row
     # on one chart, S=2048 on another, stacked.
-    import tempfile
-
     import matplotlib.image
 
     panels = []
@@ -317,30 +323,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seqs", default="512,2048")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the small committed fixtures (S=16), 1 thread, one round; --out: a temp folder",
+    )
     parser.add_argument("--models", type=Path, default=ROOT / "build" / "torch_bench")
     parser.add_argument(
         "--torch-python", type=Path, default=ROOT / ".venv-torch" / "bin" / "python"
     )
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--profile", action="store_true", help="also time each fusion alone (1 thread)"
     )
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp()) if args.quick else HERE / "results"
     seqs = [int(s) for s in args.seqs.split(",")]
     threads = [int(t) for t in args.threads.split(",")]
-    entries = ensure_models(args.models, seqs, args.torch_python)
-    manifest = json.loads((args.models / "bench_manifest.json").read_text())
+    if args.quick:
+        # The committed fixtures (S=16): an end-to-end run without torch.
+        seqs, threads, args.rounds, batch_seconds = [SEQ_QUICK], [1], 1, 0.01
+        args.models = ROOT / "tests" / "data" / "torch"
+        manifest = json.loads((args.models / "manifest.json").read_text())
+        found = {e["name"]: e for e in manifest["fixtures"]}
+        entries = {f"bench_{f}_s{SEQ_QUICK}": found[f] for f in FAMILIES}
+    else:
+        batch_seconds = 0.5
+        entries = ensure_models(args.models, seqs, args.torch_python)
+        manifest = json.loads((args.models / "bench_manifest.json").read_text())
+    for name, entry in entries.items():
+        family, seq = name.removeprefix("bench_").rsplit("_s", 1)
+        entry.update(family=family, seq=int(seq))
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     results = []
     for seq in seqs:
         for family in FAMILIES:
             entry = entries[f"bench_{family}_s{seq}"]
-            results += measure(args.models, entry, threads, args.rounds, 0.5)
+            results += measure(args.models, entry, threads, args.rounds, batch_seconds)
     profiled = []
     if args.profile:
         for seq in seqs:
             for family in FAMILIES:
-                profiled.append(profile(args.models, entries[f"bench_{family}_s{seq}"], 5, 0.5))
+                entry = entries[f"bench_{family}_s{seq}"]
+                profiled.append(profile(args.models, entry, args.rounds, batch_seconds))
     descriptions = {
         f: entries[f"bench_{f}_s{seqs[0]}"]["description"].rsplit(", S=", 1)[0] for f in FAMILIES
     }
