@@ -44,6 +44,8 @@ import numpy as np  # noqa: E402
 import suite  # noqa: E402
 
 VARIANTS = ("plain", "optimized")
+# The heading of fusion.md's second section, written by bench_fusion_torch.py.
+TORCH_SECTION = "## PyTorch models exported with litert-torch"
 
 
 def build(family: str, seq: int) -> tuple[bytes, list[np.ndarray]]:
@@ -95,7 +97,10 @@ def write(out: Path, payload: dict[str, Any]) -> None:
             f"{m['optimized']:.2f} ms | {m['plain'] / m['optimized']:.2f}x | "
             f"{p['plain']:.0f} / {p['optimized']:.0f} | {r['max_abs_diff']:.1e} |"
         )
-    (out / "fusion.md").write_text("\n".join(lines) + "\n")
+    # The PyTorch models' section (bench_fusion_torch.py) stays below the table.
+    md = out / "fusion.md"
+    kept = md.read_text().partition(TORCH_SECTION)[1:] if md.exists() else ("", "")
+    md.write_text("\n".join(lines) + "\n" + ("\n" + "".join(kept) if kept[0] else ""))
     _chart(out / "fusion.png", payload["results"])
 
 

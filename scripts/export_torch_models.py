@@ -19,6 +19,11 @@ Run it in the torch environment (``scripts/setup_torch.sh``)::
     .venv-torch/bin/python scripts/export_torch_models.py [--out DIR] [--only NAME ...]
 
 The test suite only reads the committed files; it never imports torch.
+
+``--bench 512,2048 --out build/torch_bench`` exports instead the models
+``benchmarks/bench_fusion_torch.py`` times (Hugging Face Llama and BERT at
+the keras-hub benchmark's sizes, one model per sequence length); they are
+too large to commit and that benchmark exports them when they are missing.
 """
 
 from __future__ import annotations
@@ -471,6 +476,90 @@ FIXTURES: list[Fixture] = [
 
 
 # --------------------------------------------------------------------------
+# Benchmark models (--bench): Hugging Face Llama and BERT at the keras-hub
+# benchmark's sizes (benchmarks/bench_fusion.py: 4 layers, hidden 256, 4
+# query heads, intermediate 4 x hidden, vocabulary 1000) and a long sequence.
+# Not fixtures: they are too large to commit and only the benchmark reads them.
+
+BENCH_HIDDEN, BENCH_HEADS, BENCH_LAYERS, BENCH_VOCAB = 256, 4, 4, 1000
+
+
+def _bench_ids(seq: int) -> torch.Tensor:
+    return torch.randint(0, BENCH_VOCAB, (1, seq), dtype=torch.int32)
+
+
+def _bench_llama(seq: int) -> Callable[[], list[Signature]]:
+    def build() -> list[Signature]:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        _seed()
+        config = LlamaConfig(
+            vocab_size=BENCH_VOCAB,
+            hidden_size=BENCH_HIDDEN,
+            intermediate_size=4 * BENCH_HIDDEN,
+            num_hidden_layers=BENCH_LAYERS,
+            num_attention_heads=BENCH_HEADS,
+            num_key_value_heads=BENCH_HEADS // 2,
+            max_position_embeddings=seq,
+            rms_norm_eps=1e-6,
+            attn_implementation="sdpa",
+        )
+        model = _randomize(LlamaForCausalLM(config))
+        return [Signature("serving_default", _LogitsOnly(model).eval(), args=(_bench_ids(seq),))]
+
+    return build
+
+
+def _bench_bert(seq: int) -> Callable[[], list[Signature]]:
+    def build() -> list[Signature]:
+        from transformers import BertConfig, BertModel
+
+        _seed()
+        config = BertConfig(
+            vocab_size=BENCH_VOCAB,
+            hidden_size=BENCH_HIDDEN,
+            intermediate_size=4 * BENCH_HIDDEN,
+            num_hidden_layers=BENCH_LAYERS,
+            num_attention_heads=BENCH_HEADS,
+            max_position_embeddings=seq,
+            attn_implementation="sdpa",
+        )
+        model = _randomize(BertModel(config, add_pooling_layer=False))
+        # The last eighth padded, as in the keras-hub rows.
+        mask = torch.ones(1, seq, dtype=torch.int32)
+        mask[:, seq - seq // 8 :] = 0
+        signature = Signature(
+            "serving_default", _HiddenWithMask(model).eval(), args=(_bench_ids(seq), mask)
+        )
+        return [signature]
+
+    return build
+
+
+def bench_fixtures(seq: int) -> list[Fixture]:
+    """Hugging Face Llama and BERT at sequence length ``seq``."""
+    layers = BENCH_LAYERS
+    return [
+        Fixture(
+            f"bench_hf_llama_s{seq}",
+            f"LlamaForCausalLM: hidden {BENCH_HIDDEN}, {layers} layers, "
+            f"{BENCH_HEADS}/{BENCH_HEADS // 2} heads (grouped-query), intermediate "
+            f"{4 * BENCH_HIDDEN}, vocabulary {BENCH_VOCAB}, causal, logits out, S={seq}",
+            _bench_llama(seq),
+            {"rms_norm": 2 * layers + 1, "attention": layers, "rotary": 2 * layers},
+        ),
+        Fixture(
+            f"bench_hf_bert_s{seq}",
+            f"BertModel: hidden {BENCH_HIDDEN}, {layers} layers, {BENCH_HEADS} heads, "
+            f"intermediate {4 * BENCH_HIDDEN}, vocabulary {BENCH_VOCAB}, padding mask input "
+            f"(last eighth padded), last hidden state out, S={seq}",
+            _bench_bert(seq),
+            {"layer_norm": 2 * layers + 1, "attention": layers},
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------
 # Export and record
 
 
@@ -603,6 +692,29 @@ def _versions() -> dict[str, str]:
     }
 
 
+def _export_bench(seqs: list[int], out: Path) -> int:
+    """Exports the benchmark models into ``out``; their entries (same form
+    as the fixtures') go to ``out/bench_manifest.json``, merged with the
+    entries already there."""
+    path = out / "bench_manifest.json"
+    entries = {}
+    if path.exists():
+        entries = {e["name"]: e for e in json.loads(path.read_text())["fixtures"]}
+    for seq in seqs:
+        for fixture in bench_fixtures(seq):
+            print(f"exporting {fixture.name}", file=sys.stderr, flush=True)
+            entries[fixture.name] = export(fixture, out)
+            worst = max(
+                entries[fixture.name]["signatures"][0]["tflite_vs_torch_max_abs_diff"].values()
+            )
+            print(
+                f"  {fixture.name}: max |tflite - torch| = {worst:.3g}", file=sys.stderr, flush=True
+            )
+            manifest = {"seed": SEED, "versions": _versions(), "fixtures": list(entries.values())}
+            path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -615,8 +727,17 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         help="export only these fixtures (manifest entries of the others are kept)",
     )
+    parser.add_argument(
+        "--bench",
+        metavar="SEQS",
+        help="instead of the fixtures, export the benchmark models (Hugging Face Llama and "
+        "BERT at benchmark sizes) at these comma-separated sequence lengths into --out, "
+        "with bench_manifest.json",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.bench:
+        return _export_bench([int(s) for s in args.bench.split(",")], args.out)
     manifest_path = args.out / "manifest.json"
     old = {}
     if args.only and manifest_path.exists():

@@ -42,14 +42,15 @@ class Job:
     shapes (resize_tensor_input + allocate_tensors), feeds them in the order
     of the model's input details and invokes.  With ``signature=True`` each
     run is a dict of the default signature's inputs by name, run through its
-    signature runner, and its outputs come back by name."""
+    signature runner, and its outputs come back by name; a string names
+    the signature to run instead (multi-signature models)."""
 
     model: bytes
     runs: list[list[np.ndarray]] | list[dict[str, np.ndarray]]
     mode: str = "delegate"  # or "registerer" (InterpreterWithCustomOps)
     num_threads: int = 1
     plugins: list[str] = field(default_factory=list)
-    signature: bool = False
+    signature: bool | str = False
 
 
 @dataclass
@@ -81,7 +82,7 @@ def run_in_process(runtime: str, job: Job) -> Outcome:
                 num_threads=job.num_threads,
                 plugins=job.plugins,
             )
-        invoke = run_signature if job.signature else feed_and_invoke
+        invoke = invoker(job.signature)
         return Outcome(outputs=[invoke(interp, run) for run in job.runs])
     except Exception as exc:  # noqa: BLE001 - the message is what tests check
         return Outcome(error=f"{type(exc).__name__}: {exc}")
@@ -112,10 +113,22 @@ def feed_and_invoke(interp, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
 
 
-def run_signature(interp, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One run of the default signature: inputs and outputs by name."""
-    outputs = interp.get_signature_runner()(**inputs)
+def run_signature(
+    interp, inputs: dict[str, np.ndarray], key: str | None = None
+) -> dict[str, np.ndarray]:
+    """One run of the default signature (or ``key``): inputs and outputs by name."""
+    runner = interp.get_signature_runner(key) if key else interp.get_signature_runner()
+    outputs = runner(**inputs)
     return {name: np.array(value) for name, value in outputs.items()}
+
+
+def invoker(signature: bool | str):
+    """How a job's runs are invoked: fed in input order, or through the
+    default signature (True) or the one named."""
+    if not signature:
+        return feed_and_invoke
+    key = signature if isinstance(signature, str) else None
+    return lambda interp, inputs: run_signature(interp, inputs, key)
 
 
 def pack_runs(runs, tag: str) -> dict[str, np.ndarray]:

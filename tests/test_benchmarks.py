@@ -203,3 +203,49 @@ def test_lifetimes_benchmark_reports_every_kernel_on_every_runtime(tmp_path):
     }
     assert [r for r in rows if r["error"]] == []
     assert payload["budget_mib"] > 0 and isinstance(payload["over_budget"], list)
+
+
+def test_torch_fusion_benchmark_quick_run(tmp_path):
+    """On the committed Hugging Face Llama and BERT fixtures (no torch
+    needed): every norm, rotary and attention the manifest counts is fused,
+    the outputs agree, and fusion.md gets the PyTorch section."""
+    payload = run_quick(
+        "bench_fusion_torch.py", tmp_path, "fusion_torch.json", "fusion.md", "fusion_torch.png"
+    )
+    rows = {r["family"]: r for r in payload["results"]}
+    assert set(rows) == {"hf_llama", "hf_bert"}
+    op = {"rotary": "fusekit_rotary_embedding"}
+    for row in rows.values():
+        assert row["fused"] == {op.get(k, f"fusekit_{k}"): v for k, v in row["expected"].items()}
+        assert row["max_abs_diff"] < 1e-4 and row["max_abs_diff_vs_torch"] < 1e-4, row
+        assert row["median_ms"]["plain"] > 0 and row["median_ms"]["optimized"] > 0
+    assert "| hf_bert | 16 |" in (tmp_path / "fusion.md").read_text()
+
+
+def test_fusion_benchmarks_share_fusion_md(tmp_path):
+    """bench_fusion.py rewrites its keras-hub table and keeps the PyTorch
+    section below it; bench_fusion_torch.py replaces only that section."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_fusion
+    import bench_fusion_torch
+
+    md = tmp_path / "fusion.md"
+    bench_fusion_torch.write_section(md, [bench_fusion_torch.SECTION, "", "torch table 1"])
+    row = {
+        "family": "bert",
+        "seq": 8,
+        "requested_seq": 8,
+        "threads": 1,
+        "fused": {"CUSTOM:fusekit_attention": 1},
+        "median_ms": {"plain": 2.0, "optimized": 1.0},
+        "peak_mib": {"plain": 1.0, "optimized": 1.0},
+        "max_abs_diff": 0.0,
+    }
+    payload = {"model": "m", "machine": "x", "date": "d", "commit": "c", "results": [row]}
+    bench_fusion.write(tmp_path, payload)
+    text = md.read_text()
+    assert text.index("| bert | 8 |") < text.index(bench_fusion_torch.SECTION)
+    assert "torch table 1" in text
+    bench_fusion_torch.write_section(md, [bench_fusion_torch.SECTION, "", "torch table 2"])
+    text = md.read_text()
+    assert "| bert | 8 |" in text and "torch table 2" in text and "torch table 1" not in text

@@ -17,7 +17,7 @@ import fusekit
 # Shared with the main test process; runtimes.py imports nothing that needs
 # TensorFlow or numpy 2.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtimes import feed_and_invoke, pack_runs, run_signature, unpack_runs  # noqa: E402
+from runtimes import invoker, pack_runs, unpack_runs  # noqa: E402
 
 
 def run(job):
@@ -38,7 +38,7 @@ def run(job):
             num_threads=job["num_threads"],
             plugins=job["plugins"],
         )
-    invoke = run_signature if job["signature"] else feed_and_invoke
+    invoke = invoker(job["signature"])
     np.savez(job["outputs"], **pack_runs([invoke(interp, run) for run in runs], "o"))
 
 

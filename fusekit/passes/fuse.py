@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from flatbuffers import flexbuffers
 
+from fusekit.passes.fusion.norm_notes import note_unfused_norms
 from fusekit.passes.fusion.quantized import BY_FUSE_QUANTIZED, leftover_notes
 from fusekit.passes.fusion.rewrite import (
     fuse_attention_pass,
@@ -32,6 +33,7 @@ def fuse(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]]:
             for attr in missing:
                 options.note(NAME, _WHY_NO_AFFINE[attr].format(op=op))
     changes += fuse_norm_pass(model, options, "rms_norm", NAME)
+    note_unfused_norms(model, options, NAME)
     changes += fuse_rotary_pass(model, options, NAME)
     changes += fuse_attention_pass(model, options, NAME)
     for graph in model.graphs():

@@ -11,6 +11,15 @@ gamma)``, hand-written code ``(x - m) * r * gamma + beta``); it is evaluated
 as a polynomial (fusion/poly.py) and must equal the fused op's formula.
 Every intermediate must be read only inside the match.
 
+The torch lowering (litert-torch) reduces without keep_dims whenever there
+is more than one row: the statistic is then one value per row in row order
+(``[S]`` or ``[1, S]``), combined with other row values and RESHAPEd to x's
+shape with the last dim 1 before it meets x; ``nn.LayerNorm`` reduces over
+axes [0, 2] of a [1, S, D] x (the unit batch changes nothing); and x is read
+under two views ([S, D] and its [1, S, D] reshape).  Such row values are
+evaluated in a "row" space of their own, and a RESHAPE into x's broadcast
+shape moves them to the element space (fusion/views.py).
+
 A group norm is a layer norm's statistics over a grouped view of x: x [B,
 *spatial, C] reshaped to [B, *spatial', G, C/G] (the same positions, the
 channels split into G groups), MEAN over every axis but the batch and group
@@ -25,7 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.fusion import poly
+from fusekit.passes.fusion import poly, views
+from fusekit.passes.fusion.group_norm_nchw import find_nchw_group_norms
+from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
 from fusekit.passes.fusion.quantized import INT_TYPES, QUANTIZED_NORM
 from fusekit.passes.fusion.values import (
     FLOAT32,
@@ -37,9 +48,6 @@ from fusekit.passes.fusion.values import (
     scalar,
 )
 from fusekit.passes.graph import OP, Graph
-
-MAX_REGION_OPS = 64
-_ELEMENTWISE = {OP.ADD, OP.SUB, OP.MUL, OP.NEG, OP.DIV, OP.SQUARE, OP.SQUARED_DIFFERENCE}
 
 
 @dataclass
@@ -60,6 +68,10 @@ class NormMatch:
     # x's (the converter merges the reshape back with the next group norm's
     # reshape in): they are fed the fused op's output, written in x's shape.
     readers: list[schema.OperatorT] = field(default_factory=list)
+    # A channels-first group norm whose result is read channels-first: the
+    # fused op writes channels-last and a TRANSPOSE by this perm writes
+    # ``output`` (fusion/group_norm_nchw.py).
+    transpose_back: list[int] | None = None
 
 
 @dataclass
@@ -71,14 +83,44 @@ class _Anchor:
     epsilon: float
     source: int  # the fused op's x: ``x`` itself, or a group norm's input
     groups: int = 1
+    # x and its same-view reshapes (fusion/views.py), read as x.
+    aliases: frozenset[int] = frozenset()
+    # Per-row values reduced without keep_dims (m, r or s), by symbol.
+    rows: dict[int, str] = field(default_factory=dict)
 
 
-def _mean_of(graph: Graph, tensor: int) -> tuple[schema.OperatorT, int] | None:
-    """(op, x) when ``tensor`` is written by MEAN(x, const axes, keep_dims)."""
+def _mean_of(graph: Graph, tensor: int, rows: bool = False) -> tuple[schema.OperatorT, int] | None:
+    """(op, x) when ``tensor`` is written by MEAN(x, const axes, keep_dims),
+    or with ``rows`` also by a MEAN without keep_dims over exactly x's last
+    axis (one value per row of x, in row order)."""
     op = graph.producer(tensor)
-    if op is None or graph.builtin(op) != OP.MEAN or not keeps_dims(op):
+    if op is None or graph.builtin(op) != OP.MEAN:
         return None
-    return op, int(op.inputs[0])
+    x = int(op.inputs[0])
+    if keeps_dims(op):
+        return op, x
+    if rows and views.is_row_reduction(reduction_axes(graph, op), graph.signature(x)):
+        return op, x
+    return None
+
+
+def _mean_view(graph: Graph, tensor: int) -> tuple[schema.OperatorT, int, int | None] | None:
+    """(op, x, flat) when ``tensor`` is MEAN(x) with keep_dims (flat None),
+    or RESHAPE of ``flat`` = MEAN(x) without keep_dims to x's shape with
+    the last dim 1 (the torch lowering's mean)."""
+    found = _mean_of(graph, tensor)
+    if found is not None:
+        return found[0], found[1], None
+    op = graph.producer(tensor)
+    if op is None or graph.builtin(op) != OP.RESHAPE:
+        return None
+    flat = int(op.inputs[0])
+    found = _mean_of(graph, flat, rows=True)
+    if found is None or keeps_dims(found[0]):
+        return None
+    if not views.keeps_rows(graph.signature(tensor), graph.signature(found[1])):
+        return None
+    return found[0], found[1], flat
 
 
 def _square_of(graph: Graph, tensor: int) -> tuple[int, int] | None:
@@ -93,6 +135,10 @@ def _square_of(graph: Graph, tensor: int) -> tuple[int, int] | None:
         return inputs[0], inputs[1]
     if code == OP.SQUARE or (code == OP.MUL and inputs[0] == inputs[1] and no_activation(op)):
         return inputs[0], -1
+    if code == OP.MUL and no_activation(op) and inputs[1] in views.aliases(graph, inputs[0]):
+        # x times its own reshape: the square, read as the view of the product's shape.
+        out = graph.signature(int(op.outputs[0]))
+        return (inputs[0] if graph.signature(inputs[0]) == out else inputs[1]), -1
     return None
 
 
@@ -104,11 +150,12 @@ def _centered(graph: Graph, tensor: int) -> tuple[int, int] | None:
     return int(op.inputs[0]), int(op.inputs[1])
 
 
-def _statistic(graph: Graph, stat: int, kind: str) -> tuple[int, int | None] | None:
-    """(x, m) when ``stat`` is the layer norm variance of x around its mean
-    m (m = MEAN(x) over the same axes), or (x, None) for an RMS norm's mean
-    of squares."""
-    found = _mean_of(graph, stat)
+def _statistic(graph: Graph, stat: int, kind: str) -> tuple[int, int | None, int | None] | None:
+    """(x, m, flat) when ``stat`` is the layer norm variance of x around its
+    mean m (m = MEAN(x) over the same axes; ``flat`` its per-row form when
+    m is a reshape of it), or (x, None, None) for an RMS norm's mean of
+    squares."""
+    found = _mean_of(graph, stat, rows=True)
     if found is None:
         return None
     mean_op, squared = found
@@ -117,18 +164,31 @@ def _statistic(graph: Graph, stat: int, kind: str) -> tuple[int, int | None] | N
         return None
     a, b = square
     if kind == "rms_norm":
-        return (a, None) if b < 0 else None
+        return (a, None, None) if b < 0 else None
     if b < 0:
         centered = _centered(graph, a)
         if centered is None:
             return None
         a, b = centered
     for x, m in ((a, b), (b, a)):
-        inner = _mean_of(graph, m)
+        inner = _mean_view(graph, m)
         if inner is not None and inner[1] == x:
             if reduction_axes(graph, inner[0]) == reduction_axes(graph, mean_op):
-                return x, m
+                return x, m, inner[2]
     return None
+
+
+def _stat_sum(graph: Graph, tensor: int) -> tuple[schema.OperatorT, int | None]:
+    """(ADD op, the row value it was reshaped from) for the operand of
+    RSQRT/SQRT: ADD(stat, eps) itself (None), or a RESHAPE of a per-row
+    ADD to x's shape with the last dim 1 (the torch lowering)."""
+    op = graph.producer(tensor)
+    if op is not None and graph.builtin(op) == OP.RESHAPE:
+        flat = int(op.inputs[0])
+        inner = graph.producer(flat)
+        if inner is not None and graph.builtin(inner) == OP.ADD:
+            return inner, flat
+    return op, None
 
 
 def _grouping(graph: Graph, x: int, axes: list[int] | None) -> tuple[int, int] | None:
@@ -166,7 +226,7 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
     for op in graph.ops:
         if graph.builtin(op) not in (OP.RSQRT, OP.SQRT):
             continue
-        add = graph.producer(int(op.inputs[0]))
+        add, summed = _stat_sum(graph, int(op.inputs[0]))
         if add is None or graph.builtin(add) != OP.ADD or not no_activation(add):
             continue
         for stat, eps in (
@@ -176,22 +236,32 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
             found = _statistic(graph, stat, kind)
             if found is None:
                 continue
-            x, m = found
+            x, m, flat_mean = found
             where = graph.name(int(op.outputs[0]))
             label = kind.replace("_", " ")
-            axes = reduction_axes(graph, graph.producer(stat))
-            rank = len(graph.signature(x))
+            stat_op = graph.producer(stat)
+            axes = reduction_axes(graph, stat_op)
+            x_shape = graph.signature(x)
+            rank = len(x_shape)
             grouping = _grouping(graph, x, axes) if m is not None else None
             source, groups = grouping if grouping is not None else (x, 1)
             if kind == "group_norm" and grouping is None:
                 break  # not grouped: the layer norm pass reports it
-            if kind == "layer_norm" and grouping is not None and axes != [rank - 1]:
+            row_wise = views.is_row_reduction(axes, x_shape)
+            if not keeps_dims(stat_op) and not row_wise:
+                break  # a MEAN without keep_dims over other axes: not a row statistic
+            if summed is not None and not views.keeps_rows(
+                graph.signature(int(op.inputs[0])), x_shape
+            ):
+                break  # the per-row sum is reshaped into another layout than x's rows
+            if kind == "layer_norm" and grouping is not None and not row_wise:
                 break  # fuse_group_norm's to fuse or report
-            if kind != "group_norm" and axes != [rank - 1]:
+            if kind != "group_norm" and not row_wise:
                 shown = axes[0] if axes is not None and len(axes) == 1 else axes
                 near_misses.append(
                     f"{label} at {where!r}: MEAN over axis {shown} "
-                    f"of a rank-{rank} tensor (the kernel normalizes the last axis)"
+                    f"of a rank-{rank} tensor (the kernel normalizes the last axis); "
+                    "advice: keep the normalized axis last (channels last)"
                 )
                 break
             if graph.tensor(x).type in INT_TYPES:
@@ -200,14 +270,26 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
             epsilon = scalar(graph, eps)
             if epsilon is None or not epsilon >= 0.0 or epsilon == float("inf"):
                 near_misses.append(
-                    f"{label} at {where!r}: epsilon is not a finite scalar constant >= 0"
+                    f"{label} at {where!r}: epsilon is not a finite scalar constant >= 0; "
+                    "advice: use a constant epsilon"
                 )
                 break
             if graph.tensor(source).type != FLOAT32 or graph.signature(source)[-1] <= 0:
-                near_misses.append(f"{label} at {where!r}: x is not float32 with a static last dim")
+                near_misses.append(
+                    f"{label} at {where!r}: x is not float32 with a static last dim; "
+                    "advice: fuse the float32 model (quantize afterwards) with a fixed hidden size"
+                )
                 break
             root_is_sqrt = graph.builtin(op) == OP.SQRT
-            anchors.append(_Anchor(x, m, int(op.outputs[0]), root_is_sqrt, epsilon, source, groups))
+            root = int(op.outputs[0])
+            rows: dict[int, str] = {}
+            if flat_mean is not None:
+                rows[flat_mean] = "m"
+            if summed is None and not keeps_dims(stat_op):
+                # RSQRT of the per-row sum: r itself is a row value.
+                rows[root] = "s" if root_is_sqrt else "r"
+            same = frozenset(views.aliases(graph, x)) if grouping is None else frozenset({x})
+            anchors.append(_Anchor(x, m, root, root_is_sqrt, epsilon, source, groups, same, rows))
             break
     return anchors
 
@@ -229,105 +311,91 @@ def _broadcasts_into(shape: list[int], x_shape: list[int]) -> bool:
     """A shape of x's rank whose every dim is x's or 1: a value defined per
     element of x that the symbols (x per element, m and r per row, constants
     per channel) describe."""
-    return len(shape) == len(x_shape) and all(
-        d in (xd, 1) for d, xd in zip(shape, x_shape, strict=True)
-    )
+    return views.broadcasts_into(shape, x_shape)
 
 
-def _evaluate(graph: Graph, op: schema.OperatorT, args: list[poly.Poly]) -> poly.Poly | None:
-    code = graph.builtin(op)
-    if not no_activation(op):
+def _row_step(
+    graph: Graph, op: schema.OperatorT, known: dict[int, poly.Poly], rows: set[int], x_shape
+) -> tuple[poly.Poly, bool] | None:
+    """(value, is_row) of an operator reading a per-row value: elementwise
+    over row values of one shape and scalars stays a row value; a RESHAPE
+    of a row value to x's shape with the last dim 1 is that value per
+    element; anything else is not followed."""
+    out = int(op.outputs[0])
+    out_shape = graph.signature(out)
+    if graph.builtin(op) == OP.RESHAPE:
+        source = int(op.inputs[0])
+        if source not in rows:
+            return None
+        if views.keeps_rows(out_shape, x_shape):
+            return known[source], False
+        count = views.row_count(x_shape)
+        if -1 not in out_shape and count is not None and int(np.prod(out_shape)) == count:
+            return known[source], True
         return None
-    if code == OP.ADD:
-        return poly.add(args[0], args[1])
-    if code == OP.SUB:
-        return poly.sub(args[0], args[1])
-    if code == OP.MUL:
-        return poly.mul(args[0], args[1])
-    if code == OP.NEG:
-        return poly.neg(args[0])
-    if code == OP.SQUARE:
-        return poly.mul(args[0], args[0])
-    if code == OP.SQUARED_DIFFERENCE:
-        d = poly.sub(args[0], args[1])
-        return poly.mul(d, d)
-    if code == OP.DIV:
-        divisor = args[1]
-        if divisor == poly.symbol("s"):
-            return poly.mul(args[0], poly.symbol("r"))
-        if set(divisor) == {()}:
-            return poly.mul(args[0], poly.const(1.0 / divisor[()]))
-    return None
+    if graph.builtin(op) not in ELEMENTWISE:
+        return None
+    args = []
+    for t in (int(t) for t in op.inputs):
+        if t in rows:
+            if graph.signature(t) != out_shape:
+                return None
+            args.append(known[t])
+            continue
+        value = scalar(graph, t)
+        if value is None:
+            return None
+        args.append(poly.const(value))
+    value = evaluate(graph, op, args)
+    return None if value is None else (value, True)
 
 
 def _explore(graph: Graph, anchor: _Anchor) -> dict[int, poly.Poly]:
     """Polynomials of the tensors computed elementwise from x, m and r (or
-    s), whose shape broadcasts into x's."""
+    s), whose shape broadcasts into x's (per-row values reduced without
+    keep_dims are followed in a row space of their own until a RESHAPE
+    brings them into x's shape)."""
     x_shape = graph.signature(anchor.x)
-    known = {
-        anchor.x: poly.symbol("x"),
-        anchor.root: poly.symbol("s" if anchor.root_is_sqrt else "r"),
-    }
+    known = {alias: poly.symbol("x") for alias in anchor.aliases | {anchor.x}}
+    known[anchor.root] = poly.symbol("s" if anchor.root_is_sqrt else "r")
     if anchor.mean is not None:
         known[anchor.mean] = poly.symbol("m")
+    rows = set()
+    for tensor, name in anchor.rows.items():
+        known[tensor] = poly.symbol(name)
+        rows.add(tensor)
     queue = list(known)
     evaluated = 0
     while queue and evaluated < MAX_REGION_OPS:
         tensor = queue.pop(0)
         for op in graph.consumers(tensor):
             out = int(op.outputs[0])
-            if out in known or graph.builtin(op) not in _ELEMENTWISE:
+            if out in known or graph.tensor(out).type != FLOAT32:
                 continue
-            if graph.tensor(out).type != FLOAT32 or not _broadcasts_into(
-                graph.signature(out), x_shape
-            ):
+            if any(int(t) in rows for t in op.inputs):
+                step = _row_step(graph, op, known, rows, x_shape)
+                evaluated += 1
+                if step is None or poly.too_big(step[0]):
+                    continue
+                known[out] = step[0]
+                if step[1]:
+                    rows.add(out)
+                queue.append(out)
+                continue
+            if graph.builtin(op) not in ELEMENTWISE:
+                continue
+            if not _broadcasts_into(graph.signature(out), x_shape):
                 continue
             args = [_operand(graph, int(t), known, anchor) for t in op.inputs]
             if any(a is None for a in args):
                 continue
-            value = _evaluate(graph, op, args)
+            value = evaluate(graph, op, args)
             evaluated += 1
             if value is None or poly.too_big(value):
                 continue
             known[out] = value
             queue.append(out)
     return known
-
-
-def _constant_symbol(mono: tuple[str, ...]) -> int | None:
-    """The tensor of a monomial made of one constant symbol, else None."""
-    if len(mono) == 1 and mono[0].startswith("c"):
-        return int(mono[0][1:])
-    return None
-
-
-def _formula(value: poly.Poly, kind: str) -> tuple[int | None, int | None] | None:
-    """(gamma, beta) tensors when ``value`` is the fused op's formula with
-    coefficient one (layer norm: x r G - m r G + B; RMS norm: x r G), each
-    of G and B one constant symbol or absent; None otherwise."""
-    x_terms = [m for m in value if "x" in m]
-    if len(x_terms) != 1 or not poly.close(value[x_terms[0]], 1.0):
-        return None
-    rest = [s for s in x_terms[0] if s not in ("x", "r")]
-    if sorted(set(x_terms[0]) & {"x", "r"}) != ["r", "x"] or len(x_terms[0]) != 2 + len(rest):
-        return None
-    if len(rest) > 1 or (rest and _constant_symbol(tuple(rest)) is None):
-        return None
-    gamma = _constant_symbol(tuple(rest)) if rest else None
-    remaining = {m: c for m, c in value.items() if m != x_terms[0]}
-    if kind == "rms_norm":
-        return (gamma, None) if not remaining else None
-    centered = tuple(sorted(("m", "r", *rest)))
-    if not poly.close(remaining.pop(centered, 0.0), -1.0):
-        return None
-    if not remaining:
-        return gamma, None
-    if len(remaining) == 1:
-        ((mono, coef),) = remaining.items()
-        beta = _constant_symbol(mono)
-        if beta is not None and poly.close(coef, 1.0):
-            return gamma, beta
-    return None
 
 
 def _region(graph: Graph, anchor: _Anchor, output: int) -> list[schema.OperatorT] | None:
@@ -338,7 +406,7 @@ def _region(graph: Graph, anchor: _Anchor, output: int) -> list[schema.OperatorT
     seen = set()
     while stack:
         tensor = stack.pop()
-        if tensor in seen or tensor == anchor.x or tensor < 0:
+        if tensor in seen or tensor == anchor.x or tensor in anchor.aliases or tensor < 0:
             continue
         seen.add(tensor)
         if constant_value(graph, tensor) is not None or graph.is_constant(tensor):
@@ -432,19 +500,23 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
             producer = graph.producer(tensor)
             if producer is None or tensor in (anchor.root, anchor.mean):
                 continue
-            operands = _formula(value, "rms_norm" if kind == "rms_norm" else "layer_norm")
+            operands = formula(value, "rms_norm" if kind == "rms_norm" else "layer_norm")
             if operands is not None:
                 candidates.append((position[id(producer)], tensor, operands))
         if not candidates:
             over = "the channels" if kind == "group_norm" else "the last axis"
             notes.append(
                 f"{label} at {where!r}: the ops after the statistics do not compute "
-                f"{_FORMULAS[kind]} with gamma/beta vectors over {over}"
+                f"{_FORMULAS[kind]} with gamma/beta vectors over {over}; advice: write the "
+                "norm as one layer (nn.LayerNorm, nn.RMSNorm, keras LayerNormalization)"
             )
             continue
         finals = _finals(graph, anchor, candidates)
         if finals is None:
-            notes.append(f"{label} at {where!r}: the result reads tensors outside the norm")
+            notes.append(
+                f"{label} at {where!r}: the result reads tensors outside the norm; "
+                "advice: compute the norm from x and constants only"
+            )
             continue
         found: list[NormMatch] = []
         claimed: set[int] = set()
@@ -464,11 +536,23 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                     ops.append(back)
                     claimed.add(id(back))
                     output, readers = int(back.outputs[0]), []
+            source = anchor.source
+            if kind != "group_norm" and graph.signature(output) != graph.signature(source):
+                # The torch lowering's x under another view: read the one of
+                # the result's shape (the kernel writes x's shape).
+                same = [a for a in anchor.aliases if graph.signature(a) == graph.signature(output)]
+                if not same:
+                    notes.append(
+                        f"{label} at {where!r}: the result's shape "
+                        f"{graph.signature(output)} is not x's {graph.signature(source)}"
+                    )
+                    break
+                source = min(same)
             outputs.add(output)
             found.append(
                 NormMatch(
                     kind,
-                    anchor.source,
+                    source,
                     output,
                     anchor.epsilon,
                     gamma,
@@ -484,11 +568,27 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
             if leak is not None:
                 notes.append(
                     f"{label} at {graph.name(found[-1].output)!r}: intermediate "
-                    f"{graph.name(leak)!r} is also read outside the norm"
+                    f"{graph.name(leak)!r} is also read outside the norm; advice: read "
+                    "only the norm's result"
                 )
                 continue
             if claimed & taken:
                 continue
             taken |= claimed
             matches += found
+    if kind == "group_norm":
+        for g in find_nchw_group_norms(graph, near_misses):
+            matches.append(
+                NormMatch(
+                    kind,
+                    g.x,
+                    g.output,
+                    g.epsilon,
+                    g.gamma,
+                    g.beta,
+                    g.ops,
+                    groups=g.groups,
+                    transpose_back=g.transpose_back,
+                )
+            )
     return matches

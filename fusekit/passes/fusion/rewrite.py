@@ -82,7 +82,14 @@ def fuse_norm(graph: Graph, match: NormMatch) -> str:
         output = graph.like(
             output, graph.shape(match.x), "/ungrouped", signature=graph.signature(match.x)
         )
-    replace_with_custom(graph, name, inputs, output, attrs, match.ops)
+    if match.transpose_back is not None:
+        # The op writes channels-last; the matched result stays channels-first.
+        shape = graph.shape(match.x)
+        fused = graph.like(output, shape, "/channels_last", signature=graph.signature(match.x))
+        replace_with_custom(graph, name, inputs, fused, attrs, match.ops)
+        graph.add_transpose(fused, match.transpose_back, output=output)
+    else:
+        replace_with_custom(graph, name, inputs, output, attrs, match.ops)
     for reader in match.readers:
         graph.set_input(reader, 0, output)
     shown = ", ".join(
@@ -278,10 +285,25 @@ def fuse_attention_pass(model: ModelView, options: PassOptions, name: str) -> li
     return run_fusion(model, options, AttentionFusion(), name)
 
 
+def _full_table(graph: Graph, half: int, shape: list[int]) -> int:
+    """concat(half, half) on the last axis, reshaped to the rank-4 ``shape``
+    (its last dim doubled): the full-width table of the complex-multiply
+    form, as the fused op reads it."""
+    table = _reshaped(graph, half, list(shape)) if graph.signature(half) != shape else half
+    full_shape = list(shape[:3]) + [2 * shape[3]]
+    out = graph.like(table, full_shape, "/full", signature=full_shape)
+    options = schema.ConcatenationOptionsT()
+    options.axis = 3
+    graph.add_op(OP.CONCATENATION, [table, table], [out], OPTIONS.ConcatenationOptions, options)
+    return out
+
+
 def fuse_rotary(graph: Graph, match: RotaryMatch) -> str:
     """Replaces a proven rotary embedding by ``fusekit_rotary_embedding``."""
     attrs = {"interleaved": match.interleaved, "rotary_dim": 0}
     inputs = [match.x, match.cos, match.sin]
+    if match.half_tables is not None:
+        inputs = [match.x] + [_full_table(graph, t, match.half_tables) for t in inputs[1:]]
     replace_with_custom(graph, "fusekit_rotary_embedding", inputs, match.output, attrs, match.ops)
     return (
         f"fusekit_rotary_embedding at {graph.name(match.output)!r} ({len(match.ops)} ops; "

@@ -12,6 +12,10 @@ or interleaved pairs (GPT-J: ``x[..., 0::2]``, ``x[..., 1::2]``)::
     even, odd = STRIDED_SLICE(x, start 0 / 1, stride 2 on the last axis)
     rot    = RESHAPE(PACK([NEG(odd), even], axis=-1), x.shape)
 
+The halves may also be two SLICEs or STRIDED_SLICEs, and litert-torch's
+complex-multiply form with half-width tables is matched too
+(fusion/rotary_forms.py).
+
 x is [B, S, H, D] float32 and cos/sin one shape [B|1, S|1, H|1, D]: the
 rank-4 layouts where TFLite's broadcasting and the kernel's reading of
 cos/sin agree (a rank-2 [S, D] table broadcasts over heads, not positions,
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.passes.fusion import rotary_forms
 from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
 from fusekit.passes.graph import OP, Graph
 
@@ -36,6 +41,10 @@ class RotaryMatch:
     output: int
     ops: list[schema.OperatorT] = field(default_factory=list)
     interleaved: bool = False
+    # Half-width tables (the complex-multiply form): the rank-4 shape
+    # [B|1, S|1, H|1, D/2] cos/sin are read in; the rewrite concatenates
+    # each with itself into the fused op's full-width table.
+    half_tables: list[int] | None = None
 
 
 def _last_axis(graph: Graph, tensor: int, rank: int) -> bool:
@@ -160,12 +169,17 @@ def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT]
         return None
     second, neg = negated
     halves = _halves(graph, parts[1], second)
-    if halves is None:
-        return None
-    x, split = halves
+    if halves is not None:
+        x, split = halves
+        split_ops = [split]
+    else:
+        sliced = rotary_forms.sliced_halves(graph, parts[1], second)
+        if sliced is None:
+            return None
+        x, split_ops = sliced
     if graph.signature(tensor) != graph.signature(x):
         return None
-    return x, ops + [neg, split], False
+    return x, ops + [neg, *split_ops], False
 
 
 def _table_ok(graph: Graph, x: int, cos: int, sin: int) -> bool:
@@ -180,7 +194,9 @@ def _table_ok(graph: Graph, x: int, cos: int, sin: int) -> bool:
     return all(c == 1 or (c == d and d > 0) for c, d in zip(cos_shape[:3], shape[:3], strict=True))
 
 
-def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
+def _match(graph: Graph, add: schema.OperatorT, considered: set[int]) -> RotaryMatch | str | None:
+    """The rotary at ``add``, a near-miss message, or None; the rotate-half
+    operators it examined go into ``considered`` (their miss is said here)."""
     if not no_activation(add):
         return None
     products = [graph.producer(int(t)) for t in add.inputs]
@@ -198,6 +214,7 @@ def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
             inputs = [int(t) for t in direct.inputs]
             if x not in inputs:
                 continue
+            considered.add(id(rot_ops[0]))
             cos = inputs[1] if inputs[0] == x else inputs[0]
             output = int(add.outputs[0])
             where = graph.name(output)
@@ -218,15 +235,68 @@ def _match(graph: Graph, add: schema.OperatorT) -> RotaryMatch | str | None:
     return None
 
 
-def find_rotary(graph: Graph, near_misses: list[str]) -> list[RotaryMatch]:
-    """Every proven rotary embedding (rotate-half or interleaved) in ``graph``."""
-    matches = []
-    for op in list(graph.ops):
-        if graph.builtin(op) != OP.ADD:
+def _complex(graph: Graph, concat: schema.OperatorT) -> RotaryMatch | str | None:
+    """The complex-multiply form at ``concat`` (fusion/rotary_forms.py)."""
+    found = rotary_forms.complex_form(graph, concat)
+    if found is None:
+        return None
+    x, c, s, ops = found["x"], found["c"], found["s"], found["ops"]
+    output = int(concat.outputs[0])
+    where = graph.name(output)
+    shape = graph.signature(x)
+    if len(shape) != 4 or graph.tensor(x).type != FLOAT32:
+        return f"rotary embedding at {where!r}: x is not float32 of rank 4"
+    if graph.signature(output) != shape:
+        return f"rotary embedding at {where!r}: the result is broadcast beyond x's shape"
+    padded = rotary_forms.tables_ok(graph, x, c, s)
+    if padded is None:
+        return (
+            f"rotary embedding at {where!r}: half tables {graph.signature(c)} / "
+            f"{graph.signature(s)} do not broadcast per axis to x {shape} with half its depth"
+        )
+    if graph.read_outside(ops, {output}) is not None:
+        return f"rotary embedding at {where!r}: an intermediate is read outside it"
+    return RotaryMatch(x, c, s, output, ops, half_tables=padded)
+
+
+def _unfused_rotations(graph: Graph, skip: set[int]) -> list[str]:
+    """A note for each rotate-half (concat(-x2, x1) of x's halves) whose
+    operator is not in ``skip`` (fused, or its miss already noted)."""
+    notes = []
+    for op in graph.ops:
+        if graph.builtin(op) not in (OP.CONCATENATION, OP.RESHAPE) or id(op) in skip:
             continue
-        found = _match(graph, op)
+        out = int(op.outputs[0])
+        if _rotate_half(graph, out) is None:
+            continue
+        where = graph.name(out)
+        notes.append(
+            f"rotate-half at {where!r} not fused: it is not combined as "
+            "x * cos + rotate_half(x) * sin (one MUL by cos, one by sin, one ADD, "
+            "each read only there) with cos/sin of one [B|1, S|1, H|1, D] shape; "
+            "advice: apply RoPE as q * cos + rotate_half(q) * sin on [B, S, H, D] "
+            "(or [B, H, S, D]) with the tables broadcast per axis"
+        )
+    return notes
+
+
+def find_rotary(graph: Graph, near_misses: list[str]) -> list[RotaryMatch]:
+    """Every proven rotary embedding (rotate-half, interleaved, or the
+    complex-multiply form) in ``graph``; every rotate-half left unfused is
+    noted in ``near_misses``."""
+    matches = []
+    considered: set[int] = set()
+    for op in list(graph.ops):
+        if graph.builtin(op) == OP.ADD:
+            found = _match(graph, op, considered)
+        elif graph.builtin(op) == OP.CONCATENATION:
+            found = _complex(graph, op)
+        else:
+            continue
         if isinstance(found, str):
             near_misses.append(found)
         elif found is not None:
             matches.append(found)
+    fused = {id(op) for match in matches for op in match.ops}
+    near_misses += _unfused_rotations(graph, fused | considered)
     return matches
