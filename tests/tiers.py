@@ -73,10 +73,23 @@ MARKED: dict[str, str] = {
     "tests/test_model_check.py::test_byte_flipped_models_never_crash_tflite_runtime": "slow",
     "tests/test_runtime_deps.py::"
     "test_fusekit_runs_a_model_on_tflite_runtime_without_litert_or_tensorflow": "slow",  # 7
+    # LiteRT's CompiledModel and C apps: every op and case through another
+    # API, a leak check over 1,000 cycles, CMake and Bazel builds of the C app.
+    "tests/test_compiled_model.py": "slow",  # 210
+    "tests/test_c_app.py": "slow",  # 150
+    "tests/passes/test_compiled_keras_hub.py": "slow",  # 20
+    # Quantized conversions (representative datasets) and ai-edge-quantizer recipes.
+    "tests/passes/test_fuse_quantized.py": "slow",  # 70
+    "tests/test_quantized_convert.py": "slow",  # 20
+    # keras-hub causal LMs exported as prefill/decode steps, greedy generation.
+    "tests/test_generation.py": "slow",  # 34
+    "tests/passes/test_decode_step.py": "slow",
+    "tests/passes/test_fuse_composites.py": "slow",
     # The mutation fuzz run (its builder check stays in the fast tier).
     "tests/fuzz/test_fuzz.py::test_fuzz": "fuzz",
     "tests/fuzz/test_fuzz.py::test_regressions_replay": "fuzz",
     # The benchmarks' quick runs.
     "tests/test_benchmarks.py": "bench",
     "tests/test_bench_model_reading.py": "bench",
+    "tests/test_bench_composites.py": "bench",
 }
