@@ -475,6 +475,48 @@ def attention_models(workdir: Path) -> list[Model]:
     return models
 
 
+@kernel_cases("odml.scaled_dot_product_attention")
+def genai_sdpa_models(workdir: Path) -> list[Model]:
+    """TensorFlow Lite's GenAI SDPA op (fusekit_attention's kernel behind
+    it): MHA prefill, grouped heads, an MQA decode over a long cache."""
+    import genai_models as g
+
+    rng = np.random.default_rng(21)
+    plan = [
+        ((1, 8, 4, 16), (1, 32, 4, 16), 0.25, 0),
+        ((1, 9, 8, 20), (1, 33, 2, 20), 0.3, 24),
+        ((1, 1, 8, 64), (1, 700, 1, 64), 0.125, 699),
+    ]
+    models = []
+    for q_shape, kv_shape, scale, start in plan:
+        mask_shape = (1, 1, q_shape[1], kv_shape[1])
+        model = g.sdpa_model(q_shape, kv_shape, mask_shape, {"scale": scale})
+        q = rng.standard_normal(q_shape).astype(np.float32)
+        k = rng.standard_normal(kv_shape).astype(np.float32)
+        v = rng.standard_normal(kv_shape).astype(np.float32)
+        mask = g.causal_mask(mask_shape, q_shape[1], kv_shape[1], start)
+        name = f"genai sdpa q={q_shape} kv={kv_shape}"
+        models.append(Model(name, model, [[q, k, v, mask]], [[g.attention(q, k, v, mask, scale)]]))
+    return models
+
+
+@kernel_cases("odml.update_external_kv_cache")
+def genai_kv_cache_models(workdir: Path) -> list[Model]:
+    """TensorFlow Lite's GenAI external KV-cache update: one row (decode),
+    a prefill block, scattered positions ending early (a smaller position
+    ends the valid ones), an odd depth."""
+    import genai_models as g
+
+    plan = [(32, [5], 2, 8), (64, list(range(16)), 4, 16), (48, [7, 19, 40, 2], 3, 5)]
+    models = []
+    for length, positions, heads, depth in plan:
+        model = g.kv_model(length, len(positions), heads, depth)
+        feeds = g.kv_feeds(length, positions, heads, depth, seed=length)
+        name = f"genai kv cache L={length} positions={len(positions)} H={heads} D={depth}"
+        models.append(Model(name, model, [feeds], [g.kv_reference(feeds)]))
+    return models
+
+
 @functools.cache
 def control_model() -> bytes:
     """A builtin-only model (x * 2 + 1): runs on any runtime without fusekit."""

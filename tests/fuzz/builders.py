@@ -259,6 +259,24 @@ def my_custom_fused_op_models(work: Path) -> dict[str, bytes]:
     }
 
 
+def _genai():
+    # Written directly with the schema (no converter emits these ops from
+    # TensorFlow code); the module sits beside the tests.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import genai_models
+
+    return genai_models
+
+
+def genai_sdpa_models(work: Path) -> dict[str, bytes]:
+    g = _genai()
+    return {"genai_sdpa": g.sdpa_model((1, 4, 4, 8), (1, 16, 2, 8), (1, 1, 4, 16), {"scale": 0.35})}
+
+
+def genai_kv_cache_models(work: Path) -> dict[str, bytes]:
+    return {"genai_kv_cache": _genai().kv_model(16, 2, 2, 8)}
+
+
 # Library kernel (fusekit.kernel_names()) -> base models.  One line per kernel.
 LIBRARY: dict[str, Builder] = {
     "fusekit_layer_norm": layer_norm_models,
@@ -266,6 +284,8 @@ LIBRARY: dict[str, Builder] = {
     "fusekit_rms_norm": rms_norm_models,
     "fusekit_group_norm": group_norm_models,
     "fusekit_attention": attention_models,
+    "odml.scaled_dot_product_attention": genai_sdpa_models,
+    "odml.update_external_kv_cache": genai_kv_cache_models,
 }
 
 # Ops of the user plugin built from USER_PLUGIN_SOURCES -> base models.

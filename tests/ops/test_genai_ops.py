@@ -7,45 +7,29 @@ what the op describes, and a float64 numpy definition elsewhere."""
 
 from __future__ import annotations
 
-import flatbuffers
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from ai_edge_litert import interpreter as litert
 from ai_edge_litert import pywrap_genai_ops
-from ai_edge_litert import schema_py_generated as schema
-from flatbuffers import flexbuffers
 
 import fusekit
 
-F32, I32, I64 = schema.TensorType.FLOAT32, schema.TensorType.INT32, schema.TensorType.INT64
-SDPA, KV = "odml.scaled_dot_product_attention", "odml.update_external_kv_cache"
-
-
-def one_op_model(name: str, inputs, outputs, options: bytes) -> bytes:
-    """A model of one custom op ``name`` (inputs/outputs: (shape, type))."""
-
-    def tensor(shape, type_, label):
-        t = schema.TensorT()
-        t.shape, t.type, t.name, t.buffer = np.array(shape, np.int32), type_, label.encode(), 0
-        return t
-
-    code = schema.OperatorCodeT()
-    code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.CUSTOM
-    code.customCode, code.version = name.encode(), 1
-    sg = schema.SubGraphT()
-    sg.tensors = [tensor(s, t, f"in{i}") for i, (s, t) in enumerate(inputs)]
-    sg.tensors += [tensor(s, t, f"out{i}") for i, (s, t) in enumerate(outputs)]
-    op = schema.OperatorT()
-    op.opcodeIndex = 0
-    op.inputs = np.arange(len(inputs), dtype=np.int32)
-    op.outputs = np.arange(len(inputs), len(inputs) + len(outputs), dtype=np.int32)
-    op.customOptions = np.frombuffer(options, np.uint8).copy() if options else None
-    sg.operators, sg.inputs, sg.outputs = [op], op.inputs.copy(), op.outputs.copy()
-    m = schema.ModelT()
-    m.version, m.operatorCodes, m.subgraphs, m.buffers = 3, [code], [sg], [schema.BufferT()]
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from genai_models import (  # noqa: E402
+    F32,
+    I32,
+    I64,
+    KV,
+    attention,
+    causal_mask,
+    kv_feeds,
+    kv_model,
+    one_op_model,
+    sdpa_model,
+)
 
 
 def run(interp, feeds: list[np.ndarray]) -> list[np.ndarray]:
@@ -73,31 +57,10 @@ def genai_run(model: bytes, feeds):
 # ------------------------------------------------------------------ SDPA
 
 
-def attention(q, k, v, mask, scale):
-    group = q.shape[2] // k.shape[2]
-    k = np.repeat(k.astype(np.float64), group, axis=2)
-    v = np.repeat(v.astype(np.float64), group, axis=2)
-    s = np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64) * scale, k) + mask
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    return np.einsum("bhqk,bkhd->bqhd", p, v)
 
 
-def sdpa_model(q, kv, mask, options: dict | None) -> bytes:
-    b, s, h, d = q
-    options_bytes = flexbuffers.Dumps(options) if options is not None else b""
-    return one_op_model(
-        SDPA,
-        [(q, F32), (kv, F32), (kv, F32), (mask, F32)],
-        [((b, s, h, d), F32)],
-        options_bytes,
-    )
 
 
-def causal_mask(shape, q_len, kv_len, start):
-    keys = np.arange(kv_len)[None, :]
-    rows = np.arange(start, start + q_len)[:, None]
-    return np.broadcast_to(np.where(keys <= rows, 0.0, -np.inf), shape).astype(np.float32)
 
 
 CASES = [
@@ -164,26 +127,8 @@ def test_sdpa_bad_shapes_fail_with_the_op_name():
 # --------------------------------------------------------- external KV cache
 
 
-def kv_model(length, seq, heads, depth, position_type=I32) -> bytes:
-    cache, slice_ = (1, length, heads, depth), (1, seq, heads, depth)
-    return one_op_model(
-        KV,
-        [(cache, F32), (cache, F32), ((seq,), position_type), (slice_, F32), (slice_, F32)],
-        [(cache, F32), (cache, F32)],
-        b"",
-    )
 
 
-def kv_feeds(length, positions, heads=2, depth=8, dtype=np.int32, seed=0):
-    rng = np.random.default_rng(seed)
-    seq = len(positions)
-    return [
-        rng.standard_normal((1, length, heads, depth)).astype(np.float32),
-        rng.standard_normal((1, length, heads, depth)).astype(np.float32),
-        np.array(positions, dtype),
-        rng.standard_normal((1, seq, heads, depth)).astype(np.float32),
-        rng.standard_normal((1, seq, heads, depth)).astype(np.float32),
-    ]
 
 
 POSITIONS = [[5], [0, 1, 2, 3], [7, 9, 20, 31], [4, 6, 2, 9], [3, 3, 3], [31]]
