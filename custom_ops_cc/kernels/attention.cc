@@ -1212,7 +1212,8 @@ class Attention {
       // Streamed items take as many kv heads as their rows allow: a key's
       // rows of consecutive kv heads are one stretch of memory.
       const int64_t per_head = p.group * p.q_len;
-      if (per_head <= att::kStreamRows) {
+      // No query rows (Sq = 0) is an empty output: nothing to share out.
+      if (per_head > 0 && per_head <= att::kStreamRows) {
         plan.decode_heads = std::max<int64_t>(1, std::min(p.kv_heads, att::kRows / per_head));
       }
       if (plan.splits > 1) {
