@@ -63,6 +63,22 @@ if [ "$(cat "$ENV_DIR/rootfs.done" 2>/dev/null)" != "$ROOTFS_KEY" ]; then
   echo "$ROOTFS_KEY" > "$ENV_DIR/rootfs.done"
 fi
 
+# ai-edge-litert's CPU probe (the cpuinfo library, for XNNPACK and ruy)
+# reads /proc/cpuinfo; under qemu-user that is this machine's x86 file, in
+# which it finds no ARM core and dereferences a null pointer (a segfault in
+# Interpreter() on some models, such as the keras-hub Llama one of
+# tests/passes/test_keras_hub_on_arm64.py).  qemu
+# opens a path under its -L prefix first when one exists there, so the
+# rootfs gets an ARM /proc/cpuinfo: a Cortex-A72 entry (implementer 0x41,
+# part 0xd08) per processor of this machine; the SIMD level still comes
+# from QEMU_CPU (getauxval).
+mkdir -p "$ROOTFS/proc"
+for n in $(seq 0 $(( $(getconf _NPROCESSORS_CONF) - 1 ))); do
+  printf 'processor\t: %s\nBogoMIPS\t: 100.00\nFeatures\t: fp asimd evtstrm crc32 cpuid\n' "$n"
+  printf 'CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd08\n'
+  printf 'CPU revision\t: 3\n\n'
+done > "$ROOTFS/proc/cpuinfo"
+
 cat > "$ENV_DIR/python" <<WRAPPER
 #!/bin/sh
 # aarch64 Python 3.11 under user-mode emulation (made by scripts/arm64_env.sh).

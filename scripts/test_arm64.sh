@@ -7,7 +7,9 @@
 #      and an SVE2 CPU (max);
 #   2. every kernel on ai-edge-litert at every ARM SIMD level and at 128-,
 #      512- and 2048-bit SVE vectors (tests/test_simd_levels.py);
-#   3. the example user plugin built with build_plugin(target="aarch64").
+#   3. the example user plugin built with build_plugin(target="aarch64");
+#   4. the fused keras-hub Llama backbone of the pattern-fusion tests on both
+#      runtimes at cortex-a72 (NEON) and max (SVE2), against x86's plain model.
 # Emulation proves results, not speed: nothing here is timed.
 #
 #   bash scripts/test_arm64.sh          (scripts/test.sh runs it; FUSEKIT_ARM64=0 skips it there)
@@ -27,8 +29,10 @@ export FUSEKIT_ARM64_PYTHON="$REPO/build/arm64/python"
 # override meant for this machine.
 unset FUSEKIT_LIBRARY FUSEKIT_SIMD
 export TF_CPP_MIN_LOG_LEVEL=3
-# From the repository root, so that the tests import this checkout.
-PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
+# From the repository root, so that the tests import this checkout; every
+# tier (-m ""): the tflite-runtime cases and the plugin tests are in the
+# slow one, which the default run leaves out (pytest then exits 5).
+PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider -m "")
 status=0
 
 # NEON: every tflite-runtime case of tests/ops.  SVE2: the same without the
@@ -49,6 +53,10 @@ printf '   (%s)\n' "$(elapsed)"
 
 printf '\n== a user plugin cross-built for aarch64\n'
 "${PYTEST[@]}" tests/test_user_plugin.py -k aarch64 || status=1
+printf '   (%s)\n' "$(elapsed)"
+
+printf '\n== the fused keras-hub Llama backbone on aarch64 (NEON and SVE2, both runtimes)\n'
+"${PYTEST[@]}" tests/passes/test_keras_hub_on_arm64.py || status=1
 
 # CPU seconds of this step's processes: on a busy machine the wall time
 # says more about the neighbours than about the step.
