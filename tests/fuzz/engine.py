@@ -539,7 +539,8 @@ class Campaign:
             "stderr_tail": f.stderr[-3000:],
             "signature": signature,
         }
-        stem.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+        text = _without_machine_paths(json.dumps(record, indent=1))
+        stem.with_suffix(".json").write_text(text + "\n")
         return stem.with_suffix(".tflite")
 
     # --------------------------------------------------------------- report
@@ -684,3 +685,13 @@ def load_regressions(folder: Path = REGRESSIONS) -> list[Mutant]:
             )
         )
     return mutants
+
+
+# Where a checkout, its virtual environments and pytest's temporary folders
+# sit says nothing about a crash and differs on every machine: the traces
+# keep the path from the environment or file name on.
+_MACHINE_PREFIX = re.compile(r"/[^\s\"'()\[\]]*?/(?=\.venv[\w-]*/|pytest-\d+/|tests/fuzz/)")
+
+
+def _without_machine_paths(text: str) -> str:
+    return _MACHINE_PREFIX.sub("", text)
