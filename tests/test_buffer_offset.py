@@ -14,7 +14,7 @@ from runtimes import REPO, RUNTIMES, Job, run_jobs
 
 import fusekit
 from fusekit.conversion.typed_attrs_pass import restore_typed_attrs, smuggled_attrs
-from fusekit.run import model_check, model_ops, tflite_schema
+from fusekit.model import model_check, model_ops, tflite_schema
 
 OP = "weighted_sum"
 

@@ -35,9 +35,9 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.conversion import tf_private
-from fusekit.conversion.flatbuffer_edit import pack_model, read_model
 from fusekit.conversion.typed_attrs_pass import restore_typed_attrs
 from fusekit.errors import ConversionError, MissingKernelError
+from fusekit.model.flatbuffer_edit import pack_model, read_model
 
 _FLOAT32 = schema.TensorType.FLOAT32
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
+from fusekit.model.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
 from fusekit.passes.registry import PassOptions, register
 
 Perm = list[int]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import flatbuffers
 
-from fusekit.run import model_check, tflite_schema
+from fusekit.model import model_check, tflite_schema
 
 ALIGNMENT = 64
 # Any offset > 1 reads as "a blob here"; only the packed size matters.

@@ -388,7 +388,7 @@ def attention_cases(session_dir) -> list[Case]:
 def test_converts_to_one_fused_op(attention_cases):
     for case in attention_cases:
         assert case.result.report.fused == {OP: 1}, case.name
-        counts = fusekit.run.model_ops.op_counts(case.model)
+        counts = fusekit.model.model_ops.op_counts(case.model)
         assert counts == {f"CUSTOM:{OP}": 1}, (case.name, counts)
         (op,) = fused_ops(case.model, OP)
         assert set(op.attrs) == {"causal", "scale"}, case.name
@@ -651,7 +651,7 @@ def test_float16_converts_with_float16_tensors(half_cases):
         types = [graph.tensors[i].type for i in op.inputs]
         assert types[:3] == [half] * 3, case.name
         assert [graph.tensors[i].type for i in op.outputs] == [half], case.name
-        counts = fusekit.run.model_ops.op_counts(case.model)
+        counts = fusekit.model.model_ops.op_counts(case.model)
         if "half mask" in case.name:
             assert types[3] == f32, case.name
             assert counts == {f"CUSTOM:{OP}": 1, "CAST": 1}, (case.name, counts)

@@ -18,8 +18,8 @@ from ai_edge_litert import schema_py_generated as schema
 from flatbuffers import flexbuffers
 
 import fusekit
-from fusekit.passes.graph import OP, ModelView
-from fusekit.run.model_ops import op_counts
+from fusekit.model.graph import OP, ModelView
+from fusekit.model.model_ops import op_counts
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "torch" / "composites"
 REPO = Path(__file__).resolve().parent.parent.parent

@@ -38,6 +38,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from flatbuffers import flexbuffers
 
+from fusekit.model.graph import OP, Graph, ModelView
 from fusekit.passes.fusion.composite_check import (
     Checker,
     decomposition_model,
@@ -46,7 +47,6 @@ from fusekit.passes.fusion.composite_check import (
 )
 from fusekit.passes.fusion.emit import AttrValue, replace_with_custom
 from fusekit.passes.fusion.subgraphs import remove_subgraphs
-from fusekit.passes.graph import OP, Graph, ModelView
 from fusekit.passes.registry import PassOptions
 
 FLOAT32 = schema.TensorType.FLOAT32

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import poly
 from fusekit.passes.fusion.values import no_activation
-from fusekit.passes.graph import OP, Graph
 
 MAX_REGION_OPS = 64
 ELEMENTWISE = {OP.ADD, OP.SUB, OP.MUL, OP.NEG, OP.DIV, OP.SQUARE, OP.SQUARED_DIFFERENCE}

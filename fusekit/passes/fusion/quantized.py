@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import OP, PURE_OPS, Graph, ModelView
+from fusekit.model.graph import OP, PURE_OPS, Graph, ModelView
 
 INT_TYPES = {
     schema.TensorType.INT8: np.int8,

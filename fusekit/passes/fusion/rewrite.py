@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, OPTIONS, Graph, ModelView
 from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, match_attention
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.pattern import Fusion, NearMiss, run_fusion
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
 from fusekit.passes.fusion.values import FLOAT32
-from fusekit.passes.graph import OP, OPTIONS, Graph, ModelView
 from fusekit.passes.registry import PassOptions
 
 # Side-effect free operators a fused pattern leaves dead that graph.finish

@@ -31,15 +31,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fusekit.errors import InvalidModelError
-from fusekit.run._tflite_fields import TABLES, UNIONS
-from fusekit.run.tflite_schema import (
+from fusekit.model._tflite_fields import TABLES, UNIONS
+from fusekit.model.tflite_schema import (
     BUILTIN_OPERATORS,
     CUSTOM,
     TENSOR_TYPES,
     ModelBuffer,
     Table,
 )
-from fusekit.run.tflite_schema import model as root_table
+from fusekit.model.tflite_schema import model as root_table
 
 #: ``source`` of a model passed as bytes, in InvalidModelError messages.
 MODEL_CONTENT = "<model_content>"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import mmap
 import struct
 
-from fusekit.run._tflite_fields import DEFAULTS, ENUMS, TABLES, UNIONS
+from fusekit.model._tflite_fields import DEFAULTS, ENUMS, TABLES, UNIONS
 
 #: What the accessors read: anything with the buffer protocol and slicing.
 ModelBuffer = bytes | bytearray | memoryview | mmap.mmap

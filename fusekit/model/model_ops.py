@@ -15,9 +15,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from fusekit.run import tflite_schema
-from fusekit.run.model_check import ModelBuffer, verify_model
-from fusekit.run.tflite_schema import BUILTIN_OPERATORS, CUSTOM
+from fusekit.model import tflite_schema
+from fusekit.model.model_check import ModelBuffer, verify_model
+from fusekit.model.tflite_schema import BUILTIN_OPERATORS, CUSTOM
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.run.model_check import MODEL_CONTENT, ModelBuffer, verify_model
+from fusekit.model.model_check import MODEL_CONTENT, ModelBuffer, verify_model
 
 # (op name, custom options) -> new options, or None to keep them.
 OptionsRewrite = Callable[[str, bytes], "bytes | None"]

@@ -18,9 +18,9 @@ from collections.abc import Collection, Iterator, Sequence
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.conversion.flatbuffer_edit import pack_model, read_model
 from fusekit.errors import PassError  # noqa: F401  (also importable from here)
-from fusekit.run.model_ops import builtin_code, op_counts
+from fusekit.model.flatbuffer_edit import pack_model, read_model
+from fusekit.model.model_ops import builtin_code, op_counts
 
 OP = schema.BuiltinOperator
 OPTIONS = schema.BuiltinOptions
