@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "fusekit" / "run" / "_tflite_fields.py"
+OUT = Path(__file__).resolve().parent.parent / "fusekit" / "model" / "_tflite_fields.py"
 
 # flatbuffers number type -> struct format letter (little-endian is implied).
 _FORMATS = {

@@ -52,7 +52,6 @@ def test_every_fusekit_error_lives_in_fusekit_errors_and_old_paths_still_work():
     )
     assert not elsewhere, f"define these in fusekit/errors.py: {elsewhere}"
     from fusekit.passes.graph import PassError
-
     from fusekit.toolchain.plugin_build import PluginBuildError
 
     assert PassError is fusekit.errors.PassError is fusekit.PassError
