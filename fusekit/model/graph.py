@@ -21,6 +21,7 @@ from ai_edge_litert import schema_py_generated as schema
 from fusekit.errors import PassError  # noqa: F401  (also importable from here)
 from fusekit.model.flatbuffer_edit import pack_model, read_model
 from fusekit.model.model_ops import builtin_code, op_counts
+from fusekit.model.op_properties import PURE_OPS
 
 OP = schema.BuiltinOperator
 OPTIONS = schema.BuiltinOptions
@@ -38,20 +39,6 @@ DTYPES = {
     schema.TensorType.BOOL: np.bool_,
 }
 TENSOR_TYPES = {np.dtype(v): k for k, v in DTYPES.items()}
-
-# Operators with no effect but their outputs: removable once nothing reads
-# them.  Anything else (stateful, control flow, custom) is never removed.
-PURE_OPS = frozenset(
-    getattr(OP, name)
-    for name in (
-        "ABS ADD CAST CONCATENATION CONV_2D DEPTHWISE_CONV_2D DEQUANTIZE DIV ELU EQUAL EXP "
-        "FLOOR FULLY_CONNECTED GATHER GELU GREATER GREATER_EQUAL HARD_SWISH L2_NORMALIZATION "
-        "LEAKY_RELU LESS LESS_EQUAL LOG LOGISTIC LOG_SOFTMAX MAXIMUM MEAN MINIMUM MIRROR_PAD "
-        "MUL NEG NOT_EQUAL PAD PADV2 POW PRELU QUANTIZE REDUCE_MAX REDUCE_MIN REDUCE_PROD "
-        "RELU RELU6 RELU_N1_TO_1 RESHAPE RSQRT SLICE SOFTMAX SPACE_TO_DEPTH SPLIT SPLIT_V "
-        "SQRT SQUARE SQUARED_DIFFERENCE SQUEEZE STRIDED_SLICE SUB SUM TANH TRANSPOSE"
-    ).split()
-)
 
 # Control flow: the subgraphs these operators run are left untouched.
 _BODY_FIELDS = {

@@ -2,8 +2,9 @@
 
 Each row says, for one operator, when a pass may remove it once nothing
 reads its outputs, how it maps its inputs' axes to its outputs' (what the
-layout pass needs to move a transpose across it), and whether its constant
-inputs are weights.  The sets the passes test against are derived from it,
+layout pass needs to move a transpose across it), whether its constant
+inputs are weights, and whether it is the elementwise arithmetic the norm
+proofs evaluate on polynomials.  The sets the passes test against are derived from it,
 as builtin operator codes (the values of the schema's ``BuiltinOperator``).
 
 Keyed by operator name and read through fusekit's own schema enums, so the
@@ -50,11 +51,14 @@ class OpProperties:
     """One operator's row.  ``dead`` None: never removed (stateful, control
     flow, custom, or not yet vetted); ``layout`` None: the layout pass stops
     at it; ``weights``: its quantized constant inputs are weights (4x their
-    size as float32), which the matchers never dequantize."""
+    size as float32), which the matchers never dequantize; ``arithmetic``:
+    elementwise +, -, *, / or a square, which the norm fusion evaluates on
+    polynomials (``passes/fusion/norm_formula.py``)."""
 
     dead: Dead | None = None
     layout: Layout | None = None
     weights: bool = False
+    arithmetic: bool = False
 
 
 _REMOVED, _BY_FUSION = Dead.REMOVED, Dead.BY_FUSION
@@ -64,7 +68,7 @@ _REDUCE, _LAST_AXIS, _PAD = Layout.REDUCE, Layout.LAST_AXIS, Layout.PAD
 #: Operator name -> its properties; an operator not listed has none.
 OP_PROPERTIES: dict[str, OpProperties] = {
     "ABS": OpProperties(_REMOVED, _UNARY),
-    "ADD": OpProperties(_REMOVED, _BROADCAST),
+    "ADD": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
     "BROADCAST_TO": OpProperties(_BY_FUSION),
     "CAST": OpProperties(_REMOVED, _UNARY),
     "CEIL": OpProperties(None, _UNARY),
@@ -73,7 +77,7 @@ OP_PROPERTIES: dict[str, OpProperties] = {
     "COS": OpProperties(None, _UNARY),
     "DEPTHWISE_CONV_2D": OpProperties(_REMOVED, weights=True),
     "DEQUANTIZE": OpProperties(_REMOVED, _UNARY),
-    "DIV": OpProperties(_REMOVED, _BROADCAST),
+    "DIV": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
     "ELU": OpProperties(_REMOVED, _UNARY),
     "EQUAL": OpProperties(_REMOVED, _BROADCAST),
     "EXP": OpProperties(_REMOVED, _UNARY),
@@ -100,8 +104,8 @@ OP_PROPERTIES: dict[str, OpProperties] = {
     "MEAN": OpProperties(_REMOVED, _REDUCE),
     "MINIMUM": OpProperties(_REMOVED, _BROADCAST),
     "MIRROR_PAD": OpProperties(_REMOVED, _PAD),
-    "MUL": OpProperties(_REMOVED, _BROADCAST),
-    "NEG": OpProperties(_REMOVED, _UNARY),
+    "MUL": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
+    "NEG": OpProperties(_REMOVED, _UNARY, arithmetic=True),
     "NOT_EQUAL": OpProperties(_REMOVED, _BROADCAST),
     "PACK": OpProperties(_BY_FUSION),
     "PAD": OpProperties(_REMOVED, _PAD),
@@ -129,11 +133,11 @@ OP_PROPERTIES: dict[str, OpProperties] = {
     "SPLIT": OpProperties(_REMOVED),
     "SPLIT_V": OpProperties(_REMOVED),
     "SQRT": OpProperties(_REMOVED, _UNARY),
-    "SQUARE": OpProperties(_REMOVED, _UNARY),
-    "SQUARED_DIFFERENCE": OpProperties(_REMOVED, _BROADCAST),
+    "SQUARE": OpProperties(_REMOVED, _UNARY, arithmetic=True),
+    "SQUARED_DIFFERENCE": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
     "SQUEEZE": OpProperties(_REMOVED),
     "STRIDED_SLICE": OpProperties(_REMOVED),
-    "SUB": OpProperties(_REMOVED, _BROADCAST),
+    "SUB": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
     "SUM": OpProperties(_REMOVED, _REDUCE),
     "TANH": OpProperties(_REMOVED, _UNARY),
     "TILE": OpProperties(_BY_FUSION),
@@ -169,3 +173,5 @@ LAST_AXIS_OPS: frozenset[int] = ops_where(layout=Layout.LAST_AXIS)
 PADS: frozenset[int] = ops_where(layout=Layout.PAD)
 #: Operators whose constant inputs are weights.
 WEIGHT_READERS: frozenset[int] = ops_where(weights=True)
+#: Elementwise arithmetic the norm proofs evaluate on polynomials.
+ARITHMETIC: frozenset[int] = ops_where(arithmetic=True)
