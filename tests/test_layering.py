@@ -114,3 +114,18 @@ def test_no_two_modules_import_each_other():
     for module in sorted(graph):
         walk(module, [], done)
     assert not cycles, cycles
+
+
+def test_the_folders_are_layers_without_a_cycle():
+    """What a folder may import never leads back to it: the model layer at
+    the bottom, no two folders allowed to import each other."""
+
+    def below(folder: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        assert folder not in seen, f"cycle: {sorted(seen)} -> {folder}"
+        found = set()
+        for target in ALLOWED.get(folder, ()):
+            found |= {target} | below(target, seen | {folder})
+        return found
+
+    assert {folder: below(folder) for folder in ALLOWED}["fusekit.model"] <= SHARED
+    assert "fusekit.conversion" not in below("fusekit.passes")

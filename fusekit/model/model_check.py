@@ -38,6 +38,7 @@ from fusekit.model.tflite_schema import (
     TENSOR_TYPES,
     ModelBuffer,
     Table,
+    builtin_code,
 )
 from fusekit.model.tflite_schema import model as root_table
 
@@ -386,7 +387,7 @@ class _Graph:
         """Checks an operator code; returns its name (``CUSTOM:<name>`` for
         custom ops) and whether it is a builtin."""
         code = self.model.item("operator_codes", index)
-        builtin = max(code.scalar("builtin_code"), code.scalar("deprecated_builtin_code"))
+        builtin = builtin_code(code)
         if builtin == CUSTOM:
             # The walker checked that custom codes are UTF-8.
             return "CUSTOM:" + (code.string("custom_code") or b"").decode(), False

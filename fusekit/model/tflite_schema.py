@@ -111,6 +111,12 @@ class Table:
         at, _ = self._at(name)
         return _U32(self.buf, self._target(at))[0] if at else 0
 
+    def vector_start(self, name: str) -> int | None:
+        """Byte position of a vector field's first element in the buffer,
+        None when the field is absent."""
+        at, _ = self._at(name)
+        return self._target(at) + 4 if at else None
+
     def values(self, name: str) -> tuple:
         """A vector of scalars as a tuple (empty when absent)."""
         at, kind = self._at(name)
