@@ -12,15 +12,9 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_decode.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
+#include "fusekit/simd_begin.h"
 #include "kernels/attention_entry-inl.h"
 #include "kernels/attention_microkernels-inl.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr int64_t kPvKeys = 64;
 // Keys per step of a streamed decode item's P.V.
@@ -377,6 +371,4 @@ void AttentionItemF16(const att::Problem<F16>& p, const att::Layout& l, const at
   AttentionItemT(p, l, it, scratch, partial);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"

@@ -11,15 +11,9 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_prefill.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
+#include "fusekit/simd_begin.h"
 #include "kernels/attention_entry-inl.h"
 #include "kernels/attention_microkernels-inl.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 // ----------------------------------------------------------------- prefill
 //
@@ -209,6 +203,4 @@ void AttentionQueriesF16(const att::Problem<F16>& p, int64_t b, int64_t h, int64
   AttentionQueriesT(p, b, h, i0, nq, scratch, l);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"
