@@ -99,8 +99,9 @@ def test_comparison_checks_print_both_values(tmp_path, plugin):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(("rows", "width", "extra"), [(1, 1, 0), (5, 3, 7), (9, 17, 1000)])
-def test_scratch_layout_arrays_are_aligned_and_disjoint(tmp_path, plugin, rows, width, extra,
-                                                        threads):
+def test_scratch_layout_arrays_are_aligned_and_disjoint(
+    tmp_path, plugin, rows, width, extra, threads
+):
     model = convert(tmp_path, plugin, scratched, width, extra=extra)
     interp = fusekit.Interpreter(model_content=model, plugins=[plugin], num_threads=threads)
     interp.resize_tensor_input(interp.get_input_details()[0]["index"], [rows, width])

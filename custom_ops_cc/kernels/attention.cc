@@ -2,8 +2,10 @@
 // Inputs: q [B, Sq, H, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv], all
 // float32 or all float16, optional mask (float32 additive or bool keep)
 // broadcastable to [B, H, Sq, Skv].  Attrs: causal (bool, bottom-right
-// aligned), scale (float, absent: 1/sqrt(D)).  Output [B, Sq, H, Dv] of q's
-// dtype.  Query head h reads kv head h / (H / Hkv).
+// aligned), scale (float, absent: 1/sqrt(D)), softcap (float, absent or 0:
+// none; else scores = softcap * tanh(scores / softcap), after the scale and
+// before the mask).  Output [B, Sq, H, Dv] of q's dtype.  Query head h
+// reads kv head h / (H / Hkv).
 //
 // float16 is storage only: loads promote to float32, every sum, max and
 // exp is float32, and the output rows are rounded to float16 once.  The
@@ -50,6 +52,7 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention.cc"
+#define FUSEKIT_SIMD_MATH
 #include "fusekit/simd_begin.h"
 #include "kernels/attention_entry-inl.h"
 #include "kernels/attention_f16-inl.h"
@@ -144,12 +147,17 @@ class Attention {
       : causal_(attrs.Bool("causal")),
         has_scale_(attrs.Has("scale")),
         scale_(static_cast<float>(attrs.Float("scale"))),
+        softcap_(static_cast<float>(attrs.Float("softcap"))),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
         item_(Storage<T>::Item()),
         queries_(Storage<T>::Queries()),
         store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
     if (!std::isfinite(scale_)) {
       *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
+    }
+    if (!std::isfinite(softcap_) || softcap_ < 0.0f) {
+      *error = "attr 'softcap' must be a finite number > 0 (0 or absent: no capping), got " +
+               std::to_string(softcap_);
     }
     // Score rows are kKeys wide and filled a panel at a time: true for every
     // power-of-two vector length (all SVE hardware; the architecture no
@@ -232,6 +240,7 @@ class Attention {
     p.value_depth = v.dim(3);
     p.group = p.kv_heads > 0 ? p.heads / p.kv_heads : 1;
     p.scale = has_scale_ ? scale_ : static_cast<float>(1.0 / std::sqrt(double(p.depth)));
+    p.softcap = softcap_;
     p.causal = causal_;
     p.q = reinterpret_cast<const S*>(q.data());
     p.k = reinterpret_cast<const S*>(k.data());
@@ -390,6 +399,7 @@ class Attention {
   bool causal_;
   bool has_scale_;
   float scale_;
+  float softcap_;
   PanelFn panel_;
   typename Storage<T>::ItemFn item_;
   typename Storage<T>::QueriesFn queries_;
@@ -401,7 +411,8 @@ class Attention {
 
 #define FUSEKIT_ATTENTION_OPERANDS \
   Inputs("q", "k", "v", "mask"), Outputs("out"), \
-      AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0))
+      AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0), \
+                 attr::Float("softcap", 0.0))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

@@ -12,6 +12,7 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_decode.cc"
+#define FUSEKIT_SIMD_MATH
 #include "fusekit/simd_begin.h"
 #include "kernels/attention_entry-inl.h"
 #include "kernels/attention_microkernels-inl.h"
@@ -290,6 +291,7 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
     for (int64_t r = 0; r < rows; ++r) {
       float* s = buf.s + r * att::kKeys;
       const int64_t i = query_of(r);
+      if (p.softcap > 0.0f) SoftcapRow(s, n, p.softcap);
       MaskRow(p, it.b, head_of(r), i, j0, n, s);
       if (p.causal) {
         const int64_t first_dropped = i + offset + 1 - j0;

@@ -228,6 +228,22 @@ HWY_INLINE VF SoftmaxExp(DF d, VF x) {
 #endif
 }
 
+// s[0, n) = softcap * tanh(s / softcap): the scores' soft-capping.
+HWY_INLINE void SoftcapRow(float* HWY_RESTRICT s, int64_t n, float softcap) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF cap = hn::Set(d, softcap);
+  int64_t c = 0;
+  for (; c + lanes <= n; c += lanes) {
+    hn::StoreU(hn::Mul(cap, hn::Tanh(d, hn::Div(hn::LoadU(d, s + c), cap))), d, s + c);
+  }
+  if (c < n) {
+    const size_t rest = static_cast<size_t>(n - c);
+    StoreTail(hn::Mul(cap, hn::Tanh(d, hn::Div(LoadTail(d, s + c, rest), cap))), d, s + c,
+              rest);
+  }
+}
+
 // s[0, n) = exp(s - max); returns their sum.
 HWY_INLINE float ExpRow(float* HWY_RESTRICT s, int64_t n, float max) {
   const DF d;

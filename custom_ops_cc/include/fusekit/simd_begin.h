@@ -25,6 +25,12 @@
 #endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+// A source that #defines FUSEKIT_SIMD_MATH first also gets Highway's vector
+// math (hn::Exp, hn::Tanh, ...), which must be included here, outside the
+// namespaces.
+#ifdef FUSEKIT_SIMD_MATH
+#include "hwy/contrib/math/math-inl.h"
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace fusekit {
