@@ -4,8 +4,12 @@
 // broadcastable to [B, H, Sq, Skv].  Attrs: causal (bool, bottom-right
 // aligned), scale (float, absent: 1/sqrt(D)), softcap (float, absent or 0:
 // none; else scores = softcap * tanh(scores / softcap), after the scale and
-// before the mask).  Output [B, Sq, H, Dv] of q's dtype.  Query head h
-// reads kv head h / (H / Hkv).
+// before the mask), k_layout ("bshd", the default: [B, Skv, Hkv, D];
+// "bhsd": [B, Hkv, Skv, D]) and v_layout ("bshd", the default; "bhsd":
+// [B, Hkv, Skv, Dv]; "bhds": [B, Hkv, Dv, Skv]), the layouts KV caches
+// keep (litert-torch's Hugging Face exporter: K "bhsd", V "bhds"), read
+// in place through strides.  Output [B, Sq, H, Dv] of q's dtype.  Query
+// head h reads kv head h / (H / Hkv).
 //
 // float16 is storage only: loads promote to float32, every sum, max and
 // exp is float32, and the output rows are rounded to float16 once.  The
@@ -114,6 +118,40 @@ struct Storage<Half> {
 // (query heads of one kv head times positions) per item.
 constexpr int64_t kDecodeQueries = 4;
 
+// A K or V layout: which axis of the tensor holds the batch, the keys
+// (sequence), the kv heads and the head's columns.
+struct KvLayout {
+  const char* name;
+  int batch, seq, heads, depth;
+  const char* dims;  // the axes in order, for errors
+};
+constexpr KvLayout kBshd{"bshd", 0, 1, 2, 3, "[batch, seq, kv_heads, head_dim]"};
+constexpr KvLayout kBhsd{"bhsd", 0, 2, 1, 3, "[batch, kv_heads, seq, head_dim]"};
+constexpr KvLayout kBhds{"bhds", 0, 3, 1, 2, "[batch, kv_heads, head_dim, seq]"};
+
+// The layout named by attr `key` among `allowed`; sets *error otherwise.
+template <size_t N>
+KvLayout ParseLayout(const Attrs& attrs, const char* key, const KvLayout (&allowed)[N],
+                     std::string* error) {
+  const std::string name = attrs.String(key);
+  std::string names;
+  for (const KvLayout& layout : allowed) {
+    if (name == layout.name) return layout;
+    names += std::string(names.empty() ? "" : ", ") + "'" + layout.name + "' " + layout.dims;
+  }
+  *error = std::string("attr '") + key + "' must be one of " + names + ", got '" + name + "'";
+  return allowed[0];
+}
+
+constexpr KvLayout kKLayouts[] = {kBshd, kBhsd};
+constexpr KvLayout kVLayouts[] = {kBshd, kBhsd, kBhds};
+
+// Element strides of a contiguous rank-4 tensor.
+inline void Strides(const Tensor& t, int64_t (&stride)[4]) {
+  stride[3] = 1;
+  for (int i = 2; i >= 0; --i) stride[i] = stride[i + 1] * t.dim(i + 1);
+}
+
 // Everything Invoke needs besides the tensors, decided from the shapes.
 struct Plan {
   att::Layout layout;
@@ -148,6 +186,8 @@ class Attention {
         has_scale_(attrs.Has("scale")),
         scale_(static_cast<float>(attrs.Float("scale"))),
         softcap_(static_cast<float>(attrs.Float("softcap"))),
+        k_layout_(ParseLayout(attrs, "k_layout", kKLayouts, error)),
+        v_layout_(ParseLayout(attrs, "v_layout", kVLayouts, error)),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
         item_(Storage<T>::Item()),
         queries_(Storage<T>::Queries()),
@@ -172,28 +212,39 @@ class Attention {
                        Out<T> out) {
     FUSEKIT_ENSURE(ctx, q.rank() == 4, "q must have rank 4 [batch, seq, heads, head_dim], got rank %d",
                    q.rank());
-    FUSEKIT_ENSURE(ctx, k.rank() == 4, "k must have rank 4 [batch, seq, kv_heads, head_dim], got rank %d",
-                   k.rank());
-    FUSEKIT_ENSURE(ctx, v.rank() == 4, "v must have rank 4 [batch, seq, kv_heads, value_dim], got rank %d",
-                   v.rank());
-    FUSEKIT_ENSURE(ctx, k.dim(0) == q.dim(0) && v.dim(0) == q.dim(0),
-                   "q, k and v must have one batch size, got %d, %d and %d", q.dim(0), k.dim(0),
-                   v.dim(0));
-    FUSEKIT_ENSURE(ctx, k.dim(3) == q.dim(3),
-                   "k's head_dim (%d) must equal q's (%d)", k.dim(3), q.dim(3));
+    const KvLayout& kl = k_layout_;
+    const KvLayout& vl = v_layout_;
+    FUSEKIT_ENSURE(ctx, k.rank() == 4, "k must have rank 4 %s (k_layout '%s'), got rank %d",
+                   kl.dims, kl.name, k.rank());
+    FUSEKIT_ENSURE(ctx, v.rank() == 4, "v must have rank 4 %s (v_layout '%s'), got rank %d",
+                   vl.dims, vl.name, v.rank());
+    // The layouts' names in the errors below: a k or v of another layout
+    // than declared fails one of these checks.
+    const int kv_len = k.dim(kl.seq), kv_heads = k.dim(kl.heads);
+    FUSEKIT_ENSURE(ctx, k.dim(kl.batch) == q.dim(0) && v.dim(vl.batch) == q.dim(0),
+                   "q, k and v must have one batch size, got %d, %d and %d", q.dim(0),
+                   k.dim(kl.batch), v.dim(vl.batch));
+    FUSEKIT_ENSURE(ctx, k.dim(kl.depth) == q.dim(3),
+                   "k's head_dim (%d, dim %d of k %s, k_layout '%s') must equal q's (%d)",
+                   k.dim(kl.depth), kl.depth, kl.dims, kl.name, q.dim(3));
     FUSEKIT_ENSURE(ctx, q.dim(3) >= 1, "head_dim must be >= 1, got %d", q.dim(3));
-    FUSEKIT_ENSURE(ctx, v.dim(1) == k.dim(1),
-                   "k and v must have one sequence length, got %d and %d", k.dim(1), v.dim(1));
-    FUSEKIT_ENSURE(ctx, v.dim(2) == k.dim(2),
-                   "k and v must have one number of heads, got %d and %d", k.dim(2), v.dim(2));
-    FUSEKIT_ENSURE(ctx, k.dim(2) >= 1 && q.dim(2) % k.dim(2) == 0,
-                   "q's heads (%d) must be a multiple of k's and v's heads (%d)", q.dim(2),
-                   k.dim(2));
+    FUSEKIT_ENSURE(ctx, v.dim(vl.seq) == kv_len,
+                   "k and v must have one sequence length, got %d (k %s, k_layout '%s') and %d "
+                   "(v %s, v_layout '%s')",
+                   kv_len, kl.dims, kl.name, v.dim(vl.seq), vl.dims, vl.name);
+    FUSEKIT_ENSURE(ctx, v.dim(vl.heads) == kv_heads,
+                   "k and v must have one number of heads, got %d (k %s, k_layout '%s') and %d "
+                   "(v %s, v_layout '%s')",
+                   kv_heads, kl.dims, kl.name, v.dim(vl.heads), vl.dims, vl.name);
+    FUSEKIT_ENSURE(ctx, kv_heads >= 1 && q.dim(2) % kv_heads == 0,
+                   "q's heads (%d) must be a multiple of k's and v's heads (%d, k %s, "
+                   "k_layout '%s')",
+                   q.dim(2), kv_heads, kl.dims, kl.name);
     if (mask.present()) {
       FUSEKIT_ENSURE(ctx, mask.rank() <= 4,
                      "mask must have rank <= 4 (broadcastable to [B, H, Sq, Skv]), got rank %d",
                      mask.rank());
-      const int scores[4] = {q.dim(0), q.dim(2), q.dim(1), k.dim(1)};
+      const int scores[4] = {q.dim(0), q.dim(2), q.dim(1), kv_len};
       for (int i = 0; i < mask.rank(); ++i) {
         const int want = scores[4 - mask.rank() + i];
         const int got = mask.dim(i);
@@ -209,7 +260,7 @@ class Attention {
     const ScratchPlan scratch(plan_, ctx.num_threads());
     FUSEKIT_ENSURE(ctx, ctx.Scratch(scratch.layout) != nullptr,
                    "out of memory for %zu bytes of scratch", scratch.layout.bytes());
-    return ctx.ResizeOutput(out, {q.dim(0), q.dim(1), q.dim(2), v.dim(3)});
+    return ctx.ResizeOutput(out, {q.dim(0), q.dim(1), q.dim(2), v.dim(vl.depth)});
   }
 
   TfLiteStatus Invoke(OpContext& ctx, In<T> q, In<T> k, In<T> v, Opt<MaskT> mask,
@@ -235,9 +286,19 @@ class Attention {
     p.q_len = q.dim(1);
     p.heads = q.dim(2);
     p.depth = q.dim(3);
-    p.kv_len = k.dim(1);
-    p.kv_heads = k.dim(2);
-    p.value_depth = v.dim(3);
+    p.kv_len = k.dim(k_layout_.seq);
+    p.kv_heads = k.dim(k_layout_.heads);
+    p.value_depth = v.dim(v_layout_.depth);
+    int64_t ks[4], vs[4];
+    Strides(k, ks);
+    Strides(v, vs);
+    p.k_batch = ks[k_layout_.batch];
+    p.k_row = ks[k_layout_.seq];
+    p.k_head = ks[k_layout_.heads];
+    p.v_batch = vs[v_layout_.batch];
+    p.v_row = vs[v_layout_.seq];
+    p.v_head = vs[v_layout_.heads];
+    p.v_col = vs[v_layout_.depth];
     p.group = p.kv_heads > 0 ? p.heads / p.kv_heads : 1;
     p.scale = has_scale_ ? scale_ : static_cast<float>(1.0 / std::sqrt(double(p.depth)));
     p.softcap = softcap_;
@@ -270,6 +331,7 @@ class Attention {
     att::Layout& l = plan.layout;
     l.panel = panel_();
     l.value_pad = att::RoundUp(std::max<int64_t>(p.value_depth, 1), l.panel);
+    l.value_transposed = p.v_col != 1;
     plan.decode = p.q_len <= kDecodeQueries && p.group * p.q_len <= att::kRows;
     // The decode path's packed kernels (more than kStreamRows rows) read V
     // in place when Dv fills whole 2-vector chunks, else a padded copy.
@@ -400,6 +462,8 @@ class Attention {
   bool has_scale_;
   float scale_;
   float softcap_;
+  KvLayout k_layout_;
+  KvLayout v_layout_;
   PanelFn panel_;
   typename Storage<T>::ItemFn item_;
   typename Storage<T>::QueriesFn queries_;
@@ -412,7 +476,8 @@ class Attention {
 #define FUSEKIT_ATTENTION_OPERANDS \
   Inputs("q", "k", "v", "mask"), Outputs("out"), \
       AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0), \
-                 attr::Float("softcap", 0.0))
+                 attr::Float("softcap", 0.0), attr::String("k_layout", "bshd"), \
+                 attr::String("v_layout", "bshd"))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

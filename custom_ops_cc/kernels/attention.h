@@ -25,10 +25,15 @@ constexpr int64_t kSplitKeys = 512;
 constexpr int64_t kStreamRows = 16;
 
 // One attention problem, shapes as in the op: q [B, Sq, H, D],
-// k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv], out [B, Sq, H, Dv].  T is the
-// storage type of q, k, v and out (float, or Highway's float16_t: loads
-// promote to float32 and stores demote, all arithmetic is float32); the
-// additive mask is float32 whatever T is.
+// out [B, Sq, H, Dv]; k and v in their layouts (k_layout, v_layout), read
+// through element strides: K element (b, j, h, c) of batch b, key j, kv
+// head h, column c is k[b * k_batch + j * k_row + h * k_head + c] (the
+// depth axis is contiguous in every K layout), V element (b, j, h, c) is
+// v[b * v_batch + j * v_row + h * v_head + c * v_col] (v_col is 1 except
+// in the transposed [B, Hkv, Dv, Skv] layout, where v_row is 1).  T is
+// the storage type of q, k, v and out (float, or Highway's float16_t:
+// loads promote to float32 and stores demote, all arithmetic is float32);
+// the additive mask is float32 whatever T is.
 template <typename T>
 struct Problem {
   int64_t batch, q_len, kv_len, heads, kv_heads, depth, value_depth;
@@ -42,6 +47,8 @@ struct Problem {
   const T* k;
   const T* v;
   T* out;
+  int64_t k_batch, k_row, k_head;
+  int64_t v_batch, v_row, v_head, v_col;
   // Mask broadcast to [B, H, Sq, Skv] by strides (0 on a broadcast dim):
   // at most one of the two pointers is set.
   const float* mask_add;
@@ -52,6 +59,7 @@ struct Problem {
 // Packed layouts (per target: panel = 2 SIMD vectors of keys).
 struct Layout {
   int64_t panel;        // keys per K panel
+  bool value_transposed;  // V is [B, Hkv, Dv, Skv] (v_col != 1)
   int64_t value_pad;    // Dv rounded up to a whole number of 2-vector chunks
   bool value_direct;    // V is read in place (Dv is already whole chunks)
 };

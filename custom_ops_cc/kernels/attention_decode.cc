@@ -27,8 +27,8 @@ void AttentionPackK(const att::Problem<T>& p, int64_t b, int64_t kv_head, int64_
                     int64_t n, float* HWY_RESTRICT kp) {
   const int64_t panel = PanelKeys();
   const int64_t depth = p.depth;
-  const int64_t row_stride = p.kv_heads * depth;
-  const T* base = p.k + ((b * p.kv_len + j0) * p.kv_heads + kv_head) * depth;
+  const int64_t row_stride = p.k_row;
+  const T* base = p.k + b * p.k_batch + kv_head * p.k_head + j0 * row_stride;
   const int64_t padded = att::RoundUp(n, panel);
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -59,13 +59,14 @@ void AttentionPackK(const att::Problem<T>& p, int64_t b, int64_t kv_head, int64_
   }
 }
 
-// Rows j0.. (n of them) of V for one (b, kv head), padded to value_pad.
+// Rows j0.. (n of them) of V for one (b, kv head), padded to value_pad
+// (V rows in place: not the transposed layout).
 template <typename T>
 void AttentionPackV(const att::Problem<T>& p, int64_t value_pad, int64_t b, int64_t kv_head,
                     int64_t j0, int64_t n, float* HWY_RESTRICT vp) {
   const int64_t dv = p.value_depth;
   for (int64_t j = 0; j < n; ++j) {
-    const T* src = p.v + ((b * p.kv_len + j0 + j) * p.kv_heads + kv_head) * dv;
+    const T* src = p.v + b * p.v_batch + kv_head * p.v_head + (j0 + j) * p.v_row;
     float* dst = vp + j * value_pad;
     if constexpr (std::is_same_v<T, float>) {
       std::memcpy(dst, src, sizeof(float) * dv);
@@ -111,65 +112,92 @@ HWY_INLINE void MaskRow(const att::Problem<T>& p, int64_t b, int64_t h, int64_t 
   }
 }
 
-// A decode item reads the rows of its kv heads, Hkv * D elements apart;
-// when the item has fewer heads than the tensor, each row starts a new
-// stretch (a new page once Hkv * D * sizeof(T) >= 4096), where the hardware
-// prefetchers stop, so the item asks for the rows it reads a few rows ahead
-// itself.  (A prefetch past the end of a tensor is harmless: it never
-// faults.)
+// A decode item reads the rows of its kv heads, Hkv * D elements apart in
+// the [B, Skv, Hkv, D] layout; when the item has fewer heads than the
+// tensor, each row starts a new stretch (a new page once
+// Hkv * D * sizeof(T) >= 4096), where the hardware prefetchers stop, so the
+// item asks for the rows it reads a few rows ahead itself.  (A prefetch
+// past the end of a tensor is harmless: it never faults.)
 constexpr int64_t kPrefetchRows = 8;
 template <typename T>
 HWY_INLINE void PrefetchRow(const T* row, int64_t count) {
   constexpr int64_t kLine = 64 / sizeof(T);  // elements per cache line
   for (int64_t c = 0; c < count; c += kLine) __builtin_prefetch(row + c, 0, 3);
 }
+// The `count` elements of `heads` heads `head_stride` apart from `row` (one
+// stretch when the heads are adjacent).
+template <typename T>
+HWY_INLINE void PrefetchHeads(const T* row, int64_t heads, int64_t head_stride, int64_t count) {
+  if (head_stride == count) {
+    PrefetchRow(row, heads * count);
+    return;
+  }
+  for (int64_t g = 0; g < heads; ++g) PrefetchRow(row + g * head_stride, count);
+}
 
 // Few query rows per kv head against keys read in place (a decode step):
-// key row j of every kv head of the item (consecutive heads, one
-// contiguous stretch of memory) is loaded once and dotted with that head's
-// query rows, so K streams from memory once, in address order, with no
-// transposed copy.  Row r belongs to the item's head r / per_head.
-// s[r][j] for r < rows, j < n.
-template <typename T>
-void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t per_head, int64_t depth,
-               const T* HWY_RESTRICT k, int64_t k_stride, int64_t n,
-               float* HWY_RESTRICT s, int64_t s_stride) {
+// key row j of every kv head of the item is loaded once and dotted with
+// that head's query rows, so K streams from memory once, in address order
+// (the heads' rows are one stretch in [B, Skv, Hkv, D], one stream per
+// head in [B, Hkv, Skv, D]), with no transposed copy.  Row r belongs to
+// the item's head r / per_head (K rows of head g start k_head_stride
+// after head 0's); q rows are q_stride apart.  s[r][j] for r < rows,
+// j < n, or s[r][j] += the same with kAccumulate.
+//
+// The transposed V layout's P.V is the same computation: o[r][c] +=
+// P[r] . V^T[c], with the weight rows as q, the V^T rows of the block as
+// K and the value columns as keys.
+template <bool kAccumulate, typename T>
+void DotScores(const float* HWY_RESTRICT q, int64_t q_stride, int64_t rows, int64_t per_head,
+               int64_t depth, const T* HWY_RESTRICT k, int64_t k_stride, int64_t k_head_stride,
+               int64_t n, float* HWY_RESTRICT s, int64_t s_stride) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t heads = rows / per_head;
+  auto put = [&](float* at, VF sum) {
+    const float x = hn::GetLane(hn::SumOfLanes(d, sum));
+    if constexpr (kAccumulate) {
+      *at += x;
+    } else {
+      *at = x;
+    }
+  };
   for (int64_t j = 0; j < n; ++j) {
     const T* HWY_RESTRICT k_row = k + j * k_stride;
-    PrefetchRow(k_row + kPrefetchRows * k_stride, heads * depth);
+    PrefetchHeads(k_row + kPrefetchRows * k_stride, heads, k_head_stride, depth);
     for (int64_t g = 0; g < heads; ++g) {
-      const T* HWY_RESTRICT kr = k_row + g * depth;
+      const T* HWY_RESTRICT kr = k_row + g * k_head_stride;
       int64_t r = g * per_head;
       const int64_t r_end = r + per_head;
       for (; r + 4 <= r_end; r += 4) {
-        const float* q0 = q + r * depth;
+        const float* q0 = q + r * q_stride;
+        const float* q1 = q0 + q_stride;
+        const float* q2 = q1 + q_stride;
+        const float* q3 = q2 + q_stride;
         VF a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
         int64_t c = 0;
         for (; c + lanes <= depth; c += lanes) {
           const VF kv = LoadF(d, kr + c);
           a0 = hn::MulAdd(hn::LoadU(d, q0 + c), kv, a0);
-          a1 = hn::MulAdd(hn::LoadU(d, q0 + depth + c), kv, a1);
-          a2 = hn::MulAdd(hn::LoadU(d, q0 + 2 * depth + c), kv, a2);
-          a3 = hn::MulAdd(hn::LoadU(d, q0 + 3 * depth + c), kv, a3);
+          a1 = hn::MulAdd(hn::LoadU(d, q1 + c), kv, a1);
+          a2 = hn::MulAdd(hn::LoadU(d, q2 + c), kv, a2);
+          a3 = hn::MulAdd(hn::LoadU(d, q3 + c), kv, a3);
         }
         if (c < depth) {
           const size_t rest = static_cast<size_t>(depth - c);
           const VF kv = LoadTailF(d, kr + c, rest);
           a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), kv, a0);
-          a1 = hn::MulAdd(LoadTail(d, q0 + depth + c, rest), kv, a1);
-          a2 = hn::MulAdd(LoadTail(d, q0 + 2 * depth + c, rest), kv, a2);
-          a3 = hn::MulAdd(LoadTail(d, q0 + 3 * depth + c, rest), kv, a3);
+          a1 = hn::MulAdd(LoadTail(d, q1 + c, rest), kv, a1);
+          a2 = hn::MulAdd(LoadTail(d, q2 + c, rest), kv, a2);
+          a3 = hn::MulAdd(LoadTail(d, q3 + c, rest), kv, a3);
         }
-        s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a0));
-        s[(r + 1) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a1));
-        s[(r + 2) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a2));
-        s[(r + 3) * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a3));
+        put(s + r * s_stride + j, a0);
+        put(s + (r + 1) * s_stride + j, a1);
+        put(s + (r + 2) * s_stride + j, a2);
+        put(s + (r + 3) * s_stride + j, a3);
       }
       for (; r < r_end; ++r) {
-        const float* q0 = q + r * depth;
+        const float* q0 = q + r * q_stride;
         VF a0 = hn::Zero(d);
         int64_t c = 0;
         for (; c + lanes <= depth; c += lanes) {
@@ -179,7 +207,7 @@ void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t per_head, int6
           const size_t rest = static_cast<size_t>(depth - c);
           a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), LoadTailF(d, kr + c, rest), a0);
         }
-        s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(d, a0));
+        put(s + r * s_stride + j, a0);
       }
     }
   }
@@ -187,18 +215,19 @@ void DotScores(const float* HWY_RESTRICT q, int64_t rows, int64_t per_head, int6
 
 // o[r][0, dv) += sum_j p[r][j] * v[j][0, dv) with V rows read in place,
 // each once, in address order: the decode step's P.V (row r reads the V of
-// the item's head r / per_head; o rows are value_pad floats apart).
+// the item's head r / per_head, v_head_stride after head 0's; o rows are
+// value_pad floats apart).
 template <typename T>
 void StreamPv(const float* HWY_RESTRICT p, int64_t p_stride, int64_t rows, int64_t per_head,
-              int64_t n, const T* HWY_RESTRICT v, int64_t v_stride, int64_t dv,
-              float* HWY_RESTRICT o, int64_t o_stride) {
+              int64_t n, const T* HWY_RESTRICT v, int64_t v_stride, int64_t v_head_stride,
+              int64_t dv, float* HWY_RESTRICT o, int64_t o_stride) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t j = 0; j < n; ++j) {
     const T* HWY_RESTRICT v_row = v + j * v_stride;
-    PrefetchRow(v_row + kPrefetchRows * v_stride, rows / per_head * dv);
+    PrefetchHeads(v_row + kPrefetchRows * v_stride, rows / per_head, v_head_stride, dv);
     for (int64_t r = 0; r < rows; ++r) {
-      const T* HWY_RESTRICT vr = v_row + (r / per_head) * dv;
+      const T* HWY_RESTRICT vr = v_row + (r / per_head) * v_head_stride;
       const float w = p[r * p_stride + j];
       if (w == 0.0f) continue;  // dropped keys
       const VF vw = hn::Set(d, w);
@@ -266,10 +295,10 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
   const int64_t last_query = it.query_begin + it.query_count - 1;
   if (p.causal && last_query + offset + 1 < key_end) key_end = last_query + offset + 1;
   const int64_t panel = l.panel;
-  const int64_t v_row = p.kv_heads * dv;
-  const T* v_head = p.v + (it.b * p.kv_len * p.kv_heads + it.kv_head) * dv;
-  const int64_t k_row = p.kv_heads * depth;
-  const T* k_head = p.k + (it.b * p.kv_len * p.kv_heads + it.kv_head) * depth;
+  const int64_t v_row = p.v_row;
+  const T* v_head = p.v + it.b * p.v_batch + it.kv_head * p.v_head;
+  const int64_t k_row = p.k_row;
+  const T* k_head = p.k + it.b * p.k_batch + it.kv_head * p.k_head;
   // Few rows per kv head: read K and V in place, once (see DotScores).
   // Otherwise the item has one kv head and packs its K blocks.
   const bool stream = per_head <= att::kStreamRows;
@@ -277,7 +306,8 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
   for (int64_t j0 = it.key_begin; j0 < key_end; j0 += att::kKeys) {
     const int64_t n = key_end - j0 < att::kKeys ? key_end - j0 : att::kKeys;
     if (stream) {
-      DotScores(buf.q, rows, per_head, depth, k_head + j0 * k_row, k_row, n, buf.s, att::kKeys);
+      DotScores<false>(buf.q, depth, rows, per_head, depth, k_head + j0 * k_row, k_row, p.k_head,
+                       n, buf.s, att::kKeys);
     } else {
       AttentionPackK(p, it.b, it.kv_head, j0, n, buf.kblock);
       const float* kp = buf.kblock;
@@ -314,6 +344,14 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
       }
       buf.sum[r] += block_sum;
     }
+    if (l.value_transposed) {
+      // V^T rows in place: o[r][c] += P[r] . V^T[c][j0, j0 + n), each
+      // block of a V^T row (n contiguous keys) read once per item and
+      // dotted with the rows of its head (the weight rows stay in L1).
+      DotScores<true>(buf.s, att::kKeys, rows, per_head, n, v_head + j0, p.v_col, p.v_head, dv,
+                      buf.o, vpad);
+      continue;
+    }
     if (stream && l.value_direct) {
       // Register tiles of each kv head's rows against its V columns in
       // place, in steps of kDecodePvKeys keys: the step's V rows of every
@@ -324,10 +362,10 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
         // The next step's rows, while this one computes.
         const T* next = v_head + (j0 + js + kDecodePvKeys) * v_row;
         for (int64_t j = 0; j < kDecodePvKeys; ++j) {
-          PrefetchRow(next + j * v_row, it.kv_head_count * dv);
+          PrefetchHeads(next + j * v_row, it.kv_head_count, p.v_head, dv);
         }
         for (int64_t g = 0; g < it.kv_head_count; ++g) {
-          const T* vg = v_head + (j0 + js) * v_row + g * dv;
+          const T* vg = v_head + (j0 + js) * v_row + g * p.v_head;
           for (int64_t c = 0; c < dv; c += panel) {
             PvRows<kMaxTile>(buf.s + g * per_head * att::kKeys + js, att::kKeys, m, vg + c,
                              v_row, buf.o + g * per_head * vpad + c, vpad, per_head);
@@ -337,8 +375,8 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
       continue;
     }
     if (stream) {
-      StreamPv(buf.s, att::kKeys, rows, per_head, n, v_head + j0 * v_row, v_row, dv, buf.o,
-               vpad);
+      StreamPv(buf.s, att::kKeys, rows, per_head, n, v_head + j0 * v_row, v_row, p.v_head, dv,
+               buf.o, vpad);
       continue;
     }
     // O += P . V: V in place, or its padded float copy.

@@ -160,15 +160,17 @@ HWY_INLINE void KqRows(const float* k, int64_t k_stride, int64_t depth, const fl
   }
 }
 
-// O^T[r][0, 2 vectors) += sum_j V[j][r] * P^T[j] for MR value columns r.
+// O^T[r][0, 2 vectors) += sum_j V[j][r] * P^T[j] for MR value columns r
+// (V[j][r] at v[j * v_stride + r * col_stride]: col_stride is 1 for V rows
+// in place, the key count of a row of V^T in the transposed layout).
 template <int MR>
-HWY_INLINE void VpTile(const float* HWY_RESTRICT v, int64_t v_stride, int64_t n,
-                       const float* HWY_RESTRICT pt, float* HWY_RESTRICT ot) {
+HWY_INLINE void VpTile(const float* HWY_RESTRICT v, int64_t v_stride, int64_t col_stride,
+                       int64_t n, const float* HWY_RESTRICT pt, float* HWY_RESTRICT ot) {
   const DF d;
   const size_t lanes = hn::Lanes(d);
   TileMulAdd<MR>(
       n, [&](int r, int half) { return hn::Load(d, ot + (2 * r + half) * lanes); },
-      [&](int r, int64_t j) { return v[j * v_stride + r]; },
+      [&](int r, int64_t j) { return v[j * v_stride + r * col_stride]; },
       [&](int64_t j, int half) { return hn::Load(d, pt + (2 * j + half) * lanes); },
       [&](int r, VF a0, VF a1) {
         hn::Store(a0, d, ot + r * 2 * lanes);
@@ -177,13 +179,17 @@ HWY_INLINE void VpTile(const float* HWY_RESTRICT v, int64_t v_stride, int64_t n,
 }
 
 template <int MR>
-HWY_INLINE void VpRows(const float* v, int64_t v_stride, int64_t n, const float* pt,
-                       float* ot, int64_t cols) {
+HWY_INLINE void VpRows(const float* v, int64_t v_stride, int64_t col_stride, int64_t n,
+                       const float* pt, float* ot, int64_t cols) {
   const int64_t width = 2 * static_cast<int64_t>(hn::Lanes(DF()));
   int64_t r = 0;
-  for (; r + MR <= cols; r += MR) VpTile<MR>(v + r, v_stride, n, pt, ot + r * width);
+  for (; r + MR <= cols; r += MR) {
+    VpTile<MR>(v + r * col_stride, v_stride, col_stride, n, pt, ot + r * width);
+  }
   if constexpr (MR > 1) {
-    if (r < cols) VpRows<MR - 1>(v + r, v_stride, n, pt, ot + r * width, cols - r);
+    if (r < cols) {
+      VpRows<MR - 1>(v + r * col_stride, v_stride, col_stride, n, pt, ot + r * width, cols - r);
+    }
   }
 }
 

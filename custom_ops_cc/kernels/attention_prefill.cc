@@ -33,6 +33,9 @@ constexpr int64_t kKeysT = 128;
 // buffer even at SVE's longest vectors (2048 bits: a panel of 128).
 static_assert(kKeysT * 2 * hn::MaxLanes(DF()) <= att::kRows * att::kKeys,
               "S^T outgrows its buffer");
+// A float16 block of V^T (Dv rows of kKeysT keys) fits vblock
+// (kKeys x value_pad floats, value_pad >= Dv).
+static_assert(kKeysT <= att::kKeys, "a V^T block outgrows its buffer");
 
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
 // most 2 vectors.  Scratch: see Buffers (q holds Q^T, s holds S^T, o O^T;
@@ -52,10 +55,14 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   // slower: the copy costs more than the conflicts.)  float16 blocks are
   // converted once per block, a vector at a time: about 1/16 of the FMAs
   // that then read them.
+  // In every layout K rows are contiguous (k_row apart); V rows too
+  // (v_row apart) except in the transposed layout, where V^T rows of
+  // keys are: P.V then broadcasts V^T elements along a key row (VpRows'
+  // column stride), each tile row streaming through its own V^T row.
   const int64_t kv_head = h / p.group;
-  const int64_t k_row = p.kv_heads * depth, v_row = p.kv_heads * dv;
-  const T* k_head = p.k + (b * p.kv_len * p.kv_heads + kv_head) * depth;
-  const T* v_head = p.v + (b * p.kv_len * p.kv_heads + kv_head) * dv;
+  const int64_t k_row = p.k_row, v_row = p.v_row, v_col = p.v_col;
+  const T* k_head = p.k + b * p.k_batch + kv_head * p.k_head;
+  const T* v_head = p.v + b * p.v_batch + kv_head * p.v_head;
   const int64_t offset = p.kv_len - p.q_len;  // causal: key j <= i + offset
 
   // Q^T, scaled; lanes past nq are zero (their columns are never written).
@@ -166,10 +173,14 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       hn::Store(hn::Mul(hn::Load(d, ot + c * width + lanes), alpha1), d, ot + c * width + lanes);
     }
     if constexpr (kInPlace) {
-      VpRows<kMaxTile>(v_head + j0 * v_row, v_row, n, st, ot, dv);
+      VpRows<kMaxTile>(v_head + j0 * v_row, v_row, v_col, n, st, ot, dv);
+    } else if (l.value_transposed) {
+      // The block's V^T rows (dv of them, n keys each) converted as rows.
+      ConvertRows(v_head + j0, v_col, dv, n, buf.vblock, kKeysT);
+      VpRows<kMaxTile>(buf.vblock, 1, kKeysT, n, st, ot, dv);
     } else {
       ConvertRows(v_head + j0 * v_row, v_row, n, dv, buf.vblock, dv);
-      VpRows<kMaxTile>(buf.vblock, dv, n, st, ot, dv);
+      VpRows<kMaxTile>(buf.vblock, dv, 1, n, st, ot, dv);
     }
   }
 

@@ -3,6 +3,7 @@ op ``fusekit_attention``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -11,6 +12,18 @@ import tensorflow as tf
 from fusekit.author.composite import composite
 
 _OP = "fusekit_attention"
+
+# The layouts k and v may come in (the kernel reads each in place): the
+# axes, in order, as a permutation of the default [B, Skv, Hkv, D].
+#   bshd: [B, Skv, Hkv, D]  (the default; Keras' and most exporters')
+#   bhsd: [B, Hkv, Skv, D]  (a KV cache's: litert-torch's K)
+#   bhds: [B, Hkv, D, Skv]  (V transposed: litert-torch's V cache)
+K_LAYOUTS = ("bshd", "bhsd")
+V_LAYOUTS = ("bshd", "bhsd", "bhds")
+# Axis of the tensor holding (batch, seq, heads, depth), per layout.
+_AXES = {"bshd": (0, 1, 2, 3), "bhsd": (0, 2, 1, 3), "bhds": (0, 3, 1, 2)}
+# Transposes from each layout to [B, Hkv, Skv, D], the body's matmul form.
+_TO_BHSD = {"bshd": [0, 2, 1, 3], "bhsd": None, "bhds": [0, 1, 3, 2]}
 
 
 def _dims(t: tf.Tensor) -> list[tf.Tensor | int]:
@@ -48,6 +61,8 @@ def _attention_body(
     causal: bool = False,
     scale: float = 1.0,
     softcap: float = 0.0,
+    k_layout: str = "bshd",
+    v_layout: str = "bshd",
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
@@ -58,15 +73,20 @@ def _attention_body(
     if storage != tf.float32:
         q, k, v = (tf.cast(t, tf.float32) for t in (q, k, v))
     batch, q_len, heads, depth = _dims(q)
-    _, kv_len, kv_heads, _ = _dims(k)
-    value_depth = v.shape[-1]
+    k_dims = _dims(k)
+    kv_len, kv_heads = k_dims[_AXES[k_layout][1]], k_dims[_AXES[k_layout][2]]
+    value_depth = v.shape[_AXES[v_layout][3]]
+    # k and v as [B, Hkv, Skv, D] (for the default layout, the transposes
+    # the matmuls need anyway).
+    kt = k if _TO_BHSD[k_layout] is None else tf.transpose(k, _TO_BHSD[k_layout])
+    vt = v if _TO_BHSD[v_layout] is None else tf.transpose(v, _TO_BHSD[v_layout])
     group = heads // kv_heads
     # [B, Hkv, G*Sq, D]: the G query heads that share a kv head stacked as
     # rows of one matmul (head h reads kv head h // G).
     qt = tf.transpose(q * scale, [0, 2, 1, 3])
     if group > 1:
         qt = tf.reshape(qt, [batch, kv_heads, group * q_len, depth])
-    scores = tf.matmul(qt, tf.transpose(k, [0, 2, 1, 3]), transpose_b=True)
+    scores = tf.matmul(qt, kt, transpose_b=True)
     if softcap:
         # Gemma 2's logit soft-capping: after the scale, before the mask.
         scores = softcap * tf.math.tanh(scores / softcap)
@@ -88,26 +108,47 @@ def _attention_body(
         probs = tf.where(any_key, probs, 0.0)
     if shaped:
         probs = tf.reshape(probs, [batch, kv_heads, group * q_len, kv_len])
-    out = tf.matmul(probs, tf.transpose(v, [0, 2, 1, 3]))
+    out = tf.matmul(probs, vt)
     if group > 1:
         out = tf.reshape(out, [batch, heads, q_len, value_depth])
     out = tf.transpose(out, [0, 2, 1, 3])
     return out if storage == tf.float32 else tf.cast(out, storage)
 
 
-# The op without softcap carries no softcap attr (absent: no capping).
-_attention = composite(_OP, causal=False, scale=1.0)(_attention_body)
-_attention_capped = composite(_OP, causal=False, scale=1.0, softcap=1.0)(_attention_body)
+@functools.cache
+def _composite(optional: frozenset[str]) -> Any:
+    """The composite carrying attrs causal, scale and the `optional` ones
+    (softcap, k_layout, v_layout): an op without softcap or with the
+    default layouts carries no such attr, so its options stay as before."""
+    defaults: dict[str, Any] = {"causal": False, "scale": 1.0}
+    for key, value in (("softcap", 1.0), ("k_layout", "bshd"), ("v_layout", "bshd")):
+        if key in optional:
+            defaults[key] = value
+    return composite(_OP, **defaults)(_attention_body)
 
 
-def _shape(name: str, t: Any) -> tf.TensorShape:
+_DIMS = {
+    "bshd": "[batch, seq, heads, head_dim]",
+    "bhsd": "[batch, heads, seq, head_dim]",
+    "bhds": "[batch, heads, head_dim, seq]",
+}
+
+
+def _shape(name: str, t: Any, layout: str = "bshd") -> tf.TensorShape:
     shape = tf.TensorShape(getattr(t, "shape", None))
     if name != "mask" and shape.rank != 4:
+        which = "" if name == "q" else f" ({name}_layout {layout!r})"
         raise ValueError(
-            f"{_OP}: {name} must have rank 4 [batch, seq, heads, head_dim], got "
+            f"{_OP}: {name} must have rank 4 {_DIMS[layout]}{which}, got "
             f"{'unknown rank' if shape.rank is None else f'shape {shape.as_list()}'}"
         )
     return shape
+
+
+def _as_bshd(shape: tf.TensorShape, layout: str) -> tf.TensorShape:
+    """A k or v shape in `layout` read as [B, Skv, Hkv, D]."""
+    dims = shape.as_list()
+    return tf.TensorShape([dims[axis] for axis in _AXES[layout]])
 
 
 def _dtype(t: Any) -> tf.DType:
@@ -128,6 +169,8 @@ def attention(
     causal: bool = False,
     scale: float | None = None,
     softcap: float | None = None,
+    k_layout: str = "bshd",
+    v_layout: str = "bshd",
 ) -> tf.Tensor:
     """``softmax(q @ k^T * scale + mask) @ v`` per head, in one op.
 
@@ -165,14 +208,22 @@ def attention(
     the converted model the op's q, k, v and output tensors stay float16:
     a decode step reads half the bytes of K and V.
 
+    **KV cache layouts**: ``k_layout="bhsd"`` takes k as [B, Hkv, Skv, D]
+    and ``v_layout`` ``"bhsd"`` or ``"bhds"`` takes v as [B, Hkv, Skv, Dv]
+    or [B, Hkv, Dv, Skv] (the layouts litert-torch's Hugging Face exporter
+    keeps its caches in).  The kernel reads them in place: no transpose of
+    the cache runs in front of the op.
+
     One fused op ``fusekit_attention`` with inputs (q, k, v[, mask]) as
     given and attrs ``causal`` (bool), ``scale`` (float) and, when given,
-    ``softcap`` (float).
+    ``softcap`` (float), ``k_layout`` and ``v_layout`` (str; absent when
+    "bshd").
 
     Args:
       q: float32 or float16 [B, Sq, H, D]; D must be static.
-      k: [B, Skv, Hkv, D] of q's dtype; Hkv must be static and divide H.
-      v: [B, Skv, Hkv, Dv] of q's dtype.
+      k: [B, Skv, Hkv, D] of q's dtype (or as k_layout says); Hkv must be
+        static and divide H.
+      v: [B, Skv, Hkv, Dv] of q's dtype (or as v_layout says).
       mask: None, or bool, float32 (or, with float16 q, float16) of rank 0
         to 4 broadcastable to [B, H, Sq, Skv].
       causal: drop the keys after each query's position (bottom-right).
@@ -180,11 +231,18 @@ def attention(
       softcap: None (no capping) or a number > 0: the scaled scores become
         ``softcap * tanh(scores / softcap)`` before the mask is applied
         (Gemma 2's and litert-torch's ``logit_cap``).
+      k_layout: "bshd" (default) or "bhsd".
+      v_layout: "bshd" (default), "bhsd" or "bhds".
 
     Returns:
       [B, Sq, H, Dv] of q's dtype.
     """
-    q_shape, k_shape, v_shape = _shape("q", q), _shape("k", k), _shape("v", v)
+    for name, layout, allowed in (("k", k_layout, K_LAYOUTS), ("v", v_layout, V_LAYOUTS)):
+        if not isinstance(layout, str) or layout not in allowed:
+            raise ValueError(f"{_OP}: {name}_layout must be one of {allowed}, got {layout!r}")
+    q_shape = _shape("q", q)
+    k_shape = _as_bshd(_shape("k", k, k_layout), k_layout)
+    v_shape = _as_bshd(_shape("v", v, v_layout), v_layout)
     dtypes = {name: _dtype(t) for name, t in (("q", q), ("k", k), ("v", v))}
     storage = dtypes["q"]
     if storage not in (tf.float32, tf.float16) or len(set(dtypes.values())) > 1:
@@ -244,8 +302,11 @@ def attention(
     ):
         raise ValueError(f"{_OP}: softcap must be a finite number > 0 or None, got {softcap!r}")
     tensors = (q, k, v) if mask is None else (q, k, v, mask)
-    if softcap is None:
-        return _attention(*tensors, causal=bool(causal), scale=float(scale))
-    return _attention_capped(
-        *tensors, causal=bool(causal), scale=float(scale), softcap=float(softcap)
-    )
+    attrs: dict[str, Any] = {"causal": bool(causal), "scale": float(scale)}
+    if softcap is not None:
+        attrs["softcap"] = float(softcap)
+    if k_layout != "bshd":
+        attrs["k_layout"] = k_layout
+    if v_layout != "bshd":
+        attrs["v_layout"] = v_layout
+    return _composite(frozenset(attrs) - {"causal", "scale"})(*tensors, **attrs)
