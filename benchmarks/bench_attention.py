@@ -3,14 +3,18 @@ converted unfused (BATCH_MATMULs and SOFTMAX through XNNPACK), at 1 and 2
 threads, timed in interleaved rounds in one process; the peak memory of a
 process running the S=4096 model each way; max |difference| from TensorFlow.
 The decode step runs with float32 and with float16 q/k/v (float16 storage:
-half the K and V bytes to read, float32 math).
+half the K and V bytes to read, float32 math).  Layout rows: the fused
+decode step with K and V in the KV-cache layouts the kernel reads in place
+(k_layout / v_layout) against the default layout, at Skv 1024-4096, and
+against the memory floor (K+V read once at the measured copy bandwidth).
 
     .venv/bin/python benchmarks/bench_attention.py            # full run, ~10 min
     .venv/bin/python benchmarks/bench_attention.py --quick    # smoke run, seconds
+    .venv/bin/python benchmarks/bench_attention.py --layouts  # layout rows only
 
 Writes attention.md (tables, targets), attention.json (all medians) and
 attention.png (chart) into --out (default benchmarks/results; --quick: a
-temp folder).
+temp folder); the layout rows go to attention_layouts.md and .json.
 """
 
 from __future__ import annotations
@@ -86,6 +90,19 @@ QUICK = [
     Shape("decode Skv600 H8 Hkv2 D32", 1, 1, 600, 8, 2, 32, "decode"),
     Shape("decode Skv600 H8 Hkv2 D32 f16", 1, 1, 600, 8, 2, 32, "decode", "float16"),
 ]
+# Layout rows: (label, Skv, dtype) of a decode step H32 Hkv8 D128 (--quick:
+# H8 Hkv2 D32), each with every (k_layout, v_layout) below.
+LAYOUT_FULL = [
+    ("Skv1024", 1024, "float32"),
+    ("Skv2048", 2048, "float32"),
+    ("Skv4096", 4096, "float32"),
+    ("Skv4096 f16", 4096, "float16"),
+]
+LAYOUT_QUICK = [("Skv600", 600, "float32")]
+# The default, litert-torch's Hugging Face caches (K [B, Hkv, Skv, D], V
+# [B, Hkv, D, Skv]) and both caches [B, Hkv, Skv, D].
+LAYOUTS = [("bshd", "bshd"), ("bhsd", "bhds"), ("bhsd", "bhsd")]
+
 # The process whose peak memory is measured: the S=4096 model (--quick: the
 # largest quick one).
 RSS_FULL = "B1 S4096 H4 D32"
@@ -124,6 +141,187 @@ def inputs(shape: Shape, seed: int = 0) -> dict[str, np.ndarray]:
     k = rng.standard_normal((shape.batch, shape.kv_len, shape.kv_heads, shape.depth))
     v = rng.standard_normal((shape.batch, shape.kv_len, shape.kv_heads, shape.depth))
     return {"q": q.astype(shape.dtype), "k": k.astype(shape.dtype), "v": v.astype(shape.dtype)}
+
+
+# Axes of [B, Skv, Hkv, D] in each layout's order.
+_LAYOUT_AXES = {"bshd": (0, 1, 2, 3), "bhsd": (0, 2, 1, 3), "bhds": (0, 2, 3, 1)}
+
+
+def layout_model(shape: Shape, k_layout: str, v_layout: str, workdir: Path) -> bytes:
+    """The fused model of `shape` taking k and v in the given layouts."""
+    import tensorflow as tf
+
+    dtype = tf.as_dtype(shape.dtype)
+    kv = [shape.batch, shape.kv_len, shape.kv_heads, shape.depth]
+    spec = [
+        tf.TensorSpec([shape.batch, shape.q_len, shape.heads, shape.depth], dtype, name="q"),
+        tf.TensorSpec([kv[a] for a in _LAYOUT_AXES[k_layout]], dtype, name="k"),
+        tf.TensorSpec([kv[a] for a in _LAYOUT_AXES[v_layout]], dtype, name="v"),
+    ]
+
+    class Attention(tf.Module):
+        @tf.function(input_signature=spec)
+        def __call__(self, q, k, v):
+            return fusekit.ops.attention(q, k, v, k_layout=k_layout, v_layout=v_layout)
+
+    path = workdir / f"{shape.label}_{k_layout}_{v_layout}".replace(" ", "_")
+    tf.saved_model.save(Attention(), str(path))
+    return fusekit.convert(str(path)).model
+
+
+@dataclass
+class LayoutResult:
+    shape: Shape
+    medians_us: dict[str, float]  # "k=bhsd v=bhds@1", ..., "copy@1"
+    max_abs_diff: dict[str, float]  # each layout vs the default layout's output
+
+    @property
+    def floor_us(self) -> float:
+        """K+V read once at the copy's bandwidth (the copy moves the bytes
+        twice, read and write: half its time)."""
+        return self.medians_us["copy@1"] / 2
+
+
+def measure_layouts(
+    shape: Shape,
+    workdir: Path,
+    threads: Sequence[int],
+    rounds: int,
+    batch_seconds: float,
+    runtime: str,
+) -> LayoutResult:
+    feeds = inputs(shape)
+    prepared: dict[str, suite.Prepared] = {}
+    for k_layout, v_layout in LAYOUTS:
+        model = layout_model(shape, k_layout, v_layout, workdir)
+        fed = {
+            "q": feeds["q"],
+            "k": np.ascontiguousarray(feeds["k"].transpose(_LAYOUT_AXES[k_layout])),
+            "v": np.ascontiguousarray(feeds["v"].transpose(_LAYOUT_AXES[v_layout])),
+        }
+        for t in threads:
+            interp = fusekit.Interpreter(model_content=model, num_threads=t, runtime=runtime)
+            prepared[f"k={k_layout} v={v_layout}@{t}"] = suite.prepare_tflite(interp, fed)
+    src = np.concatenate([feeds["k"].ravel(), feeds["v"].ravel()])
+    dst = np.empty_like(src)
+    candidates = {key: p.invoke for key, p in prepared.items()}
+    candidates["copy@1"] = lambda: np.copyto(dst, src)
+    outputs = {}
+    for key, p in prepared.items():
+        p.invoke()
+        outputs[key] = p.output().astype(np.float64)
+    default = outputs[f"k=bshd v=bshd@{threads[0]}"]
+    diffs = {key: float(np.abs(out - default).max()) for key, out in outputs.items()}
+    timings = suite.time_interleaved(candidates, rounds, batch_seconds)
+    result = LayoutResult(shape, {k: t.median_us for k, t in timings.items()}, diffs)
+    parts = [f"{k} {v:,.0f} us" for k, v in result.medians_us.items()]
+    print(f"{shape.label}: " + ", ".join(parts), flush=True)
+    return result
+
+
+def render_layouts(
+    info: dict[str, Any],
+    results: Sequence[LayoutResult],
+    threads: Sequence[int],
+    settings: dict[str, Any],
+) -> str:
+    out = ["# fusekit_attention decode: KV-cache layouts read in place", ""]
+    out.append(
+        f"**CPU:** {info['cpu']} ({info['logical_cpus']} logical CPUs), fusekit SIMD target "
+        f"**{info['simd']}**, fusekit {info['commit']}, {info['date']}  "
+    )
+    out.append(
+        f"Medians in µs over {settings['rounds']} interleaved rounds (every layout, thread "
+        "count and the copy of one shape shuffled in each round). One decode step, "
+        "B=1, Sq=1, H=32, Hkv=8, D=128 (K as k_layout, V as v_layout says). **vs default** = "
+        "the default layout's time / this layout's; **floor** = the K+V bytes read once at the "
+        "copy bandwidth measured in the same run (np.copyto of the K+V bytes, 1 thread, "
+        "reads and writes them: half its time); **x floor** = time / floor."
+    )
+    out.append("")
+    rows = []
+    for r in results:
+        for k_layout, v_layout in LAYOUTS:
+            for t in threads:
+                key = f"k={k_layout} v={v_layout}@{t}"
+                base = r.medians_us[f"k=bshd v=bshd@{t}"]
+                time = r.medians_us[key]
+                rows.append(
+                    [
+                        r.shape.label,
+                        f"{r.shape.kv_bytes / MIB:.0f}",
+                        f"k={k_layout} v={v_layout}",
+                        str(t),
+                        f"{time:,.0f}",
+                        f"{base / time:.2f}",
+                        f"{r.floor_us:,.0f}",
+                        f"{time / r.floor_us:.2f}",
+                        f"{r.shape.kv_bytes / time / 1e3:.1f}",
+                        f"{r.max_abs_diff[key]:.1e}",
+                    ]
+                )
+    out.append(
+        table(
+            [
+                "step",
+                "K+V MiB",
+                "layouts",
+                "threads",
+                "µs",
+                "vs default",
+                "floor µs",
+                "x floor",
+                "GB/s (K+V read)",
+                "max abs diff vs default",
+            ],
+            rows,
+        )
+    )
+    out.append("")
+    return "\n".join(out) + "\n"
+
+
+def run_layouts(
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    threads: Sequence[int],
+    rounds: int,
+    batch_ms: float,
+    out_dir: Path,
+) -> str:
+    if args.quick:
+        shapes = [
+            Shape(f"decode {label}", 1, 1, skv, 8, 2, 32, "decode", dtype)
+            for label, skv, dtype in LAYOUT_QUICK
+        ]
+    else:
+        shapes = [
+            Shape(f"decode {label}", 1, 1, skv, 32, 8, 128, "decode", dtype)
+            for label, skv, dtype in LAYOUT_FULL
+        ]
+    settings = {"rounds": rounds, "batch_ms": batch_ms, "threads": list(threads)}
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [
+            measure_layouts(s, Path(tmp), threads, rounds, batch_ms / 1e3, args.runtime)
+            for s in shapes
+        ]
+    markdown = render_layouts(info, results, threads, settings)
+    (out_dir / "attention_layouts.md").write_text(markdown)
+    payload = {
+        "machine": info,
+        "settings": settings,
+        "results": [
+            {
+                "shape": asdict(r.shape),
+                "medians_us": r.medians_us,
+                "floor_us": r.floor_us,
+                "max_abs_diff_vs_default": r.max_abs_diff,
+            }
+            for r in results
+        ],
+    }
+    (out_dir / "attention_layouts.json").write_text(json.dumps(payload, indent=2) + "\n")
+    return markdown
 
 
 # ---------------------------------------------------------------- timing
@@ -512,6 +710,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
     parser.add_argument("--runtime", default="litert", help="TFLite runtime (default litert)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
+    parser.add_argument("--layouts", action="store_true", help="only the KV-cache layout rows")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
     parser.add_argument("--rss-worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -529,6 +728,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = args.out or (Path(tempfile.mkdtemp()) if args.quick else HERE / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
     info = machine_info()
+    layouts = run_layouts(args, info, threads, rounds, batch_ms, out_dir)
+    print(layouts)
+    if args.layouts:
+        print(f"wrote {out_dir / 'attention_layouts.md'}, attention_layouts.json")
+        return 0
     settings = {"rounds": rounds, "batch_ms": batch_ms, "threads": threads}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

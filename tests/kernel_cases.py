@@ -419,15 +419,44 @@ def attention_reference(q, k, v, mask=None, causal=False, scale=None, softcap=No
     return np.einsum("bhqk,bkhd->bqhd", weights, v)
 
 
-def attention_module(heads: int, kv_heads: int, depth: int, mask_shape, mask_dtype, **kw):
-    """q/k/v [None, None, heads|kv_heads, depth] (and a mask input of
-    `mask_shape` when given) -> fusekit.ops.attention(..., **kw)."""
+# Axes of [B, Skv, Hkv, D] in the order each K/V layout stores them.
+LAYOUT_AXES = {"bshd": (0, 1, 2, 3), "bhsd": (0, 2, 1, 3), "bhds": (0, 2, 3, 1)}
+
+
+def to_layout(x: np.ndarray, layout: str) -> np.ndarray:
+    """k or v given as [B, Skv, Hkv, D], stored (contiguous) in `layout`."""
+    return np.ascontiguousarray(np.transpose(x, LAYOUT_AXES[layout]))
+
+
+def layout_shape(shape, layout: str) -> list:
+    """A [B, Skv, Hkv, D] shape in `layout`'s axis order."""
+    return [shape[axis] for axis in LAYOUT_AXES[layout]]
+
+
+def attention_module(
+    heads: int,
+    kv_heads: int,
+    depth: int,
+    mask_shape,
+    mask_dtype,
+    value_depth: int | None = None,
+    dtype: str = "float32",
+    **kw,
+):
+    """q/k/v [None, None, heads|kv_heads, depth] (q, k and v in the layouts
+    kw's q_layout / k_layout / v_layout name; v's last dim value_depth when given; and
+    a mask input of `mask_shape` when given) -> fusekit.ops.attention(...,
+    **kw)."""
     import tensorflow as tf
 
+    value_depth = depth if value_depth is None else value_depth
+    q_shape = layout_shape([None, None, heads, depth], kw.get("q_layout", "bshd"))
+    k_shape = layout_shape([None, None, kv_heads, depth], kw.get("k_layout", "bshd"))
+    v_shape = layout_shape([None, None, kv_heads, value_depth], kw.get("v_layout", "bshd"))
     spec = [
-        tf.TensorSpec([None, None, heads, depth], tf.float32, name="q"),
-        tf.TensorSpec([None, None, kv_heads, depth], tf.float32, name="k"),
-        tf.TensorSpec([None, None, kv_heads, depth], tf.float32, name="v"),
+        tf.TensorSpec(q_shape, dtype, name="q"),
+        tf.TensorSpec(k_shape, dtype, name="k"),
+        tf.TensorSpec(v_shape, dtype, name="v"),
     ]
     if mask_shape is not None:
         spec.append(tf.TensorSpec(mask_shape, mask_dtype, name="mask"))
@@ -443,19 +472,35 @@ def attention_module(heads: int, kv_heads: int, depth: int, mask_shape, mask_dty
 @kernel_cases("fusekit_attention")
 def attention_models(workdir: Path) -> list[Model]:
     rng = np.random.default_rng(15)
-    # (heads, kv heads, depth, mask, causal, [(batch, Sq, Skv), ...]): the
-    # last run of each has several work items (query blocks or key splits).
+    # (heads, kv heads, depth, mask, causal, [(batch, Sq, Skv), ...][,
+    # attrs]): the last run of each has several work items (query blocks or
+    # key splits).
     plan = [
         (3, 3, 17, None, False, [(1, 5, 7), (2, 150, 97)]),
         (8, 2, 32, "float", True, [(1, 3, 11), (1, 70, 300)]),
         (4, 1, 8, "bool", False, [(2, 1, 9), (1, 2, 1300)]),
         # Soft-capped scores (Gemma 2): prefill and a split decode step.
-        (4, 2, 16, "float", True, [(1, 40, 45), (1, 1, 700)], 5.0),
+        (4, 2, 16, "float", True, [(1, 40, 45), (1, 1, 700)], {"softcap": 5.0}),
+        # KV cache layouts read in place: K [B, Hkv, Skv, D] with V
+        # transposed [B, Hkv, Dv, Skv] (litert-torch's), and V [B, Hkv, Skv, Dv];
+        # prefill, streamed and packed decode items, ragged D.
+        (
+            8,
+            2,
+            20,
+            "float",
+            True,
+            [(1, 37, 150), (2, 1, 9), (1, 3, 1100)],
+            {"q_layout": "bhsd", "k_layout": "bhsd", "v_layout": "bhds"},
+        ),
+        (16, 1, 12, "bool", False, [(1, 2, 700), (2, 20, 33)], {"v_layout": "bhsd"}),
+        (4, 4, 9, None, True, [(1, 1, 600), (1, 66, 66)], {"k_layout": "bhsd", "v_layout": "bhds"}),
     ]
     models = []
-    for i, (h, hkv, d, mask, causal, shapes, *cap) in enumerate(plan):
-        softcap = cap[0] if cap else None
-        extra = {} if softcap is None else {"softcap": softcap}
+    for i, (h, hkv, d, mask, causal, shapes, *more) in enumerate(plan):
+        extra = more[0] if more else {}
+        softcap = extra.get("softcap")
+        layouts = {key: extra.get(key, "bshd") for key in ("q_layout", "k_layout", "v_layout")}
         dtype = None if mask is None else (np.float32 if mask == "float" else np.bool_)
         module = attention_module(
             h,
@@ -480,9 +525,14 @@ def attention_models(workdir: Path) -> list[Model]:
                 named["mask"] = np.where(
                     rng.random((b, 1, sq, skv)) > 0.2, rng.standard_normal((b, 1, sq, skv)), -np.inf
                 ).astype(np.float32)
-            runs.append(ordered(model, named))
-            expected.append([attention_reference(**named, causal=causal, softcap=softcap)])
+            fed = {key: to_layout(named[key], layouts[f"{key}_layout"]) for key in "qkv"}
+            fed.update({key: value for key, value in named.items() if key == "mask"})
+            runs.append(ordered(model, fed))
+            want = attention_reference(**named, causal=causal, softcap=softcap)
+            expected.append([to_layout(want, layouts["q_layout"])])
         name = f"attention H={h} Hkv={hkv} D={d} mask={mask} causal={causal} softcap={softcap}"
+        if extra.keys() - {"softcap"}:
+            name += " " + " ".join(f"{key}={value}" for key, value in layouts.items())
         models.append(Model(name, model, runs, expected))
     return models
 

@@ -133,6 +133,18 @@ def test_attention_benchmark_quick_run(tmp_path):
     memory = payload["peak_memory"]
     assert memory["fused"]["peak_mib"] > 0 and memory["unfused"]["peak_mib"] > 0
     assert "## Peak memory" in (tmp_path / "attention.md").read_text()
+    # The KV-cache layout rows: every layout timed, equal to the default's output.
+    layouts = json.loads((tmp_path / "attention_layouts.json").read_text())
+    for r in layouts["results"]:
+        assert r["floor_us"] > 0
+        timed = {k for k in r["medians_us"] if k != "copy@1"}
+        assert {k.split("@")[0] for k in timed} == {
+            "k=bshd v=bshd",
+            "k=bhsd v=bhds",
+            "k=bhsd v=bhsd",
+        }
+        assert all(r["medians_us"][k] > 0 for k in timed)
+        assert max(r["max_abs_diff_vs_default"].values()) < 1e-5
 
 
 def test_fusion_benchmark_quick_run(tmp_path):

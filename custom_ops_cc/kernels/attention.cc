@@ -4,7 +4,9 @@
 // broadcastable to [B, H, Sq, Skv].  Attrs: causal (bool, bottom-right
 // aligned), scale (float, absent: 1/sqrt(D)), softcap (float, absent or 0:
 // none; else scores = softcap * tanh(scores / softcap), after the scale and
-// before the mask), k_layout ("bshd", the default: [B, Skv, Hkv, D];
+// before the mask), q_layout ("bshd", the default: q [B, Sq, H, D] and
+// out [B, Sq, H, Dv]; "bhsd": q [B, H, Sq, D] and out [B, H, Sq, Dv]),
+// k_layout ("bshd", the default: [B, Skv, Hkv, D];
 // "bhsd": [B, Hkv, Skv, D]) and v_layout ("bshd", the default; "bhsd":
 // [B, Hkv, Skv, Dv]; "bhds": [B, Hkv, Dv, Skv]), the layouts KV caches
 // keep (litert-torch's Hugging Face exporter: K "bhsd", V "bhds"), read
@@ -143,13 +145,20 @@ KvLayout ParseLayout(const Attrs& attrs, const char* key, const KvLayout (&allow
   return allowed[0];
 }
 
+constexpr KvLayout kQLayouts[] = {
+    {"bshd", 0, 1, 2, 3, "[batch, seq, heads, head_dim]"},
+    {"bhsd", 0, 2, 1, 3, "[batch, heads, seq, head_dim]"}};
 constexpr KvLayout kKLayouts[] = {kBshd, kBhsd};
 constexpr KvLayout kVLayouts[] = {kBshd, kBhsd, kBhds};
 
-// Element strides of a contiguous rank-4 tensor.
-inline void Strides(const Tensor& t, int64_t (&stride)[4]) {
+// Element strides of a contiguous rank-4 tensor of dims `dim`.
+inline void Strides(const int64_t (&dim)[4], int64_t (&stride)[4]) {
   stride[3] = 1;
-  for (int i = 2; i >= 0; --i) stride[i] = stride[i + 1] * t.dim(i + 1);
+  for (int i = 2; i >= 0; --i) stride[i] = stride[i + 1] * dim[i + 1];
+}
+inline void Strides(const Tensor& t, int64_t (&stride)[4]) {
+  const int64_t dim[4] = {t.dim(0), t.dim(1), t.dim(2), t.dim(3)};
+  Strides(dim, stride);
 }
 
 // Everything Invoke needs besides the tensors, decided from the shapes.
@@ -186,6 +195,7 @@ class Attention {
         has_scale_(attrs.Has("scale")),
         scale_(static_cast<float>(attrs.Float("scale"))),
         softcap_(static_cast<float>(attrs.Float("softcap"))),
+        q_layout_(ParseLayout(attrs, "q_layout", kQLayouts, error)),
         k_layout_(ParseLayout(attrs, "k_layout", kKLayouts, error)),
         v_layout_(ParseLayout(attrs, "v_layout", kVLayouts, error)),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
@@ -210,8 +220,10 @@ class Attention {
 
   TfLiteStatus Prepare(OpContext& ctx, In<T> q, In<T> k, In<T> v, Opt<MaskT> mask,
                        Out<T> out) {
-    FUSEKIT_ENSURE(ctx, q.rank() == 4, "q must have rank 4 [batch, seq, heads, head_dim], got rank %d",
-                   q.rank());
+    const KvLayout& ql = q_layout_;
+    FUSEKIT_ENSURE(ctx, q.rank() == 4, "q must have rank 4 %s%s, got rank %d", ql.dims,
+                   std::string(ql.name) == "bshd" ? "" : " (q_layout 'bhsd')", q.rank());
+    const int q_len = q.dim(ql.seq), heads = q.dim(ql.heads), depth = q.dim(ql.depth);
     const KvLayout& kl = k_layout_;
     const KvLayout& vl = v_layout_;
     FUSEKIT_ENSURE(ctx, k.rank() == 4, "k must have rank 4 %s (k_layout '%s'), got rank %d",
@@ -224,27 +236,27 @@ class Attention {
     FUSEKIT_ENSURE(ctx, k.dim(kl.batch) == q.dim(0) && v.dim(vl.batch) == q.dim(0),
                    "q, k and v must have one batch size, got %d, %d and %d", q.dim(0),
                    k.dim(kl.batch), v.dim(vl.batch));
-    FUSEKIT_ENSURE(ctx, k.dim(kl.depth) == q.dim(3),
-                   "k's head_dim (%d, dim %d of k %s, k_layout '%s') must equal q's (%d)",
-                   k.dim(kl.depth), kl.depth, kl.dims, kl.name, q.dim(3));
-    FUSEKIT_ENSURE(ctx, q.dim(3) >= 1, "head_dim must be >= 1, got %d", q.dim(3));
+    FUSEKIT_ENSURE(ctx, k.dim(kl.depth) == depth,
+                   "k's head_dim (%d) must equal q's (%d) (k is %s: k_layout '%s')",
+                   k.dim(kl.depth), depth, kl.dims, kl.name);
+    FUSEKIT_ENSURE(ctx, depth >= 1, "head_dim must be >= 1, got %d", depth);
     FUSEKIT_ENSURE(ctx, v.dim(vl.seq) == kv_len,
-                   "k and v must have one sequence length, got %d (k %s, k_layout '%s') and %d "
-                   "(v %s, v_layout '%s')",
-                   kv_len, kl.dims, kl.name, v.dim(vl.seq), vl.dims, vl.name);
+                   "k and v must have one sequence length, got %d and %d (k is %s: k_layout "
+                   "'%s'; v is %s: v_layout '%s')",
+                   kv_len, v.dim(vl.seq), kl.dims, kl.name, vl.dims, vl.name);
     FUSEKIT_ENSURE(ctx, v.dim(vl.heads) == kv_heads,
-                   "k and v must have one number of heads, got %d (k %s, k_layout '%s') and %d "
-                   "(v %s, v_layout '%s')",
-                   kv_heads, kl.dims, kl.name, v.dim(vl.heads), vl.dims, vl.name);
-    FUSEKIT_ENSURE(ctx, kv_heads >= 1 && q.dim(2) % kv_heads == 0,
-                   "q's heads (%d) must be a multiple of k's and v's heads (%d, k %s, "
+                   "k and v must have one number of heads, got %d and %d (k is %s: k_layout "
+                   "'%s'; v is %s: v_layout '%s')",
+                   kv_heads, v.dim(vl.heads), kl.dims, kl.name, vl.dims, vl.name);
+    FUSEKIT_ENSURE(ctx, kv_heads >= 1 && heads % kv_heads == 0,
+                   "q's heads (%d) must be a multiple of k's and v's heads (%d) (k is %s: "
                    "k_layout '%s')",
-                   q.dim(2), kv_heads, kl.dims, kl.name);
+                   heads, kv_heads, kl.dims, kl.name);
     if (mask.present()) {
       FUSEKIT_ENSURE(ctx, mask.rank() <= 4,
                      "mask must have rank <= 4 (broadcastable to [B, H, Sq, Skv]), got rank %d",
                      mask.rank());
-      const int scores[4] = {q.dim(0), q.dim(2), q.dim(1), kv_len};
+      const int scores[4] = {q.dim(0), heads, q_len, kv_len};
       for (int i = 0; i < mask.rank(); ++i) {
         const int want = scores[4 - mask.rank() + i];
         const int got = mask.dim(i);
@@ -260,7 +272,10 @@ class Attention {
     const ScratchPlan scratch(plan_, ctx.num_threads());
     FUSEKIT_ENSURE(ctx, ctx.Scratch(scratch.layout) != nullptr,
                    "out of memory for %zu bytes of scratch", scratch.layout.bytes());
-    return ctx.ResizeOutput(out, {q.dim(0), q.dim(1), q.dim(2), v.dim(vl.depth)});
+    // out has q's layout.
+    int out_dims[4] = {q.dim(0), q.dim(1), q.dim(2), q.dim(3)};
+    out_dims[ql.depth] = v.dim(vl.depth);
+    return ctx.ResizeOutput(out, {out_dims[0], out_dims[1], out_dims[2], out_dims[3]});
   }
 
   TfLiteStatus Invoke(OpContext& ctx, In<T> q, In<T> k, In<T> v, Opt<MaskT> mask,
@@ -283,15 +298,26 @@ class Attention {
                    const Out<T>& out) const {
     Problem p{};
     p.batch = q.dim(0);
-    p.q_len = q.dim(1);
-    p.heads = q.dim(2);
-    p.depth = q.dim(3);
+    p.q_len = q.dim(q_layout_.seq);
+    p.heads = q.dim(q_layout_.heads);
+    p.depth = q.dim(q_layout_.depth);
     p.kv_len = k.dim(k_layout_.seq);
     p.kv_heads = k.dim(k_layout_.heads);
     p.value_depth = v.dim(v_layout_.depth);
-    int64_t ks[4], vs[4];
+    int64_t qs[4], os[4], ks[4], vs[4];
+    Strides(q, qs);
+    // out: q's layout with Dv columns.
+    int64_t out_dims[4] = {q.dim(0), q.dim(1), q.dim(2), q.dim(3)};
+    out_dims[q_layout_.depth] = p.value_depth;
+    Strides(out_dims, os);
     Strides(k, ks);
     Strides(v, vs);
+    p.q_batch = qs[0];
+    p.q_row = qs[q_layout_.seq];
+    p.q_head = qs[q_layout_.heads];
+    p.o_batch = os[0];
+    p.o_row = os[q_layout_.seq];
+    p.o_head = os[q_layout_.heads];
     p.k_batch = ks[k_layout_.batch];
     p.k_row = ks[k_layout_.seq];
     p.k_head = ks[k_layout_.heads];
@@ -424,7 +450,7 @@ class Attention {
         float max = kNegInf;
         for (int64_t s = 0; s < splits; ++s) max = std::max(max, part(s)[at]);
         const int64_t h = kvh * p.group + r / p.q_len, i = r % p.q_len;
-        S* out = p.out + ((b * p.q_len + i) * p.heads + h) * p.value_depth;
+        S* out = p.out + b * p.o_batch + i * p.o_row + h * p.o_head;
         float* dst;
         if constexpr (std::is_same_v<S, float>) {
           dst = out;
@@ -462,6 +488,7 @@ class Attention {
   bool has_scale_;
   float scale_;
   float softcap_;
+  KvLayout q_layout_;
   KvLayout k_layout_;
   KvLayout v_layout_;
   PanelFn panel_;
@@ -476,8 +503,8 @@ class Attention {
 #define FUSEKIT_ATTENTION_OPERANDS \
   Inputs("q", "k", "v", "mask"), Outputs("out"), \
       AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0), \
-                 attr::Float("softcap", 0.0), attr::String("k_layout", "bshd"), \
-                 attr::String("v_layout", "bshd"))
+                 attr::Float("softcap", 0.0), attr::String("q_layout", "bshd"), \
+                 attr::String("k_layout", "bshd"), attr::String("v_layout", "bshd"))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

@@ -25,8 +25,10 @@ constexpr int64_t kSplitKeys = 512;
 constexpr int64_t kStreamRows = 16;
 
 // One attention problem, shapes as in the op: q [B, Sq, H, D],
-// out [B, Sq, H, Dv]; k and v in their layouts (k_layout, v_layout), read
-// through element strides: K element (b, j, h, c) of batch b, key j, kv
+// out [B, Sq, H, Dv] (or both [B, H, Sq, *]: q_layout), k and v in their
+// layouts (k_layout, v_layout), all read through element strides: row i of
+// head h of batch b of q starts at q[b * q_batch + i * q_row + h * q_head]
+// (out: o_batch, o_row, o_head); K element (b, j, h, c) of batch b, key j, kv
 // head h, column c is k[b * k_batch + j * k_row + h * k_head + c] (the
 // depth axis is contiguous in every K layout), V element (b, j, h, c) is
 // v[b * v_batch + j * v_row + h * v_head + c * v_col] (v_col is 1 except
@@ -47,6 +49,8 @@ struct Problem {
   const T* k;
   const T* v;
   T* out;
+  int64_t q_batch, q_row, q_head;
+  int64_t o_batch, o_row, o_head;
   int64_t k_batch, k_row, k_head;
   int64_t v_batch, v_row, v_head, v_col;
   // Mask broadcast to [B, H, Sq, Skv] by strides (0 on a broadcast dim):

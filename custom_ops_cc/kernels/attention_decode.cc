@@ -284,7 +284,7 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
   auto query_of = [&](int64_t r) { return it.query_begin + (r % per_head) % it.query_count; };
 
   for (int64_t r = 0; r < rows; ++r) {
-    const T* src = p.q + ((it.b * p.q_len + query_of(r)) * p.heads + head_of(r)) * depth;
+    const T* src = p.q + it.b * p.q_batch + query_of(r) * p.q_row + head_of(r) * p.q_head;
     ConvertRow(src, depth, p.scale, buf.q + r * depth);
     buf.max[r] = kNegInf;
     buf.sum[r] = 0.0f;
@@ -396,7 +396,7 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
       std::memcpy(partial->rows + r * vpad, o, sizeof(float) * vpad);
       continue;
     }
-    T* dst = p.out + ((it.b * p.q_len + query_of(r)) * p.heads + head_of(r)) * dv;
+    T* dst = p.out + it.b * p.o_batch + query_of(r) * p.o_row + head_of(r) * p.o_head;
     const float inv = buf.sum[r] > 0.0f ? 1.0f / buf.sum[r] : 0.0f;
     ConvertRow(o, dv, inv, dst);
   }

@@ -68,8 +68,8 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   // Q^T, scaled; lanes past nq are zero (their columns are never written).
   // A full panel is gathered a vector of queries at a time.
   float* qt = buf.q;
-  const T* q_rows = p.q + ((b * p.q_len + i0) * p.heads + h) * depth;
-  const int64_t q_stride = p.heads * depth;
+  const T* q_rows = p.q + b * p.q_batch + i0 * p.q_row + h * p.q_head;
+  const int64_t q_stride = p.q_row;
   const hn::RebindToSigned<DF> di;
   if constexpr (!kInPlace) {
     // No 16-bit gather: each query row a vector at a time, then scattered.
@@ -193,7 +193,7 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   // Column i of O^T gathered a vector of value columns at a time.
   const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(width)));
   for (int64_t i = 0; i < nq; ++i) {
-    T* dst = p.out + ((b * p.q_len + i0 + i) * p.heads + h) * dv;
+    T* dst = p.out + b * p.o_batch + (i0 + i) * p.o_row + h * p.o_head;
     const VF factor = hn::Set(d, inv[i]);
     int64_t c = 0;
     for (; c + lanes <= dv; c += lanes) {

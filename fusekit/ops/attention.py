@@ -18,6 +18,7 @@ _OP = "fusekit_attention"
 #   bshd: [B, Skv, Hkv, D]  (the default; Keras' and most exporters')
 #   bhsd: [B, Hkv, Skv, D]  (a KV cache's: litert-torch's K)
 #   bhds: [B, Hkv, D, Skv]  (V transposed: litert-torch's V cache)
+Q_LAYOUTS = ("bshd", "bhsd")  # q's, and the output's (its Dv columns last)
 K_LAYOUTS = ("bshd", "bhsd")
 V_LAYOUTS = ("bshd", "bhsd", "bhds")
 # Axis of the tensor holding (batch, seq, heads, depth), per layout.
@@ -61,6 +62,7 @@ def _attention_body(
     causal: bool = False,
     scale: float = 1.0,
     softcap: float = 0.0,
+    q_layout: str = "bshd",
     k_layout: str = "bshd",
     v_layout: str = "bshd",
 ) -> tf.Tensor:
@@ -72,6 +74,8 @@ def _attention_body(
     storage = q.dtype
     if storage != tf.float32:
         q, k, v = (tf.cast(t, tf.float32) for t in (q, k, v))
+    if q_layout == "bhsd":
+        q = tf.transpose(q, [0, 2, 1, 3])
     batch, q_len, heads, depth = _dims(q)
     k_dims = _dims(k)
     kv_len, kv_heads = k_dims[_AXES[k_layout][1]], k_dims[_AXES[k_layout][2]]
@@ -111,17 +115,24 @@ def _attention_body(
     out = tf.matmul(probs, vt)
     if group > 1:
         out = tf.reshape(out, [batch, heads, q_len, value_depth])
-    out = tf.transpose(out, [0, 2, 1, 3])
+    if q_layout == "bshd":
+        out = tf.transpose(out, [0, 2, 1, 3])
     return out if storage == tf.float32 else tf.cast(out, storage)
 
 
 @functools.cache
 def _composite(optional: frozenset[str]) -> Any:
     """The composite carrying attrs causal, scale and the `optional` ones
-    (softcap, k_layout, v_layout): an op without softcap or with the
+    (softcap, q_layout, k_layout, v_layout): an op without softcap or with the
     default layouts carries no such attr, so its options stay as before."""
     defaults: dict[str, Any] = {"causal": False, "scale": 1.0}
-    for key, value in (("softcap", 1.0), ("k_layout", "bshd"), ("v_layout", "bshd")):
+    optional_attrs = (
+        ("softcap", 1.0),
+        ("q_layout", "bshd"),
+        ("k_layout", "bshd"),
+        ("v_layout", "bshd"),
+    )
+    for key, value in optional_attrs:
         if key in optional:
             defaults[key] = value
     return composite(_OP, **defaults)(_attention_body)
@@ -137,7 +148,7 @@ _DIMS = {
 def _shape(name: str, t: Any, layout: str = "bshd") -> tf.TensorShape:
     shape = tf.TensorShape(getattr(t, "shape", None))
     if name != "mask" and shape.rank != 4:
-        which = "" if name == "q" else f" ({name}_layout {layout!r})"
+        which = "" if layout == "bshd" else f" ({name}_layout {layout!r})"
         raise ValueError(
             f"{_OP}: {name} must have rank 4 {_DIMS[layout]}{which}, got "
             f"{'unknown rank' if shape.rank is None else f'shape {shape.as_list()}'}"
@@ -156,9 +167,9 @@ def _dtype(t: Any) -> tf.DType:
     return tf.as_dtype(dtype) if dtype is not None else tf.float32
 
 
-def _check_same(what: str, a: Any, b: Any) -> None:
+def _check_same(what: str, a: Any, b: Any, where: str = "") -> None:
     if a is not None and b is not None and a != b:
-        raise ValueError(f"{_OP}: {what} differ: {a} vs {b}")
+        raise ValueError(f"{_OP}: {what} differ: {a} vs {b}{where}")
 
 
 def attention(
@@ -171,6 +182,7 @@ def attention(
     softcap: float | None = None,
     k_layout: str = "bshd",
     v_layout: str = "bshd",
+    q_layout: str = "bshd",
 ) -> tf.Tensor:
     """``softmax(q @ k^T * scale + mask) @ v`` per head, in one op.
 
@@ -212,12 +224,13 @@ def attention(
     and ``v_layout`` ``"bhsd"`` or ``"bhds"`` takes v as [B, Hkv, Skv, Dv]
     or [B, Hkv, Dv, Skv] (the layouts litert-torch's Hugging Face exporter
     keeps its caches in).  The kernel reads them in place: no transpose of
-    the cache runs in front of the op.
+    the cache runs in front of the op.  ``q_layout="bhsd"`` takes q as
+    [B, H, Sq, D] and gives the result as [B, H, Sq, Dv].
 
     One fused op ``fusekit_attention`` with inputs (q, k, v[, mask]) as
     given and attrs ``causal`` (bool), ``scale`` (float) and, when given,
-    ``softcap`` (float), ``k_layout`` and ``v_layout`` (str; absent when
-    "bshd").
+    ``softcap`` (float), ``q_layout``, ``k_layout`` and ``v_layout`` (str;
+    absent when "bshd").
 
     Args:
       q: float32 or float16 [B, Sq, H, D]; D must be static.
@@ -233,14 +246,16 @@ def attention(
         (Gemma 2's and litert-torch's ``logit_cap``).
       k_layout: "bshd" (default) or "bhsd".
       v_layout: "bshd" (default), "bhsd" or "bhds".
+      q_layout: "bshd" (default) or "bhsd" (q and the result).
 
     Returns:
-      [B, Sq, H, Dv] of q's dtype.
+      [B, Sq, H, Dv] (q_layout "bhsd": [B, H, Sq, Dv]) of q's dtype.
     """
-    for name, layout, allowed in (("k", k_layout, K_LAYOUTS), ("v", v_layout, V_LAYOUTS)):
+    layouts = (("q", q_layout, Q_LAYOUTS), ("k", k_layout, K_LAYOUTS), ("v", v_layout, V_LAYOUTS))
+    for name, layout, allowed in layouts:
         if not isinstance(layout, str) or layout not in allowed:
             raise ValueError(f"{_OP}: {name}_layout must be one of {allowed}, got {layout!r}")
-    q_shape = _shape("q", q)
+    q_shape = _as_bshd(_shape("q", q, q_layout), q_layout)
     k_shape = _as_bshd(_shape("k", k, k_layout), k_layout)
     v_shape = _as_bshd(_shape("v", v, v_layout), v_layout)
     dtypes = {name: _dtype(t) for name, t in (("q", q), ("k", k), ("v", v))}
@@ -255,16 +270,21 @@ def attention(
             f"{_OP}: the head counts and head_dim must be static, got q {q_shape.as_list()}, "
             f"k {k_shape.as_list()}"
         )
-    _check_same("q's and k's head_dim (last dim)", depth, k_shape[3])
-    _check_same("k's and v's batch", k_shape[0], v_shape[0])
-    _check_same("q's and k's batch", q_shape[0], k_shape[0])
-    _check_same("k's and v's sequence length", k_shape[1], v_shape[1])
-    _check_same("k's and v's head counts", kv_heads, v_shape[2])
+    # A k or v in another layout than declared fails one of these checks.
+    where = ""
+    if (q_layout, k_layout, v_layout) != ("bshd", "bshd", "bshd"):
+        where = f" (q_layout {q_layout!r}, k_layout {k_layout!r}, v_layout {v_layout!r})"
+    _check_same("q's and k's head_dim (last dim)", depth, k_shape[3], where)
+    _check_same("k's and v's batch", k_shape[0], v_shape[0], where)
+    _check_same("q's and k's batch", q_shape[0], k_shape[0], where)
+    _check_same("k's and v's sequence length", k_shape[1], v_shape[1], where)
+    _check_same("k's and v's head counts", kv_heads, v_shape[2], where)
     if v_shape[3] is None:
         raise ValueError(f"{_OP}: v's head_dim must be static, got {v_shape.as_list()}")
     if kv_heads == 0 or heads % kv_heads:
         raise ValueError(
-            f"{_OP}: q's heads ({heads}) must be a multiple of k's and v's heads ({kv_heads})"
+            f"{_OP}: q's heads ({heads}) must be a multiple of k's and v's heads "
+            f"({kv_heads}){where}"
         )
     if mask is not None:
         m_shape = _shape("mask", mask)
@@ -305,6 +325,8 @@ def attention(
     attrs: dict[str, Any] = {"causal": bool(causal), "scale": float(scale)}
     if softcap is not None:
         attrs["softcap"] = float(softcap)
+    if q_layout != "bshd":
+        attrs["q_layout"] = q_layout
     if k_layout != "bshd":
         attrs["k_layout"] = k_layout
     if v_layout != "bshd":

@@ -30,8 +30,10 @@ from kernel_cases import (
     attention_module,
     attention_reference,
     env_without_simd_override,
+    layout_shape,
     run_worker,
     thread_differences,
+    to_layout,
 )
 from model_surgery import custom_ops, edit
 from op_cases import fused_ops
@@ -236,11 +238,72 @@ def _arr(*shape, dtype=np.float32):
             {"softcap": 0},
             "softcap must be a finite number > 0 or None, got 0",
         ),
+        (
+            (_arr(1, 3, 4, 8), _arr(1, 2, 5, 8), _arr(1, 2, 5, 8)),
+            {"k_layout": "bhds"},
+            "fusekit_attention: k_layout must be one of ('bshd', 'bhsd'), got 'bhds'",
+        ),
+        (
+            (_arr(1, 3, 4, 8), _arr(1, 2, 5, 8), _arr(1, 2, 5, 8)),
+            {"v_layout": "BSHD"},
+            "v_layout must be one of ('bshd', 'bhsd', 'bhds'), got 'BSHD'",
+        ),
+        (
+            (_arr(1, 3, 4, 8), _arr(2, 5, 8), _arr(1, 2, 8, 5)),
+            {"k_layout": "bhsd", "v_layout": "bhds"},
+            "k must have rank 4 [batch, heads, seq, head_dim] (k_layout 'bhsd'), got shape "
+            "[2, 5, 8]",
+        ),
+        (
+            # k given as [B, Skv, Hkv, D] while k_layout says [B, Hkv, Skv, D].
+            (_arr(1, 3, 4, 8), _arr(1, 5, 2, 8), _arr(1, 2, 5, 8)),
+            {"k_layout": "bhsd", "v_layout": "bhsd"},
+            "k's and v's sequence length differ: 2 vs 5 (q_layout 'bshd', k_layout 'bhsd', "
+            "v_layout 'bhsd')",
+        ),
+        (
+            # Both given as [B, Skv, Hkv, D] while the layouts say [B, Hkv, Skv, D].
+            (_arr(1, 3, 4, 8), _arr(1, 5, 3, 8), _arr(1, 5, 3, 8)),
+            {"k_layout": "bhsd", "v_layout": "bhsd"},
+            "q's heads (4) must be a multiple of k's and v's heads (5) (q_layout 'bshd', "
+            "k_layout 'bhsd'",
+        ),
+        (
+            # v as [B, Hkv, Skv, Dv] while v_layout says [B, Hkv, Dv, Skv].
+            (_arr(1, 3, 4, 8), _arr(1, 2, 5, 8), _arr(1, 2, 5, 8)),
+            {"k_layout": "bhsd", "v_layout": "bhds"},
+            "k's and v's sequence length differ: 5 vs 8 (q_layout 'bshd', k_layout 'bhsd', "
+            "v_layout 'bhds')",
+        ),
     ],
 )
 def test_bad_arguments(args, kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         fusekit.ops.attention(*args, **kwargs)
+
+
+@pytest.mark.parametrize("q_layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("k_layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("v_layout", ["bshd", "bhsd", "bhds"])
+def test_layouts_match_float64(q_layout, k_layout, v_layout):
+    """q, k and v in each layout give the attention of the same values in
+    the default layout (the result in q's layout)."""
+    rng = np.random.default_rng(31)
+    q, k, v = _qkv(rng, 2, 3, 11, 8, 2, 8, dv=12)
+    mask = _mask(rng, "float", (2, 1, 3, 11))
+    got = fusekit.ops.attention(
+        to_layout(q, q_layout),
+        to_layout(k, k_layout),
+        to_layout(v, v_layout),
+        mask,
+        causal=True,
+        q_layout=q_layout,
+        k_layout=k_layout,
+        v_layout=v_layout,
+    ).numpy()
+    want = to_layout(attention_reference(q, k, v, mask, causal=True), q_layout)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=2e-6)
 
 
 # ------------------------------------------------------------ model cases
@@ -367,33 +430,87 @@ PLAN = [
         [(1, 9, 13)],
         {"softcap": 0.5},
     ),
+    # KV cache layouts read in place (litert-torch's: K [B, Hkv, Skv, D],
+    # V [B, Hkv, Dv, Skv]), prefill and decode (streamed, packed, split).
+    (
+        "layout q=bhsd k=bhsd v=bhds gqa4 causal",
+        8,
+        2,
+        32,
+        None,
+        "float",
+        ["B", 1, "S", "K"],
+        True,
+        1.0,
+        [(1, 1, 1100), (2, 3, 50), (1, 70, 300)],
+        {"q_layout": "bhsd", "k_layout": "bhsd", "v_layout": "bhds"},
+    ),
+    (
+        "layout k=bhsd v=bhds mqa16 dv24 bool",
+        16,
+        1,
+        20,
+        24,
+        "bool",
+        ["B", 1, "S", "K"],
+        False,
+        1.0,
+        [(1, 2, 700), (2, 40, 40)],
+        {"k_layout": "bhsd", "v_layout": "bhds"},
+    ),
+    (
+        "layout k=bhsd v=bhsd mha odd",
+        3,
+        3,
+        17,
+        None,
+        None,
+        None,
+        False,
+        1.0,
+        [(1, 5, 7), (3, 1, 530)],
+        {"k_layout": "bhsd", "v_layout": "bhsd"},
+    ),
+    (
+        "layout k=bshd v=bhds softcap",
+        4,
+        2,
+        16,
+        None,
+        None,
+        None,
+        True,
+        3.0,
+        [(2, 70, 90), (1, 1, 600)],
+        {"v_layout": "bhds", "softcap": 5.0},
+    ),
+    (
+        "layout k=bhsd v=bhds decode gqa4 D128",
+        32,
+        8,
+        128,
+        None,
+        None,
+        None,
+        False,
+        1.0,
+        [(1, 1, 1500), (2, 4, 700)],
+        {"k_layout": "bhsd", "v_layout": "bhds"},
+    ),
 ]
 
 
-def _value_module(h, hkv, d, dv, causal):
-    spec = [
-        tf.TensorSpec([None, None, h, d], tf.float32, name="q"),
-        tf.TensorSpec([None, None, hkv, d], tf.float32, name="k"),
-        tf.TensorSpec([None, None, hkv, dv], tf.float32, name="v"),
-    ]
-
-    class ValueDim(tf.Module):
-        @tf.function(input_signature=spec)
-        def __call__(self, q, k, v):
-            return fusekit.ops.attention(q, k, v, causal=causal)
-
-    return ValueDim()
+def _layouts(extra: dict) -> tuple[str, str, str]:
+    return tuple(extra.get(f"{x}_layout", "bshd") for x in "qkv")  # type: ignore[return-value]
 
 
 def _build(workdir, rng, spec) -> Case:
     name, h, hkv, d, dv, kind, msig, causal, spread, shapes, *more = spec
     extra = more[0] if more else {}
-    if dv is not None:
-        module = _value_module(h, hkv, d, dv, causal)
-    else:
-        signature = None if msig is None else [None if isinstance(x, str) else x for x in msig]
-        dtype = None if kind is None else (np.bool_ if kind == "bool" else np.float32)
-        module = attention_module(h, hkv, d, signature, dtype, causal=causal, **extra)
+    q_layout, k_layout, v_layout = _layouts(extra)
+    signature = None if msig is None else [None if isinstance(x, str) else x for x in msig]
+    dtype = None if kind is None else (np.bool_ if kind == "bool" else np.float32)
+    module = attention_module(h, hkv, d, signature, dtype, dv, causal=causal, **extra)
     path = workdir / re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
     tf.saved_model.save(module, str(path))
     result = fusekit.convert(str(path))
@@ -407,12 +524,17 @@ def _build(workdir, rng, spec) -> Case:
         if kind is not None:
             dims = {"B": b, "S": sq, "K": skv}
             named["mask"] = _mask(rng, kind, tuple(dims.get(x, x) for x in msig))
+        # k and v go in as their layouts store them.
+        fed = dict(
+            named, q=to_layout(q, q_layout), k=to_layout(k, k_layout), v=to_layout(v, v_layout)
+        )
         feeds: list[np.ndarray] = [None] * len(names)  # type: ignore[list-item]
         for key, position in zip(names, order, strict=True):
-            feeds[position] = named[key]
+            feeds[position] = fed[key]
         case.runs.append(feeds)
-        case.reference.append(module(*named.values()).numpy())
-        case.truth.append(attention_reference(**named, causal=causal, **extra))
+        case.reference.append(module(*fed.values()).numpy())
+        want = attention_reference(**named, causal=causal, softcap=extra.get("softcap"))
+        case.truth.append(to_layout(want, q_layout))
     return case
 
 
@@ -431,8 +553,13 @@ def test_converts_to_one_fused_op(attention_cases):
         assert counts == {f"CUSTOM:{OP}": 1}, (case.name, counts)
         (op,) = fused_ops(case.model, OP)
         want = {"causal", "scale"} | ({"softcap"} if "softcap" in case.name else set())
+        # A layout attr only when not the default.
+        want |= {f"{x}_layout" for x in "qkv" if f"{x}=bh" in case.name}
         assert set(op.attrs) == want, case.name
-        depth = op.input_shapes[0][-1]
+        for x in "qkv":
+            if f"{x}_layout" in want:
+                assert op.attrs[f"{x}_layout"] == case.name.split(f"{x}=")[1][:4], case.name
+        depth = op.input_shapes[1][-1]
         assert op.attrs["scale"] == pytest.approx(1 / np.sqrt(depth), rel=1e-6)
         for ref, exact in zip(case.reference, case.truth, strict=True):
             tol = 1e-4 if case.name == "large values" else 2e-6
@@ -565,13 +692,15 @@ def test_float16_mask_is_cast_to_float32():
     np.testing.assert_array_equal(got, want.numpy())
 
 
-def _half_module(h, hkv, d, dv, mask_kind, mask_sig, causal):
-    """q/k/v float16 [None, None, heads, depth] (and a mask: "bool",
-    "float" = float32, "half" = float16) -> fusekit.ops.attention."""
+def _half_module(h, hkv, d, dv, mask_kind, mask_sig, causal, **layouts):
+    """q/k/v float16 [None, None, heads, depth] (k and v in `layouts`; and
+    a mask: "bool", "float" = float32, "half" = float16) ->
+    fusekit.ops.attention."""
+    q_layout, k_layout, v_layout = _layouts(layouts)
     spec = [
-        tf.TensorSpec([None, None, h, d], tf.float16, name="q"),
-        tf.TensorSpec([None, None, hkv, d], tf.float16, name="k"),
-        tf.TensorSpec([None, None, hkv, dv], tf.float16, name="v"),
+        tf.TensorSpec(layout_shape([None, None, h, d], q_layout), tf.float16, name="q"),
+        tf.TensorSpec(layout_shape([None, None, hkv, d], k_layout), tf.float16, name="k"),
+        tf.TensorSpec(layout_shape([None, None, hkv, dv], v_layout), tf.float16, name="v"),
     ]
     if mask_kind is not None:
         dtype = {"bool": tf.bool, "float": tf.float32, "half": tf.float16}[mask_kind]
@@ -581,7 +710,7 @@ def _half_module(h, hkv, d, dv, mask_kind, mask_sig, causal):
     class HalfAttention(tf.Module):
         @tf.function(input_signature=spec)
         def __call__(self, *tensors):
-            return fusekit.ops.attention(*tensors, causal=causal)
+            return fusekit.ops.attention(*tensors, causal=causal, **layouts)
 
     return HalfAttention()
 
@@ -630,6 +759,32 @@ PLAN16 = [
     ),
     ("f16 decode mqa32 dv64", 32, 1, 64, 64, None, None, False, [(1, 2, 600)]),
     ("f16 size one", 1, 1, 1, 1, None, None, True, [(1, 1, 1), (2, 3, 2)]),
+    # KV cache layouts read in place: prefill converts transposed V blocks,
+    # decode reads float16 V^T rows (streamed and packed items).
+    (
+        "f16 layout q=bhsd k=bhsd v=bhds gqa4 causal dv20",
+        8,
+        2,
+        32,
+        20,
+        "float",
+        ["B", 1, "S", "K"],
+        True,
+        [(1, 1, 1030), (1, 40, 300), (2, 3, 50)],
+        {"q_layout": "bhsd", "k_layout": "bhsd", "v_layout": "bhds"},
+    ),
+    (
+        "f16 layout k=bhsd v=bhsd mqa16",
+        16,
+        1,
+        24,
+        24,
+        None,
+        None,
+        False,
+        [(1, 2, 700), (1, 66, 70)],
+        {"k_layout": "bhsd", "v_layout": "bhsd"},
+    ),
 ]
 
 
@@ -651,8 +806,10 @@ def half_cases(session_dir) -> list[HalfCase]:
     workdir = session_dir / "attention_f16"
     workdir.mkdir(exist_ok=True)
     cases = []
-    for name, h, hkv, d, dv, kind, msig, causal, shapes in PLAN16:
-        module = _half_module(h, hkv, d, dv, kind, msig, causal)
+    for name, h, hkv, d, dv, kind, msig, causal, shapes, *more in PLAN16:
+        layouts = more[0] if more else {}
+        q_layout, k_layout, v_layout = _layouts(layouts)
+        module = _half_module(h, hkv, d, dv, kind, msig, causal, **layouts)
         path = workdir / re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
         tf.saved_model.save(module, str(path))
         result = fusekit.convert(str(path))
@@ -670,12 +827,18 @@ def half_cases(session_dir) -> list[HalfCase]:
                     tuple(dims[x] if isinstance(x, str) else x for x in msig),
                 )
                 named["mask"] = mask.astype(np.float16) if kind == "half" else mask
+            fed = dict(
+                named,
+                q=to_layout(named["q"], q_layout),
+                k=to_layout(named["k"], k_layout),
+                v=to_layout(named["v"], v_layout),
+            )
             feeds: list[np.ndarray] = [None] * len(names)  # type: ignore[list-item]
             for key, position in zip(names, order, strict=True):
-                feeds[position] = named[key]
+                feeds[position] = fed[key]
             case.runs.append(feeds)
-            case.reference.append(module(*named.values()).numpy())
-            case.truth.append(attention_reference(**named, causal=causal))
+            case.reference.append(module(*fed.values()).numpy())
+            case.truth.append(to_layout(attention_reference(**named, causal=causal), q_layout))
         cases.append(case)
     return cases
 
@@ -1081,6 +1244,95 @@ BAD = {
         "attr 'softcap' must be a finite number > 0",
     ),
 }
+
+
+# Layouts: the model's k and v as litert-torch's caches, k [?, 2, ?, 16]
+# (k_layout "bhsd") and v [?, 2, 16, ?] (v_layout "bhds"); the feeds give
+# shapes in the model's layout unless a case says otherwise.
+BAD_LAYOUT = {
+    "k_layout unknown": (
+        _options({"causal": False, "scale": 0.25, "k_layout": "bhds", "v_layout": "bhds"}),
+        {},
+        "attr 'k_layout' must be one of 'bshd' [batch, seq, kv_heads, head_dim], 'bhsd' "
+        "[batch, kv_heads, seq, head_dim], got 'bhds'",
+    ),
+    "v_layout unknown": (
+        _options({"causal": False, "scale": 0.25, "k_layout": "bhsd", "v_layout": "sbhd"}),
+        {},
+        "attr 'v_layout' must be one of",
+    ),
+    "v_layout an int": (
+        _options({"causal": False, "scale": 0.25, "k_layout": "bhsd", "v_layout": 2}),
+        {},
+        "attr 'v_layout' must be string",
+    ),
+    "k of rank 3": (
+        None,
+        {"k": (1, 2, 5)},
+        "k must have rank 4 [batch, kv_heads, seq, head_dim] (k_layout 'bhsd'), got rank 3",
+    ),
+    "v of rank 5": (
+        None,
+        {"v": (1, 2, 16, 5, 1)},
+        "v must have rank 4 [batch, kv_heads, head_dim, seq] (v_layout 'bhds'), got rank 5",
+    ),
+    "k given as bshd": (
+        None,
+        {"k": (1, 5, 2, 16)},
+        "k and v must have one sequence length, got 2 and 5 (k is [batch, kv_heads, seq, "
+        "head_dim]: k_layout 'bhsd'; v is [batch, kv_heads, head_dim, seq]: v_layout 'bhds')",
+    ),
+    "v given as bhsd": (
+        None,
+        {"v": (1, 2, 5, 16)},
+        "k and v must have one sequence length, got 5 and 16 (k is [batch, kv_heads, seq, "
+        "head_dim]: k_layout 'bhsd'; v is [batch, kv_heads, head_dim, seq]: v_layout 'bhds')",
+    ),
+    "k head_dim in the wrong axis": (
+        None,
+        {"k": (1, 2, 16, 5)},
+        "k's head_dim (5) must equal q's (16) (k is [batch, kv_heads, seq, head_dim]: "
+        "k_layout 'bhsd')",
+    ),
+    "mask against the layout's Skv": (
+        None,
+        {"mask": (1, 1, 3, 2)},
+        "mask dim 3 is 2, must be 1 or 5",
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+def bad_layout_model(session_dir) -> bytes:
+    """bad_model's shapes with k and v in litert-torch's cache layouts."""
+    module = attention_module(
+        4, 2, 16, [None, 1, None, None], np.float32, k_layout="bhsd", v_layout="bhds"
+    )
+    path = session_dir / "attention_bad_layout"
+    tf.saved_model.save(module, str(path))
+    return fusekit.convert(str(path)).model
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_kernel_bad_layout_gives_clear_error(runtime, bad_layout_model):
+    jobs = []
+    for change, feeds, _ in BAD_LAYOUT.values():
+        model = edit(bad_layout_model, change) if change else bad_layout_model
+        shapes = {"k": (1, 2, 5, 16), "v": (1, 2, 16, 5), **feeds}
+        jobs.append(Job(model, [_feeds(model, **shapes)]))
+    # The well-formed model runs (the cases above fail for their reason).
+    jobs.append(Job(bad_layout_model, [_feeds(bad_layout_model, k=(1, 2, 5, 16), v=(1, 2, 16, 5))]))
+    *outcomes, good = run_jobs(runtime, jobs)
+    assert good.error is None, good.error
+    failures = []
+    for name, outcome, (_, _, message) in zip(
+        BAD_LAYOUT, outcomes, BAD_LAYOUT.values(), strict=True
+    ):
+        if outcome.error is None:
+            failures.append(f"{name}: no error")
+        elif OP not in outcome.error or message not in outcome.error:
+            failures.append(f"{name}: {outcome.error}")
+    assert not failures, "\n".join(failures)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
