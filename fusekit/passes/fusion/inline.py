@@ -101,8 +101,9 @@ def inline_composite(graph: Graph, op: schema.OperatorT, body: int) -> str | Non
             buffer = model.add_buffer(data) if data is not None else 0
             new = copy.deepcopy(body_tensor)
             new.buffer = buffer
-            name = body_tensor.name.decode(errors="replace") if body_tensor.name else f"#{t}"
-            new.name = f"{where}/inlined/{name}".encode()
+            # Exporters name body tensors after the layer they come from:
+            # the name stays (a tensor name need not be unique).
+            new.name = body_tensor.name or f"{where}/{t}".encode()
             graph.sg.tensors.append(new)
             mapping[t] = len(graph.sg.tensors) - 1
         return mapping[t]
