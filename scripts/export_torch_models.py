@@ -75,6 +75,9 @@ class Fixture:
     # Instances carried as StableHLO composites instead of plain ops.
     composites: dict[str, int] = field(default_factory=dict)
     notes: str = ""
+    # Options of litert-torch's Hugging Face exporter: the model goes through
+    # that exporter (scripts/export_hf_gpu.py) instead of ``build``.
+    hf_exporter: dict[str, Any] | None = None
 
 
 def _seed() -> None:
@@ -395,6 +398,10 @@ def _gen_decoder(hlfb: bool) -> Callable[[], list[Signature]]:
     return build
 
 
+def _no_build() -> list[Signature]:
+    raise RuntimeError("exported through litert-torch's Hugging Face exporter (hf_exporter)")
+
+
 # --------------------------------------------------------------------------
 # The fixture table
 
@@ -471,6 +478,45 @@ FIXTURES: list[Fixture] = [
         _gen_decoder(False),
         {"rms_norm": 5, "attention": 2, "rotary": 4},
         notes="counts are per signature",
+    ),
+    Fixture(
+        "hf_lfm2_gpu",
+        "LFM2 (2 attention layers, hidden 64, 4/2 heads of 16, per-head q/k RMS norms) through "
+        "litert-torch's Hugging Face exporter with its GPU composites: prefill_8 and decode over "
+        "a cache of 32 (K [1, 2, 32, 16], V [1, 2, 16, 32]), boolean mask, runtime param_tensor",
+        _no_build,
+        {"rms_norm": 9, "attention": 2, "rotary": 4},
+        composites={
+            "rms_norm": 5,
+            "qkv_norm_rope": 2,
+            "cache_update": 2,
+            "sdpa_transposed": 2,
+            "swiglu": 2,
+        },
+        notes="counts are per signature; the q/k norms and RoPE are inside odml.qkv_norm_rope, "
+        "the MLP inside odml.swiglu",
+        hf_exporter={"apply_gpu_composites": True},
+    ),
+    Fixture(
+        "hf_lfm2_gpu_rope",
+        "The same LFM2 through the exporter with odml.rope instead of odml.qkv_norm_rope and a "
+        "float mask (0 / -inf)",
+        _no_build,
+        {"rms_norm": 9, "attention": 2, "rotary": 4},
+        composites={
+            "rms_norm": 9,
+            "rope": 4,
+            "cache_update": 2,
+            "sdpa_transposed": 2,
+            "swiglu": 2,
+        },
+        notes="counts are per signature; RoPE inside odml.rope, q/k norms plain ops",
+        hf_exporter={
+            "apply_gpu_composites": True,
+            "use_qkv_norm_rope_composite": False,
+            "use_rope_composite": True,
+            "use_bool_mask": False,
+        },
     ),
 ]
 
@@ -609,10 +655,11 @@ def _spec(name: str, a: np.ndarray) -> dict[str, Any]:
 
 def export(fixture: Fixture, out_dir: Path) -> dict[str, Any]:
     """Export one fixture; returns its manifest entry."""
+    if fixture.hf_exporter is not None:
+        return _entry(fixture, out_dir, *_export_hf(fixture))
     import litert_torch
 
     sigs = fixture.build()
-    arrays: dict[str, np.ndarray] = {}
     torch_outputs: dict[str, dict[str, np.ndarray]] = {}
     torch_inputs: dict[str, dict[str, np.ndarray]] = {}
     for sig in sigs:
@@ -632,36 +679,55 @@ def export(fixture: Fixture, out_dir: Path) -> dict[str, Any]:
         edge.export(str(path))
         model = path.read_bytes()
 
+    return _entry(fixture, out_dir, model, torch_inputs, torch_outputs)
+
+
+def _export_hf(fixture: Fixture) -> tuple[bytes, dict, dict]:
+    from export_hf_gpu import export_hf_gpu
+
+    return export_hf_gpu(fixture.hf_exporter or {}, SEED, _randomize)
+
+
+def _entry(
+    fixture: Fixture,
+    out_dir: Path,
+    model: bytes,
+    torch_inputs: dict[str, dict[str, np.ndarray]],
+    torch_outputs: dict[str, dict[str, np.ndarray]],
+) -> dict[str, Any]:
+    """Checks the exported model against PyTorch on every signature, writes
+    the model and the arrays; returns the manifest entry."""
     from ai_edge_litert.interpreter import Interpreter
 
+    arrays: dict[str, np.ndarray] = {}
     listed = Interpreter(model_content=model).get_signature_list()
     entry_sigs = []
-    for sig in sigs:
-        names = listed[sig.name]
-        missing = set(names["inputs"]) ^ set(torch_inputs[sig.name])
+    for sig_name in torch_inputs:
+        names = listed[sig_name]
+        missing = set(names["inputs"]) ^ set(torch_inputs[sig_name])
         if missing:
-            raise RuntimeError(f"{fixture.name}/{sig.name}: input names differ: {sorted(missing)}")
-        missing = set(names["outputs"]) - set(torch_outputs[sig.name])
+            raise RuntimeError(f"{fixture.name}/{sig_name}: input names differ: {sorted(missing)}")
+        missing = set(names["outputs"]) - set(torch_outputs[sig_name])
         if missing:
             raise RuntimeError(
-                f"{fixture.name}/{sig.name}: outputs without a torch value: {sorted(missing)}"
+                f"{fixture.name}/{sig_name}: outputs without a torch value: {sorted(missing)}"
             )
-        inputs = torch_inputs[sig.name]
-        got = _run_tflite(model, sig.name, inputs)
+        inputs = torch_inputs[sig_name]
+        got = _run_tflite(model, sig_name, inputs)
         diffs = {}
         for name in names["outputs"]:
-            want = torch_outputs[sig.name][name]
+            want = torch_outputs[sig_name][name]
             diffs[name] = (
                 float(np.max(np.abs(got[name].astype(np.float64) - want))) if want.size else 0.0
             )
-            arrays[f"{sig.name}/out/{name}"] = want
+            arrays[f"{sig_name}/out/{name}"] = want
         for name in names["inputs"]:
-            arrays[f"{sig.name}/in/{name}"] = inputs[name]
+            arrays[f"{sig_name}/in/{name}"] = inputs[name]
         entry_sigs.append(
             {
-                "name": sig.name,
+                "name": sig_name,
                 "inputs": [_spec(n, inputs[n]) for n in names["inputs"]],
-                "outputs": [_spec(n, torch_outputs[sig.name][n]) for n in names["outputs"]],
+                "outputs": [_spec(n, torch_outputs[sig_name][n]) for n in names["outputs"]],
                 "tflite_vs_torch_max_abs_diff": diffs,
             }
         )

@@ -147,16 +147,47 @@ def with_attr(model: bytes, composite: str, key: str, value: float) -> bytes:
     return view.pack()
 
 
+def custom_attrs(model: bytes, op_name: str) -> list[dict]:
+    view = ModelView(model)
+    return [
+        flexbuffers.Loads(bytes(np.asarray(op.customOptions, np.uint8)))
+        for sg in view.m.subgraphs
+        for op in sg.operators or []
+        if view.op_name(op) == "CUSTOM:" + op_name
+    ]
+
+
 @pytest.mark.parametrize(
-    "composite, key, value",
+    "composite, key, value, fused_op, body_epsilon",
     [
-        ("odml.rms_norm", "epsilon", 1e-3),
-        ("odml.group_norm", "epsilon", 1e-2),
-        ("odml.scaled_dot_product_attention", "scale", 0.3),
+        ("odml.rms_norm", "epsilon", 1e-3, "fusekit_rms_norm", 1e-6),
+        ("odml.group_norm", "epsilon", 1e-2, "fusekit_layer_norm", 1e-5),
     ],
 )
-def test_attrs_that_lie_are_not_believed(composite, key, value):
-    result = fusekit.optimize(with_attr(model_bytes("block"), composite, key, value))
+def test_norm_attrs_that_lie_are_not_believed(composite, key, value, fused_op, body_epsilon):
+    """The mapping with the lying epsilon fails the check; the composite is
+    then inlined and the norm pass fuses its body with the epsilon the body
+    holds."""
+    model = with_attr(model_bytes("block"), composite, key, value)
+    result = fusekit.optimize(model)
+    assert composite not in [name for name, _ in composites(result.model)]
+    changes = [c for c in result.report.line("fuse_composites").changes if composite in c]
+    assert len(changes) == 2 and all(" inlined " in c and "differ by" in c for c in changes)
+    epsilons = [a["epsilon"] for a in custom_attrs(result.model, fused_op)]
+    assert len(epsilons) == 2 and all(e == pytest.approx(body_epsilon, rel=1e-6) for e in epsilons)
+    feeds = arrays("block")
+    for signature in SIGNATURES:
+        plain = run(model, "litert", signature, feeds)
+        got = run(result.model, "litert", signature, feeds)
+        for want, out in zip(plain, got, strict=True):
+            np.testing.assert_allclose(out, want, atol=1e-5, rtol=0)
+
+
+def test_attention_attrs_that_lie_are_not_believed():
+    """odml.scaled_dot_product_attention is not inlined (XNNPACK runs it as
+    one node of its own): it stays, with the reason."""
+    composite = "odml.scaled_dot_product_attention"
+    result = fusekit.optimize(with_attr(model_bytes("block"), composite, "scale", 0.3))
     left = [name for name, _ in composites(result.model)]
     assert left == [composite, composite]
     notes = result.report.line("fuse_composites").notes
@@ -243,14 +274,19 @@ def test_decoder_outputs_match_plain_and_torch(decoder, runtime, signature):
         np.testing.assert_allclose(got[name], torch_out, atol=1e-4, rtol=0, err_msg=name)
 
 
-def test_rope_composite_is_left_with_its_reason():
+def test_rope_composite_is_inlined_and_fused():
     """The Hugging Face exporter's odml.rope computes its cos/sin tables from
-    positions inside the decomposition: no fusekit op reads positions."""
+    positions inside the decomposition: no fusekit op reads positions, so
+    the body is inlined, and its rotation becomes fusekit_rotary_embedding
+    with the tables computed by the builtins."""
     plain = model_bytes("exporter")
     result = fusekit.optimize(plain)
-    assert [name for name, _ in composites(result.model)] == ["odml.rope"]
-    (note,) = result.report.line("fuse_composites").notes
-    assert note.startswith("odml.rope at ") and "cos/sin" in note
+    assert composites(result.model) == []
+    (change, removed) = result.report.line("fuse_composites").changes
+    assert change.startswith("odml.rope at ") and " inlined " in change and "cos/sin" in change
+    assert removed == "removed 1 decomposition subgraph(s)"
+    counts = op_counts(ModelView(result.model).m)
+    assert counts["CUSTOM:fusekit_rotary_embedding"] == 1 and counts["SIN"] == 1
     feeds = arrays("exporter")
     interp = fusekit.Interpreter(model_content=result.model, num_threads=1)
     runner = interp.get_signature_runner()

@@ -46,6 +46,7 @@ from fusekit.passes.fusion.composite_check import (
     operands,
 )
 from fusekit.passes.fusion.emit import AttrValue, replace_with_custom
+from fusekit.passes.fusion.inline import inline_composite
 from fusekit.passes.fusion.subgraphs import remove_subgraphs
 from fusekit.passes.registry import PassOptions
 
@@ -181,19 +182,25 @@ _KEPT = (
     "where one takes it, as XNNPACK does odml.scaled_dot_product_attention)"
 )
 
+# Composites a CPU delegate runs as one node of its own (XNNPACK takes
+# odml.scaled_dot_product_attention): without a proven fusekit op they stay
+# composites, since inlining would take that node away.  Every other
+# composite fusekit does not map is inlined.
+DELEGATE_NODES = frozenset({"odml.scaled_dot_product_attention"})
+
+# Why a composite has no one-to-one fusekit op; it is inlined and the
+# fusion passes fuse what its body holds.
 _UNMAPPED = {
     "odml.sdpa_transposed": (
         "K/V in the exporter's cache layouts with the mask and softcap in the body: "
         "fusekit_attention reads k and v as [B, Skv, Hkv, D]"
     ),
-    "odml.rope": (
-        "it computes cos/sin from positions inside its decomposition; fusekit_rotary_embedding "
-        "reads cos/sin tables"
-    ),
+    "odml.rope": "its body computes the cos/sin tables from the positions, then rotates",
     "odml.qkv_norm_rope": (
-        "per-head norms and rotary with in-body tables: not yet split into fusekit ops"
+        "its body splits q, k, v, normalizes q and k per head and rotates them with "
+        "tables computed from the positions"
     ),
-    "odml.cache_update": "a KV-cache write: fusekit has no cache-update op",
+    "odml.cache_update": "its body writes the new keys and values into the caches",
 }
 
 
@@ -235,61 +242,97 @@ def prune_operator_codes(model: ModelView) -> int:
     return removed
 
 
+def _mapped(
+    graph: Graph, op: schema.OperatorT, name: str, attrs: dict, checker: Checker
+) -> Mapping | str:
+    """The proven mapping of one composite, or why there is none."""
+    mapping = propose(graph, op, name, attrs)
+    if isinstance(mapping, str):
+        return mapping
+    args = operands(graph, op)
+    reference = decomposition_model(graph, op.builtinOptions2.decompositionSubgraphIndex, args)
+    if isinstance(reference, str):
+        return reference
+    out = int(op.outputs[0])
+    candidates = mapping if isinstance(mapping, list) else [mapping]
+    reasons = []
+    for mapping in candidates:
+        fused = fused_model(
+            mapping.op,
+            args,
+            mapping.positions,
+            mapping.attrs,
+            graph.shape(out),
+            graph.tensor(out).type,
+        )
+        reason = checker.differs(reference, fused, args, mapping.trials)
+        if not reason:
+            return mapping
+        reasons.append(f"{mapping.op} ({_shown(mapping.attrs)}): {reason}")
+    return (
+        f"not mapped: {'; '.join(reasons)} (the fused op with these attributes does not "
+        "compute what the decomposition does)"
+    )
+
+
 def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> list[str]:
-    """Replaces every proven composite of the rewritable subgraphs; notes
-    the others under ``pass_name``; returns one line per replaced op."""
+    """Replaces every proven composite of the rewritable subgraphs and
+    inlines the other composites (DELEGATE_NODES aside), nested ones too;
+    notes those left under ``pass_name``; returns one line per change."""
     changes: list[str] = []
     bodies: set[int] = set()
     checker = Checker()
     for graph in list(model.graphs()):
-        replaced = 0
-        for op in list(graph.ops):
-            if graph.builtin(op) != OP.STABLEHLO_COMPOSITE:
-                continue
-            composite = op.builtinOptions2
-            if composite is None:
-                continue
-            name = (composite.name or b"").decode(errors="replace")
-            where = graph.name(int(op.outputs[0]))
-            attrs = composite_attrs(composite)
-            mapping = propose(graph, op, name, attrs)
-            if isinstance(mapping, str):
-                options.note(pass_name, f"{name} at {where!r} left as is: {mapping}{_KEPT}")
-                continue
-            args = operands(graph, op)
-            reference = decomposition_model(graph, composite.decompositionSubgraphIndex, args)
-            if isinstance(reference, str):
-                options.note(pass_name, f"{name} at {where!r} left as is: {reference}{_KEPT}")
-                continue
-            out = int(op.outputs[0])
-            candidates = mapping if isinstance(mapping, list) else [mapping]
-            reasons = []
-            for mapping in candidates:
-                fused = fused_model(
-                    mapping.op,
-                    args,
-                    mapping.positions,
-                    mapping.attrs,
-                    graph.shape(out),
-                    graph.tensor(out).type,
-                )
-                reason = checker.differs(reference, fused, args, mapping.trials)
-                if not reason:
-                    break
-                reasons.append(f"{mapping.op} ({_shown(mapping.attrs)}): {reason}")
-            else:
-                options.note(
-                    pass_name,
-                    f"{name} at {where!r} not mapped: {'; '.join(reasons)} (the fused op with "
-                    f"these attributes does not compute what the decomposition does){_KEPT}",
-                )
-                continue
-            inputs = [int(op.inputs[p]) if p >= 0 else -1 for p in mapping.positions]
-            replace_with_custom(graph, mapping.op, inputs, out, mapping.attrs, [op])
-            bodies.add(composite.decompositionSubgraphIndex)
-            replaced += 1
-            changes.append(f"{name} -> {mapping.op} at {where!r} ({_shown(mapping.attrs)})")
-        if replaced:
+        edited = False
+        # Composites already looked at (kept alive, so ids stay unique);
+        # inlined bodies bring new ones, looked at in the next round.
+        seen: dict[int, schema.OperatorT] = {}
+        while True:
+            todo = [
+                op
+                for op in graph.ops
+                if graph.builtin(op) == OP.STABLEHLO_COMPOSITE
+                and op.builtinOptions2 is not None
+                and id(op) not in seen
+            ]
+            if not todo:
+                break
+            for op in todo:
+                seen[id(op)] = op
+                composite = op.builtinOptions2
+                name = (composite.name or b"").decode(errors="replace")
+                where = graph.name(int(op.outputs[0]))
+                body = int(composite.decompositionSubgraphIndex)
+                mapping = _mapped(graph, op, name, composite_attrs(composite), checker)
+                if isinstance(mapping, Mapping):
+                    inputs = [int(op.inputs[p]) if p >= 0 else -1 for p in mapping.positions]
+                    out = int(op.outputs[0])
+                    replace_with_custom(graph, mapping.op, inputs, out, mapping.attrs, [op])
+                    changes.append(f"{name} -> {mapping.op} at {where!r} ({_shown(mapping.attrs)})")
+                elif name in DELEGATE_NODES:
+                    options.note(pass_name, f"{name} at {where!r} left as is: {mapping}{_KEPT}")
+                    continue
+                else:
+                    count = (
+                        len(model.m.subgraphs[body].operators or [])
+                        if 0 <= body < len(model.m.subgraphs)
+                        else 0
+                    )
+                    failed = inline_composite(graph, op, body)
+                    if failed:
+                        options.note(
+                            pass_name,
+                            f"{name} at {where!r} left as is: {mapping}; not inlined: {failed}"
+                            f"{_KEPT}",
+                        )
+                        continue
+                    changes.append(
+                        f"{name} at {where!r} inlined ({count} operators of subgraph {body}): "
+                        f"{mapping}"
+                    )
+                bodies.add(body)
+                edited = True
+        if edited:
             graph.finish()
     if bodies:
         removed = remove_subgraphs(model, bodies)
