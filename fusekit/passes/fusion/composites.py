@@ -14,7 +14,18 @@ This pass replaces a composite by the fusekit op computing the same thing:
 * ``odml.scaled_dot_product_attention`` {scale, logit_cap} (q [B, Sq, H, D],
   k and v [B, Skv, Hkv, D], optional additive mask) -> ``fusekit_attention``
   (already its layout: no transposes); without a mask the decomposition is
-  causal; a logit_cap becomes fusekit_attention's softcap.
+  causal; a logit_cap becomes fusekit_attention's softcap;
+* ``odml.sdpa_transposed`` {k_ts_idx, v_ts_idx, is_causal, softcap, ...}
+  (the Hugging Face exporter's GPU attention: q [B, H, Sq, D], K and V in
+  their cache layouts, K [B, Hkv, Skv, D] with k_ts_idx 2 and V
+  [B, Hkv, D, Skv] with v_ts_idx 3, a mask, extra operands the body does
+  not read) -> ``fusekit_attention`` with q_layout, k_layout and v_layout
+  naming those layouts: the caches are read in place, nothing is
+  transposed.  Its body scales nothing (q comes scaled) and fills a
+  boolean mask's dropped keys with -10000 rather than -inf: the same
+  weights (exp(-10000 - max) is 0 in float32) unless a query keeps no key
+  at all, where the body averages every value and fusekit gives zeros (a
+  cache mask keeps each query's own position).
 
 Attributes only propose the mapping.  It is made when the decomposition
 subgraph and the fused op agree on random inputs at the composite's own
@@ -176,6 +187,99 @@ def _attention(graph: Graph, op, attrs: dict) -> Mapping | list[Mapping] | str:
     return Mapping("fusekit_attention", positions, mapped)
 
 
+# odml.sdpa_transposed's k_ts_idx / v_ts_idx (the axis holding the keys)
+# -> fusekit_attention's k_layout / v_layout (kv heads on axis 1 unless the
+# keys are).
+_K_LAYOUTS = {1: "bshd", 2: "bhsd"}
+_V_LAYOUTS = {1: "bshd", 2: "bhsd", 3: "bhds"}
+# Axes of (batch, keys, kv heads, columns) in each layout.
+_AXES = {"bshd": (0, 1, 2, 3), "bhsd": (0, 2, 1, 3), "bhds": (0, 3, 1, 2)}
+
+
+def _unread_operands(graph: Graph, op, body: int, first: int) -> str | None:
+    """Why operands ``first``.. of a composite matter (its decomposition
+    reads them), or None."""
+    sg = graph.model.m.subgraphs[body]
+    inputs = [int(i) for i in sg.inputs]
+    read = {int(t) for o in sg.operators or [] for t in o.inputs} | {int(t) for t in sg.outputs}
+    for position in range(first, len(op.inputs)):
+        if position < len(inputs) and inputs[position] in read:
+            return f"its decomposition reads operand {position}, which fusekit_attention has not"
+    return None
+
+
+def _sdpa_transposed(graph: Graph, op, attrs: dict) -> list[Mapping] | str:
+    k_layout = _K_LAYOUTS.get(attrs.get("k_ts_idx"))
+    v_layout = _V_LAYOUTS.get(attrs.get("v_ts_idx"))
+    if k_layout is None or v_layout is None:
+        return (
+            f"k_ts_idx {attrs.get('k_ts_idx')!r} / v_ts_idx {attrs.get('v_ts_idx')!r}: "
+            "fusekit_attention reads K with the keys on axis 1 or 2 and V on axis 1, 2 or 3"
+        )
+    softcap = None
+    if attrs.get("softcap") not in (None, 0):
+        softcap = _float_attr(attrs, "softcap")
+        if softcap is None or softcap <= 0:
+            return f"its softcap attr ({attrs.get('softcap')!r}) is not a number > 0"
+    if len(op.inputs) < 3 or len(op.outputs) != 1:
+        return "expected q, k, v (a mask, other operands) and one result"
+    reason = _float32_operands(graph, op, 3)
+    if reason:
+        return reason
+    q, k, v = (graph.shape(int(t)) for t in list(op.inputs)[:3])
+    if len(q) != 4 or len(k) != 4 or len(v) != 4:
+        return "q, k and v are not rank 4"
+    kb, kv_len, kv_heads, depth = (k[a] for a in _AXES[k_layout])
+    vb, v_len, v_heads, _ = (v[a] for a in _AXES[v_layout])
+    if (kb, kv_len, kv_heads) != (vb, v_len, v_heads) or kv_heads < 1:
+        return f"k {k} ({k_layout}) and v {v} ({v_layout}) do not hold one cache's keys and heads"
+    positions = [0, 1, 2]
+    with_mask = len(op.inputs) > 3 and int(op.inputs[3]) >= 0
+    if with_mask:
+        if graph.tensor(int(op.inputs[3])).type not in (FLOAT32, schema.TensorType.BOOL):
+            return "its mask is neither float32 nor bool"
+        positions.append(3)
+    body = int(op.builtinOptions2.decompositionSubgraphIndex)
+    reason = _unread_operands(graph, op, body, len(positions))
+    if reason:
+        return reason
+    # q (and the result) as [B, H, Sq, D], the exporter's, or [B, Sq, H, D].
+    q_layouts = [
+        layout
+        for layout, (batch, heads, width) in (
+            ("bhsd", (q[0], q[1], q[3])),
+            ("bshd", (q[0], q[2], q[3])),
+        )
+        if batch == kb and width == depth and heads % kv_heads == 0
+    ]
+    if not q_layouts:
+        return f"q {q} is not [B, H, Sq, D] or [B, Sq, H, D] against k {k} ({k_layout})"
+    # The body scales nothing (the exporter scales q ahead of it) unless a
+    # scale attr says otherwise; is_causal may be folded into the mask: the
+    # check picks among the candidates, in this order.
+    scale = _float_attr(attrs, "scale")
+    scales = [scale] if scale is not None else [1.0, 1.0 / math.sqrt(depth)]
+    causal = bool(attrs.get("is_causal"))
+    causals = ([False, True] if with_mask else [True, False]) if causal else [False]
+    candidates = []
+    for q_layout in q_layouts:
+        for s in scales:
+            for c in causals:
+                mapped: dict[str, AttrValue] = {"scale": s, "causal": c}
+                if softcap is not None:
+                    mapped["softcap"] = softcap
+                # Layout attrs only where not the default.
+                for key, layout in (
+                    ("q_layout", q_layout),
+                    ("k_layout", k_layout),
+                    ("v_layout", v_layout),
+                ):
+                    if layout != "bshd":
+                        mapped[key] = layout
+                candidates.append(Mapping("fusekit_attention", positions, mapped))
+    return candidates
+
+
 # What a note adds: nothing breaks, the composite runs as exported.
 _KEPT = (
     "; it keeps running as exported (its decomposition, or the delegate's own kernel "
@@ -191,10 +295,6 @@ DELEGATE_NODES = frozenset({"odml.scaled_dot_product_attention"})
 # Why a composite has no one-to-one fusekit op; it is inlined and the
 # fusion passes fuse what its body holds.
 _UNMAPPED = {
-    "odml.sdpa_transposed": (
-        "K/V in the exporter's cache layouts with the mask and softcap in the body: "
-        "fusekit_attention reads k and v as [B, Skv, Hkv, D]"
-    ),
     "odml.rope": "its body computes the cos/sin tables from the positions, then rotates",
     "odml.qkv_norm_rope": (
         "its body splits q, k, v, normalizes q and k per head and rotates them with "
@@ -215,6 +315,8 @@ def propose(
         return _group_norm(graph, op, attrs)
     if name == "odml.scaled_dot_product_attention":
         return _attention(graph, op, attrs)
+    if name == "odml.sdpa_transposed":
+        return _sdpa_transposed(graph, op, attrs)
     return _UNMAPPED.get(name, "fusekit has no op for it")
 
 

@@ -18,12 +18,13 @@ from flatbuffers import flexbuffers
 from fusekit.model.flatbuffer_edit import set_custom_options
 from fusekit.model.graph import OP, Graph
 
-AttrValue = bool | float | int
+AttrValue = bool | float | int | str
 
 
 def custom_options(attrs: Mapping[str, AttrValue]) -> bytes:
     """The flexbuffer map of ``attrs`` as the converter writes it: keys
-    sorted; a float is stored as float32 (the kernel's attr type)."""
+    sorted; a float is stored as float32 (the kernel's attr type), a str
+    as a flexbuffer string."""
     builder = flexbuffers.Builder()
     with builder.Map():
         for key in sorted(attrs):
@@ -33,6 +34,8 @@ def custom_options(attrs: Mapping[str, AttrValue]) -> bytes:
                 builder.Bool(bool(value))
             elif isinstance(value, (int, np.integer)):
                 builder.Int(int(value))
+            elif isinstance(value, str):
+                builder.String(value)
             else:
                 builder.Float(float(np.float32(value)))
     return bytes(builder.Finish())
