@@ -178,11 +178,14 @@ def attention_models(work: Path) -> dict[str, bytes]:
 
     import fusekit
 
+    # [B, Sq|Skv, H|Hkv, D] in each layout's axis order.
+    axes = {"bshd": (0, 1, 2, 3), "bhsd": (0, 2, 1, 3), "bhds": (0, 2, 3, 1)}
+
     def module(mask_dtype, dtype=tf.float32, **kw):
+        shapes = {"q": [None, 3, 4, 8], "k": [None, 5, 2, 8], "v": [None, 5, 2, 8]}
         spec = [
-            tf.TensorSpec([None, 3, 4, 8], dtype),
-            tf.TensorSpec([None, 5, 2, 8], dtype),
-            tf.TensorSpec([None, 5, 2, 8], dtype),
+            tf.TensorSpec([shape[a] for a in axes[kw.get(f"{name}_layout", "bshd")]], dtype)
+            for name, shape in shapes.items()
         ]
         if mask_dtype is not None:
             spec.append(tf.TensorSpec([None, 1, 3, 5], mask_dtype))
@@ -203,6 +206,12 @@ def attention_models(work: Path) -> dict[str, bytes]:
         # Soft-capped scores (the softcap attr; mutations reach its value).
         "attention_softcap": _convert(
             module(tf.float32, softcap=2.0), work / "attention_softcap"
+        ),
+        # KV cache layouts (litert-torch's: q [B, H, Sq, D], K [B, Hkv, Skv, D],
+        # V [B, Hkv, D, Skv]; mutations reach the layout attrs and shapes).
+        "attention_cache_layouts": _convert(
+            module(tf.float32, q_layout="bhsd", k_layout="bhsd", v_layout="bhds"),
+            work / "attention_cache_layouts",
         ),
         # float16 storage (the kernel's second dtype variant), float32 mask.
         "attention_f16": _convert(
