@@ -28,11 +28,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import suite  # noqa: E402
+from bench_genai_ops import measure_genai  # noqa: E402
+from bench_genai_ops import table as genai_table  # noqa: E402
 
 import fusekit  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 QUICK_MODELS = HERE.parent / "tests" / "data" / "torch" / "composites"
+QUICK_EXPORTER_MODEL = HERE.parent / "tests" / "data" / "torch" / "hf_lfm2_gpu.tflite"
 
 
 def signature_feeds(runner: Any, seed: int) -> dict[str, np.ndarray]:
@@ -177,7 +180,7 @@ def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, A
     return rows
 
 
-def write(out: Path, rows: list[dict[str, Any]], command: str) -> None:
+def write(out: Path, rows: list[dict[str, Any]], command: str, genai: list[dict[str, Any]]) -> None:
     lines = [
         "# litert-torch composites: plain LiteRT (XNNPACK) vs fusekit optimize",
         "",
@@ -185,12 +188,16 @@ def write(out: Path, rows: list[dict[str, Any]], command: str) -> None:
         f"interpreters; medians of interleaved runs (IQR in brackets).",
         f"Reproduce: `{command}`.",
         "",
-        "Models: `scripts/export_torch_composites.py --bench` (litert-torch layers with "
-        "odml.rms_norm, odml.group_norm (LayerNorm), odml.scaled_dot_product_attention; "
-        "each block has its own external KV cache, float32). Plain: the runtime's default "
-        "XNNPACK delegate, which takes the SDPA composite as one node; fused: after "
-        "`fusekit.optimize` (every composite mapped), fusekit's kernels for the fused ops "
-        "and XNNPACK for the rest. Timed: invoke only (inputs set once).",
+        "Models: `stack4_*` from `scripts/export_torch_composites.py --bench` (litert-torch "
+        "layers with odml.rms_norm, odml.group_norm (LayerNorm), "
+        "odml.scaled_dot_product_attention; each block has its own external KV cache); "
+        "`hf_lfm2_gpu_*` from `scripts/export_hf_gpu.py --bench` (LFM2 through litert-torch's "
+        "Hugging Face exporter with its GPU composites: odml.qkv_norm_rope, odml.cache_update, "
+        "odml.sdpa_transposed, odml.swiglu, odml.rms_norm; K cache [1, 2, 1024, 64], V cache "
+        "[1, 2, 64, 1024], boolean mask); float32. Plain: the runtime's default XNNPACK "
+        "delegate, which takes the SDPA composite as one node; fused: after `fusekit.optimize` "
+        "(composites mapped, or inlined and their bodies fused), fusekit's kernels for the "
+        "fused ops and XNNPACK for the rest. Timed: invoke only (inputs set once).",
         "",
         "Control: the plain model through `fusekit.Interpreter` (same delegates as the "
         "fused run, nothing fused): how far the two interpreters differ with equal work.",
@@ -213,16 +220,23 @@ def write(out: Path, rows: list[dict[str, Any]], command: str) -> None:
             f"| {r['tokens_per_s_plain']:,.1f} | {r['tokens_per_s_fused']:,.1f} "
             f"| {r['max_abs_diff']:.1e} ({r['max_abs_value']:.1f}) |"
         )
-    if rows:
-        ops = ", ".join(f"{k.removeprefix('CUSTOM:')} {v}" for k, v in rows[0]["fused_ops"].items())
+    seen = set()
+    for r in rows:
+        if r["model"] in seen:
+            continue
+        seen.add(r["model"])
+        ops = ", ".join(f"{k.removeprefix('CUSTOM:')} {v}" for k, v in r["fused_ops"].items())
         lines += [
             "",
-            f"Fused ops per model: {ops}; operators {rows[0]['ops_before']} -> "
-            f"{rows[0]['ops_after']} (decomposition subgraphs included).",
+            f"Fused ops of {r['model']}: {ops}; operators {r['ops_before']} -> {r['ops_after']} "
+            f"(decomposition subgraphs included); composites left: {r['composites_left']}.",
         ]
+    if genai:
+        lines += ["", *genai_table(genai)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n")
+    out.with_name(out.stem + "_genai.json").write_text(json.dumps(genai, indent=2) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -239,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.models, args.threads, args.rounds = QUICK_MODELS, [1], 2
     models = sorted(args.models.glob("*.tflite"))
     if args.quick:
-        models = [args.models / "block.tflite"]
+        models = [args.models / "block.tflite", QUICK_EXPORTER_MODEL]
     if not models:
         print(
             f"no models in {args.models}: make them with `python "
@@ -250,10 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for path in models:
         rows += measure(path, args.threads, args.rounds)
+    genai = measure_genai(args.threads, args.rounds, cpu_medians)
     command = "python benchmarks/bench_composites.py " + " ".join(
         ["--threads", *map(str, args.threads), "--rounds", str(args.rounds)]
     )
-    write(args.out / "composites.md", rows, "--quick" if args.quick else command)
+    write(args.out / "composites.md", rows, "--quick" if args.quick else command, genai)
     print("wrote", args.out / "composites.md")
     return 0
 
