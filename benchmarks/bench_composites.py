@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -180,13 +181,22 @@ def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, A
     return rows
 
 
-def write(out: Path, rows: list[dict[str, Any]], command: str, genai: list[dict[str, Any]]) -> None:
+def write(
+    out: Path,
+    rows: list[dict[str, Any]],
+    command: str,
+    genai: list[dict[str, Any]],
+    load: tuple[float, float],
+) -> None:
     lines = [
         "# litert-torch composites: plain LiteRT (XNNPACK) vs fusekit optimize",
         "",
         f"Machine: {suite.cpu_model()}; commit {suite.git_commit()}; ai-edge-litert "
         f"interpreters; medians of interleaved runs (IQR in brackets).",
-        f"Reproduce: `{command}`.",
+        f"Reproduce: `{command}` (models: `scripts/export_torch_composites.py --bench "
+        "benchmarks/data/composites` and `scripts/export_hf_gpu.py --bench "
+        "benchmarks/data/composites`, in the torch environment). One-minute load average "
+        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end.",
         "",
         "Models: `stack4_*` from `scripts/export_torch_composites.py --bench` (litert-torch "
         "layers with odml.rms_norm, odml.group_norm (LayerNorm), "
@@ -261,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    load_start = os.getloadavg()[0]
     rows = []
     for path in models:
         rows += measure(path, args.threads, args.rounds)
@@ -268,7 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python benchmarks/bench_composites.py " + " ".join(
         ["--threads", *map(str, args.threads), "--rounds", str(args.rounds)]
     )
-    write(args.out / "composites.md", rows, "--quick" if args.quick else command, genai)
+    load = (load_start, os.getloadavg()[0])
+    write(args.out / "composites.md", rows, "--quick" if args.quick else command, genai, load)
     print("wrote", args.out / "composites.md")
     return 0
 

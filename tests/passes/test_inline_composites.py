@@ -307,3 +307,20 @@ def test_malformed_bodies_are_refused_with_a_reason():
     view.m.subgraphs[1].inputs = np.array([0, 1], np.int32)
     assert "2 inputs and 2 outputs for 1 operands" in inline_composite(graph, op, 1)
     assert graph.ops[0] is op  # nothing changed
+
+
+def test_a_body_a_signature_runs_stays():
+    """A decomposition subgraph that is also a signature's subgraph is
+    inlined where the composite called it and kept for its signature (its
+    own nested composite inlined there too)."""
+    view = ModelView(nested_model())
+    for index, key in ((0, b"main"), (1, b"outer")):
+        signature = schema.SignatureDefT()
+        signature.signatureKey, signature.subgraphIndex = key, index
+        signature.inputs, signature.outputs = [], []
+        view.m.signatureDefs = [*(view.m.signatureDefs or []), signature]
+    result = fusekit.optimize(view.pack(), passes=["fuse_composites"])
+    fused_view = ModelView(result.model)
+    assert composite_names(result.model) == [] and len(fused_view.m.subgraphs) == 2
+    assert [s.subgraphIndex for s in fused_view.m.signatureDefs] == [0, 1]
+    assert "removed 1 decomposition subgraph(s)" in result.report.line("fuse_composites").changes
