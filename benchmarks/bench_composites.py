@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -28,33 +29,51 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import suite  # noqa: E402
+from bench_genai_ops import measure_genai  # noqa: E402
+from bench_genai_ops import table as genai_table  # noqa: E402
 
 import fusekit  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 QUICK_MODELS = HERE.parent / "tests" / "data" / "torch" / "composites"
+QUICK_EXPORTER_MODEL = HERE.parent / "tests" / "data" / "torch" / "hf_lfm2_gpu.tflite"
 
 
 def signature_feeds(runner: Any, seed: int) -> dict[str, np.ndarray]:
-    """Inputs for one signature: the int32 input is the positions (0..
-    for a prefill, L/8.. for a decode step), the [1, 1, S, L] float input
-    the causal additive mask over the cache for those positions, every
-    other input random (the caches, the hidden states)."""
+    """Inputs for one signature: positions (0.. for a prefill, L/8.. for a
+    decode step), a causal mask over the cache for those positions (additive
+    float or boolean), every other input random (the caches, the hidden
+    states).  The Hugging Face exporter's models name their inputs (tokens,
+    input_pos, mask, param_tensor: write offset and end); litert-torch's
+    layer stacks have one int32 input, the positions."""
     rng = np.random.default_rng(seed)
     details = runner.get_input_details()
-    (pos_name,) = [n for n, d in details.items() if d["dtype"] == np.int32]
-    seq = int(details[pos_name]["shape"][0])
-    (mask_name,) = [
-        n
-        for n, d in details.items()
-        if len(d["shape"]) == 4 and list(d["shape"][:3]) == [1, 1, seq] and n != pos_name
-    ]
+    if "input_pos" in details:
+        pos_name, mask_name = "input_pos", "mask"
+        seq = int(details[pos_name]["shape"][0])
+    else:
+        (pos_name,) = [n for n, d in details.items() if d["dtype"] == np.int32]
+        seq = int(details[pos_name]["shape"][0])
+        (mask_name,) = [
+            n
+            for n, d in details.items()
+            if len(d["shape"]) == 4 and list(d["shape"][:3]) == [1, 1, seq] and n != pos_name
+        ]
     cache = int(details[mask_name]["shape"][-1])
     start = 0 if seq > 1 else cache // 8
     pos = np.arange(start, start + seq, dtype=np.int32)
-    keys = np.arange(cache)[None, :]
-    mask = np.where(keys <= pos[:, None], 0.0, -np.inf).astype(np.float32)[None, None]
+    allowed = np.arange(cache)[None, :] <= pos[:, None]
+    if details[mask_name]["dtype"] == np.bool_:
+        mask = allowed[None, None]
+    else:
+        mask = np.where(allowed, 0.0, -np.inf).astype(np.float32)[None, None]
     feeds = {pos_name: pos, mask_name: mask}
+    if "tokens" in details:
+        feeds["tokens"] = rng.integers(1, 64, details["tokens"]["shape"]).astype(np.int32)
+    if "param_tensor" in details:
+        param = np.zeros(details["param_tensor"]["shape"], np.int32)
+        param[..., 0], param[..., 1] = start, start + seq
+        feeds["param_tensor"] = param
     for name, d in details.items():
         if name not in feeds:
             feeds[name] = (rng.standard_normal(d["shape"]) * 0.5).astype(np.float32)
@@ -98,13 +117,15 @@ def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, A
     result = fusekit.optimize(plain)
     fused = result.model
     counts = {k: v for k, v in result.report.ops_after.items() if k.startswith("CUSTOM:")}
-    if "CUSTOM:fusekit_attention" not in counts:
+    if not counts:
         raise SystemExit(
-            f"{path.name}: fusekit.optimize mapped no attention composite (is this fusekit "
-            "older than its fuse_composites pass?)"
+            f"{path.name}: fusekit.optimize fused nothing (is this fusekit older than its "
+            "fuse_composites pass?)"
         )
+    left = result.report.ops_after.get("STABLEHLO_COMPOSITE", 0)
     rows = []
-    for signature in ("prefill", "decode"):
+    signatures = list(suite.plain_interpreter(plain, 1, "litert").get_signature_list())
+    for signature in [s for s in signatures if s.startswith("prefill")] + ["decode"]:
         for n in threads:
             a = suite.plain_interpreter(plain, n, "litert")
             b = fusekit.Interpreter(model_content=fused, num_threads=n)
@@ -145,6 +166,7 @@ def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, A
                     "plain_cpu_us": cpu["plain"],
                     "fused_cpu_us": cpu["fused"],
                     "fused_ops": counts,
+                    "composites_left": left,
                     "ops_before": sum(result.report.ops_before.values()),
                     "ops_after": sum(result.report.ops_after.values()),
                 }
@@ -159,20 +181,33 @@ def measure(path: Path, threads: Sequence[int], rounds: int) -> list[dict[str, A
     return rows
 
 
-def write(out: Path, rows: list[dict[str, Any]], command: str) -> None:
+def write(
+    out: Path,
+    rows: list[dict[str, Any]],
+    command: str,
+    genai: list[dict[str, Any]],
+    load: tuple[float, float],
+) -> None:
     lines = [
         "# litert-torch composites: plain LiteRT (XNNPACK) vs fusekit optimize",
         "",
         f"Machine: {suite.cpu_model()}; commit {suite.git_commit()}; ai-edge-litert "
         f"interpreters; medians of interleaved runs (IQR in brackets).",
-        f"Reproduce: `{command}`.",
+        f"Reproduce: `{command}` (models: `scripts/export_torch_composites.py --bench "
+        "benchmarks/data/composites` and `scripts/export_hf_gpu.py --bench "
+        "benchmarks/data/composites`, in the torch environment). One-minute load average "
+        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end.",
         "",
-        "Models: `scripts/export_torch_composites.py --bench` (litert-torch layers with "
-        "odml.rms_norm, odml.group_norm (LayerNorm), odml.scaled_dot_product_attention; "
-        "each block has its own external KV cache, float32). Plain: the runtime's default "
-        "XNNPACK delegate, which takes the SDPA composite as one node; fused: after "
-        "`fusekit.optimize` (every composite mapped), fusekit's kernels for the fused ops "
-        "and XNNPACK for the rest. Timed: invoke only (inputs set once).",
+        "Models: `stack4_*` from `scripts/export_torch_composites.py --bench` (litert-torch "
+        "layers with odml.rms_norm, odml.group_norm (LayerNorm), "
+        "odml.scaled_dot_product_attention; each block has its own external KV cache); "
+        "`hf_lfm2_gpu_*` from `scripts/export_hf_gpu.py --bench` (LFM2 through litert-torch's "
+        "Hugging Face exporter with its GPU composites: odml.qkv_norm_rope, odml.cache_update, "
+        "odml.sdpa_transposed, odml.swiglu, odml.rms_norm; K cache [1, 2, 1024, 64], V cache "
+        "[1, 2, 64, 1024], boolean mask); float32. Plain: the runtime's default XNNPACK "
+        "delegate, which takes the SDPA composite as one node; fused: after `fusekit.optimize` "
+        "(composites mapped, or inlined and their bodies fused), fusekit's kernels for the "
+        "fused ops and XNNPACK for the rest. Timed: invoke only (inputs set once).",
         "",
         "Control: the plain model through `fusekit.Interpreter` (same delegates as the "
         "fused run, nothing fused): how far the two interpreters differ with equal work.",
@@ -195,16 +230,23 @@ def write(out: Path, rows: list[dict[str, Any]], command: str) -> None:
             f"| {r['tokens_per_s_plain']:,.1f} | {r['tokens_per_s_fused']:,.1f} "
             f"| {r['max_abs_diff']:.1e} ({r['max_abs_value']:.1f}) |"
         )
-    if rows:
-        ops = ", ".join(f"{k.removeprefix('CUSTOM:')} {v}" for k, v in rows[0]["fused_ops"].items())
+    seen = set()
+    for r in rows:
+        if r["model"] in seen:
+            continue
+        seen.add(r["model"])
+        ops = ", ".join(f"{k.removeprefix('CUSTOM:')} {v}" for k, v in r["fused_ops"].items())
         lines += [
             "",
-            f"Fused ops per model: {ops}; operators {rows[0]['ops_before']} -> "
-            f"{rows[0]['ops_after']} (decomposition subgraphs included).",
+            f"Fused ops of {r['model']}: {ops}; operators {r['ops_before']} -> {r['ops_after']} "
+            f"(decomposition subgraphs included); composites left: {r['composites_left']}.",
         ]
+    if genai:
+        lines += ["", *genai_table(genai)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n")
+    out.with_name(out.stem + "_genai.json").write_text(json.dumps(genai, indent=2) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -221,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.models, args.threads, args.rounds = QUICK_MODELS, [1], 2
     models = sorted(args.models.glob("*.tflite"))
     if args.quick:
-        models = [args.models / "block.tflite"]
+        models = [args.models / "block.tflite", QUICK_EXPORTER_MODEL]
     if not models:
         print(
             f"no models in {args.models}: make them with `python "
@@ -229,13 +271,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    load_start = os.getloadavg()[0]
     rows = []
     for path in models:
         rows += measure(path, args.threads, args.rounds)
+    genai = measure_genai(args.threads, args.rounds, cpu_medians)
     command = "python benchmarks/bench_composites.py " + " ".join(
         ["--threads", *map(str, args.threads), "--rounds", str(args.rounds)]
     )
-    write(args.out / "composites.md", rows, "--quick" if args.quick else command)
+    load = (load_start, os.getloadavg()[0])
+    write(args.out / "composites.md", rows, "--quick" if args.quick else command, genai, load)
     print("wrote", args.out / "composites.md")
     return 0
 

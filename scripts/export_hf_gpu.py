@@ -15,9 +15,12 @@ exportable modules eagerly on the same inputs.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +28,54 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-PREFILL, CACHE, VOCAB = 8, 32, 128
+
+@dataclass(frozen=True)
+class Size:
+    """The model's and the signatures' sizes (heads of hidden / heads)."""
+
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 128
+    vocab: int = 128
+    prefill: int = 8
+    cache: int = 32
 
 
-def _lfm2(seed: int, randomize: Callable[[torch.nn.Module], torch.nn.Module]) -> torch.nn.Module:
-    """LFM2 with two attention layers (no short-conv layers): hidden 64,
-    4 query heads and 2 KV heads of 16, per-head q/k RMS norms."""
+FIXTURE = Size()
+# benchmarks/bench_composites.py's model: the sizes of its other rows.
+BENCH = Size(
+    hidden=512,
+    layers=4,
+    heads=8,
+    kv_heads=2,
+    intermediate=1536,
+    vocab=1024,
+    prefill=128,
+    cache=1024,
+)
+
+
+def _lfm2(
+    size: Size, seed: int, randomize: Callable[[torch.nn.Module], torch.nn.Module]
+) -> torch.nn.Module:
+    """LFM2 with attention layers only (no short-conv layers), per-head q/k
+    RMS norms."""
     from transformers import Lfm2Config, Lfm2ForCausalLM
 
     torch.manual_seed(seed)
     config = Lfm2Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
+        vocab_size=size.vocab,
+        hidden_size=size.hidden,
+        intermediate_size=size.intermediate,
         block_auto_adjust_ff_dim=False,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        layer_types=["full_attention", "full_attention"],
-        full_attn_idxs=[0, 1],
-        max_position_embeddings=64,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads,
+        layer_types=["full_attention"] * size.layers,
+        full_attn_idxs=list(range(size.layers)),
+        max_position_embeddings=2 * size.cache,
         norm_eps=1e-6,
         tie_word_embeddings=False,
         pad_token_id=0,
@@ -52,12 +83,12 @@ def _lfm2(seed: int, randomize: Callable[[torch.nn.Module], torch.nn.Module]) ->
     return randomize(Lfm2ForCausalLM(config))
 
 
-def _save(model: torch.nn.Module, where: Path) -> None:
+def _save(model: torch.nn.Module, vocab_size: int, where: Path) -> None:
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
     model.save_pretrained(where)
-    vocab = {f"t{i}": i for i in range(VOCAB)}
+    vocab = {f"t{i}": i for i in range(vocab_size)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
     PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="t0", pad_token="t0"
@@ -87,17 +118,17 @@ def _cache_keyword() -> Iterator[None]:
         cls.forward = forward
 
 
-def _feeds(sample: dict, start: int, length: int, bool_mask: bool, seed: int):
+def _feeds(size: Size, sample: dict, start: int, length: int, bool_mask: bool, seed: int):
     """Inputs of one signature: tokens in [1, VOCAB) (0 is padding), the
     positions, a causal mask over the cache, the runtime parameters
     (write offset, end), and the cache (random values: rows not yet
     written must be masked out)."""
     generator = torch.Generator().manual_seed(seed)
     pos = torch.arange(start, start + length, dtype=torch.int32)
-    allowed = torch.arange(CACHE)[None, :] <= pos[:, None]
+    allowed = torch.arange(size.cache)[None, :] <= pos[:, None]
     mask = allowed if bool_mask else torch.where(allowed, 0.0, float("-inf"))
     feeds = {
-        "tokens": torch.randint(1, VOCAB, (1, length), dtype=torch.int32, generator=generator),
+        "tokens": torch.randint(1, size.vocab, (1, length), dtype=torch.int32, generator=generator),
         "input_pos": pos,
         "mask": mask[None, None].to(sample["mask"].dtype),
     }
@@ -118,21 +149,24 @@ def export_hf_gpu(
     options: dict[str, Any],
     seed: int,
     randomize: Callable[[torch.nn.Module], torch.nn.Module],
+    size: Size = FIXTURE,
+    reference: bool = True,
 ) -> tuple[bytes, dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]]:
-    """Exports the tiny LFM2 with the exporter ``options``; returns the model
-    and, per signature, the inputs and PyTorch's outputs by signature name."""
+    """Exports the LFM2 of ``size`` with the exporter ``options``; returns the
+    model and, per signature, the inputs and PyTorch's outputs by signature
+    name (empty without ``reference``)."""
     from litert_torch.generative.export_hf.core import export_lib, exportable_module
     from litert_torch.generative.export_hf.model_ext import patches
 
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp) / "model"
-        _save(_lfm2(seed, randomize), where)
+        _save(_lfm2(size, seed, randomize), size.vocab, where)
         config = exportable_module.ExportableModuleConfig(
             model=str(where),
             output_dir=tmp,
             work_dir=tmp,
-            prefill_lengths=[PREFILL],
-            cache_length=CACHE,
+            prefill_lengths=[size.prefill],
+            cache_length=size.cache,
             quantization_recipe=None,
             bundle_litert_lm=False,
             enable_gpu_dynamic_cache=False,
@@ -145,11 +179,11 @@ def export_hf_gpu(
                 source, config, export_lib.ExportedModelArtifacts()
             )
             model = Path(artifacts.prefill_decode_model_path).read_bytes()
-            inputs, outputs = _reference(source, config, patches)
+            inputs, outputs = _reference(source, config, patches, size) if reference else ({}, {})
     return model, inputs, outputs
 
 
-def _reference(source: Any, config: Any, patches: Any) -> tuple[dict, dict]:  # noqa: ANN401
+def _reference(source: Any, config: Any, patches: Any, size: Size) -> tuple[dict, dict]:  # noqa: ANN401
     """PyTorch's outputs: the exporter's prefill and decode modules run
     eagerly, prefill from a random cache, decode from prefill's cache."""
     from litert_torch.generative.export_hf.core import export_lib
@@ -164,10 +198,10 @@ def _reference(source: Any, config: Any, patches: Any) -> tuple[dict, dict]:  # 
             source.model_config, config
         )
         cache = None
-        for cls, start, length in ((prefill_cls, 0, PREFILL), (decode_cls, PREFILL, 1)):
+        for cls, start, length in ((prefill_cls, 0, size.prefill), (decode_cls, size.prefill, 1)):
             module = cls(model, config, source).eval()
             ((name, (sample, _)),) = module.get_sample_inputs(source.text_model_config).items()
-            feeds = _feeds(sample, start, length, bool_mask, seed=len(inputs) + 3)
+            feeds = _feeds(size, sample, start, length, bool_mask, seed=len(inputs) + 3)
             if cache is None:
                 generator = torch.Generator().manual_seed(2)
                 tensors, spec = pytree.tree_flatten(sample["kv_cache"])
@@ -186,3 +220,27 @@ def _reference(source: Any, config: Any, patches: Any) -> tuple[dict, dict]:  # 
                 torch.from_numpy(outputs[name][k]) for k in _flat("kv_cache", result["kv_cache"])
             ]
     return inputs, outputs
+
+
+def _no_randomize(module: torch.nn.Module) -> torch.nn.Module:
+    return module.eval()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--bench DIR``: the benchmark's model (BENCH sizes, GPU composites
+    with odml.qkv_norm_rope), no PyTorch reference."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", type=Path, required=True, metavar="DIR")
+    args = parser.parse_args(argv)
+    args.bench.mkdir(parents=True, exist_ok=True)
+    model, _, _ = export_hf_gpu(
+        {"apply_gpu_composites": True}, 1234, _no_randomize, BENCH, reference=False
+    )
+    name = f"hf_lfm2_gpu_d{BENCH.hidden}_l{BENCH.cache}.tflite"
+    (args.bench / name).write_bytes(model)
+    print("wrote", args.bench / name, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

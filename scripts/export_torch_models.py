@@ -486,15 +486,10 @@ FIXTURES: list[Fixture] = [
         "a cache of 32 (K [1, 2, 32, 16], V [1, 2, 16, 32]), boolean mask, runtime param_tensor",
         _no_build,
         {"rms_norm": 9, "attention": 2, "rotary": 4},
-        composites={
-            "rms_norm": 5,
-            "qkv_norm_rope": 2,
-            "cache_update": 2,
-            "sdpa_transposed": 2,
-            "swiglu": 2,
-        },
-        notes="counts are per signature; the q/k norms and RoPE are inside odml.qkv_norm_rope, "
-        "the MLP inside odml.swiglu",
+        composites={"rms_norm": 9, "attention": 2, "rotary": 4},
+        notes="counts are per signature; every instance is inside a composite: 5 odml.rms_norm, "
+        "2 odml.qkv_norm_rope (the per-head q/k norms and RoPE), 2 odml.sdpa_transposed, "
+        "and 2 odml.cache_update and 2 odml.swiglu (the MLP)",
         hf_exporter={"apply_gpu_composites": True},
     ),
     Fixture(
@@ -503,14 +498,10 @@ FIXTURES: list[Fixture] = [
         "float mask (0 / -inf)",
         _no_build,
         {"rms_norm": 9, "attention": 2, "rotary": 4},
-        composites={
-            "rms_norm": 9,
-            "rope": 4,
-            "cache_update": 2,
-            "sdpa_transposed": 2,
-            "swiglu": 2,
-        },
-        notes="counts are per signature; RoPE inside odml.rope, q/k norms plain ops",
+        composites={"rms_norm": 9, "attention": 2, "rotary": 4},
+        notes="counts are per signature; every instance is inside a composite: 9 odml.rms_norm "
+        "(4 of them the per-head q/k norms), 4 odml.rope, 2 odml.sdpa_transposed, and 2 "
+        "odml.cache_update and 2 odml.swiglu",
         hf_exporter={
             "apply_gpu_composites": True,
             "use_qkv_norm_rope_composite": False,

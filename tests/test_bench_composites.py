@@ -1,7 +1,9 @@
 """benchmarks/bench_composites.py runs end to end (--quick: the committed
-litert-torch fixture, 1 thread, 2 rounds).  Timings are not asserted;
-checked: both signatures are timed, every composite became a fusekit op,
-and the fused outputs agree with the plain model's."""
+litert-torch fixtures, the layer block and the Hugging Face exporter's
+LFM2, 1 thread, 2 rounds, and the GenAI custom ops).  Timings are not
+asserted; checked: both signatures are timed, every composite became a
+fusekit op or was inlined, and the fused outputs agree with the plain
+model's, fusekit's GenAI kernels with the runtime's."""
 
 from __future__ import annotations
 
@@ -26,13 +28,35 @@ def test_quick_run(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads((tmp_path / "composites.json").read_text())
-    assert [r["signature"] for r in rows] == ["prefill", "decode"]
+    assert [(r["model"], r["signature"]) for r in rows] == [
+        ("block", "prefill"),
+        ("block", "decode"),
+        ("hf_lfm2_gpu", "prefill_8"),
+        ("hf_lfm2_gpu", "decode"),
+    ]
     for r in rows:
-        assert r["fused_ops"] == {
-            "CUSTOM:fusekit_attention": 2,
-            "CUSTOM:fusekit_layer_norm": 2,
-            "CUSTOM:fusekit_rms_norm": 2,
-        }
+        if r["model"] == "block":
+            assert r["fused_ops"] == {
+                "CUSTOM:fusekit_attention": 2,
+                "CUSTOM:fusekit_layer_norm": 2,
+                "CUSTOM:fusekit_rms_norm": 2,
+            }
+        else:  # the exporter's composites inlined, their norms and rotary fused
+            assert r["fused_ops"]["CUSTOM:fusekit_rms_norm"] == 18
+            assert r["fused_ops"]["CUSTOM:fusekit_rotary_embedding"] == 8
+        assert r["composites_left"] == 0
         assert r["max_abs_diff"] <= 1e-4
         assert r["plain_us"] > 0 and r["fused_us"] > 0
-    assert "| block | prefill |" in (tmp_path / "composites.md").read_text()
+    text = (tmp_path / "composites.md").read_text()
+    assert "| block | prefill |" in text and "| hf_lfm2_gpu | decode |" in text
+    # The GenAI custom ops: the runtime's kernels and fusekit's agree.
+    genai = json.loads((tmp_path / "composites_genai.json").read_text())
+    assert sorted({(r["op"], r["tokens"]) for r in genai}) == [
+        ("odml.scaled_dot_product_attention", 1),
+        ("odml.scaled_dot_product_attention", 128),
+        ("odml.update_external_kv_cache", 1),
+        ("odml.update_external_kv_cache", 128),
+    ]
+    for r in genai:
+        assert r["max_abs_diff"] <= 1e-5 and r["runtime_cpu_us"] > 0 and r["fusekit_cpu_us"] > 0
+    assert "| odml.scaled_dot_product_attention | 128 |" in text

@@ -1,6 +1,7 @@
 """``fuse_composites``: litert-torch's StableHLO composites (odml.rms_norm,
 odml.group_norm, odml.scaled_dot_product_attention) replaced by fusekit's
-ops once their decompositions are shown to compute the same; in the default
+ops once their decompositions are shown to compute the same, and the other
+composites inlined so the fusion passes see their bodies; in the default
 passes of ``fusekit optimize``, before ``fuse``."""
 
 from __future__ import annotations

@@ -31,8 +31,15 @@ Attributes only propose the mapping.  It is made when the decomposition
 subgraph and the fused op agree on random inputs at the composite's own
 shapes (composite_check: the real runtime, fusekit's kernels); norms are
 also tried with x at the scale of epsilon, where a wrong epsilon shows.
-Every composite left alone gets a note saying why.  Decomposition
-subgraphs no operator runs any more are removed afterwards.
+
+A composite without a proven mapping (``odml.rope``, ``odml.qkv_norm_rope``,
+``odml.cache_update``, ``odml.swiglu``, one whose attributes lie, ...) is
+inlined (fusion/inline.py): its decomposition's operators replace it in
+the calling subgraph, exactly what the runtime would run, and the fusion
+passes then fuse the norms, rotary embeddings and attention the body
+holds, or name them in near-miss notes.  DELEGATE_NODES stay composites
+(a delegate runs them as one node), with a note saying why.
+Decomposition subgraphs no operator runs any more are removed afterwards.
 
 A fully masked attention row (every mask entry -inf) is NaN in the
 decomposition (softmax of all -inf) and zeros in fusekit_attention; the
