@@ -236,7 +236,9 @@ def render_layouts(
         "B=1, Sq=1, H=32, Hkv=8, D=128 (K as k_layout, V as v_layout says). **vs default** = "
         "the default layout's time / this layout's; **floor** = the K+V bytes read once at the "
         "copy bandwidth measured in the same run (np.copyto of the K+V bytes, 1 thread, "
-        "reads and writes them: half its time); **x floor** = time / floor."
+        "reads and writes them: half its time); **x floor** = time / floor. Load average "
+        f"(1 min) at the start and end: {settings['load_average'][0]:.1f}, "
+        f"{settings['load_average'][1]:.1f} on {info['logical_cpus']} logical CPUs."
     )
     out.append("")
     rows = []
@@ -299,12 +301,14 @@ def run_layouts(
             Shape(f"decode {label}", 1, 1, skv, 32, 8, 128, "decode", dtype)
             for label, skv, dtype in LAYOUT_FULL
         ]
-    settings = {"rounds": rounds, "batch_ms": batch_ms, "threads": list(threads)}
+    settings: dict[str, Any] = {"rounds": rounds, "batch_ms": batch_ms, "threads": list(threads)}
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         results = [
             measure_layouts(s, Path(tmp), threads, rounds, batch_ms / 1e3, args.runtime)
             for s in shapes
         ]
+    settings["load_average"] = [load_start, os.getloadavg()[0]]
     markdown = render_layouts(info, results, threads, settings)
     (out_dir / "attention_layouts.md").write_text(markdown)
     payload = {
