@@ -318,6 +318,7 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
       }
     }
     // Masks, causality, then the online softmax update of each row.
+    bool kept = false;  // any row keeps a key of the block
     for (int64_t r = 0; r < rows; ++r) {
       float* s = buf.s + r * att::kKeys;
       const int64_t i = query_of(r);
@@ -328,6 +329,7 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
         for (int64_t c = first_dropped < 0 ? 0 : first_dropped; c < n; ++c) s[c] = kNegInf;
       }
       const float block_max = RowMax(s, n);
+      kept = kept || block_max != kNegInf;
       const float old_max = buf.max[r];
       const float new_max = block_max > old_max ? block_max : old_max;
       if (new_max == kNegInf) {
@@ -344,6 +346,9 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
       }
       buf.sum[r] += block_sum;
     }
+    // A block whose keys every row drops (a cache's unwritten tail) adds
+    // nothing: its V is not read.
+    if (!kept) continue;
     if (l.value_transposed) {
       // V^T rows in place: o[r][c] += P[r] . V^T[c][j0, j0 + n), each
       // block of a V^T row (n contiguous keys) read once per item and

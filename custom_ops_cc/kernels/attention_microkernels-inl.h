@@ -234,6 +234,16 @@ HWY_INLINE VF SoftmaxExp(DF d, VF x) {
 #endif
 }
 
+// The same exp with exact zeros at -inf (and below 2^-126): a lane whose
+// running max is still -inf subtracts 0, and its -inf scores must weigh 0.
+// Dropped keys must weigh exactly 0 wherever weights multiply V: a weight
+// of 2^-126 times a value below 1 is a subnormal product, and sums of
+// those (a block of masked keys, accumulated from zero) run on the CPU's
+// slow subnormal path (measured 1.6 ms of a 7 ms decode step).
+HWY_INLINE VF SoftmaxExpZero(DF d, VF x) {
+  return hn::IfThenElseZero(hn::Gt(x, hn::Set(d, -87.0f)), SoftmaxExp(d, x));
+}
+
 // s[0, n) = softcap * tanh(s / softcap): the scores' soft-capping.
 HWY_INLINE void SoftcapRow(float* HWY_RESTRICT s, int64_t n, float softcap) {
   const DF d;
@@ -250,7 +260,7 @@ HWY_INLINE void SoftcapRow(float* HWY_RESTRICT s, int64_t n, float softcap) {
   }
 }
 
-// s[0, n) = exp(s - max); returns their sum.
+// s[0, n) = exp(s - max), exactly 0 for dropped keys; returns their sum.
 HWY_INLINE float ExpRow(float* HWY_RESTRICT s, int64_t n, float max) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -258,8 +268,8 @@ HWY_INLINE float ExpRow(float* HWY_RESTRICT s, int64_t n, float max) {
   VF sum0 = hn::Zero(d), sum1 = hn::Zero(d);
   int64_t c = 0;
   for (; c + 2 * lanes <= n; c += 2 * lanes) {
-    const VF e0 = SoftmaxExp(d, hn::Sub(hn::LoadU(d, s + c), vm));
-    const VF e1 = SoftmaxExp(d, hn::Sub(hn::LoadU(d, s + c + lanes), vm));
+    const VF e0 = SoftmaxExpZero(d, hn::Sub(hn::LoadU(d, s + c), vm));
+    const VF e1 = SoftmaxExpZero(d, hn::Sub(hn::LoadU(d, s + c + lanes), vm));
     hn::StoreU(e0, d, s + c);
     hn::StoreU(e1, d, s + c + lanes);
     sum0 = hn::Add(sum0, e0);
@@ -268,7 +278,7 @@ HWY_INLINE float ExpRow(float* HWY_RESTRICT s, int64_t n, float max) {
   for (; c < n; c += lanes) {
     const size_t rest = static_cast<size_t>(n - c < lanes ? n - c : lanes);
     const VF e = hn::IfThenElseZero(hn::FirstN(d, rest),
-                                    SoftmaxExp(d, hn::Sub(LoadTail(d, s + c, rest), vm)));
+                                    SoftmaxExpZero(d, hn::Sub(LoadTail(d, s + c, rest), vm)));
     StoreTail(e, d, s + c, rest);
     sum0 = hn::Add(sum0, e);
   }
@@ -280,12 +290,6 @@ HWY_INLINE void ScaleRow(float* HWY_RESTRICT o, int64_t n, float factor) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const VF f = hn::Set(d, factor);
   for (int64_t c = 0; c < n; c += lanes) hn::StoreU(hn::Mul(hn::LoadU(d, o + c), f), d, o + c);
-}
-
-// The same exp with exact zeros at -inf (and below 2^-126): a lane whose
-// running max is still -inf subtracts 0, and its -inf scores must weigh 0.
-HWY_INLINE VF SoftmaxExpZero(DF d, VF x) {
-  return hn::IfThenElseZero(hn::Gt(x, hn::Set(d, -87.0f)), SoftmaxExp(d, x));
 }
 
 // Buffers of one thread, carved from its share of the scratch.
