@@ -124,6 +124,7 @@ def bad_inputs(case: OpCase, op: str, schema: KernelSchema, seed: int = 0) -> It
             "a scalar": [],
             "last dim + 1": shape[:-1] + [shape[-1] + 1] if shape else None,
             "first dim 0": [0] + shape[1:] if shape else None,
+            "last dim 0": shape[:-1] + [0] if shape else None,
         }
         for what, new in variants.items():
             if new is None or new == shape:
