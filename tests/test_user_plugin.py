@@ -330,3 +330,17 @@ def test_cross_build_without_the_cross_compiler_says_what_to_install(cache, monk
         fusekit.build_plugin("user_ops", [EXAMPLE / "my_custom_fused_op.cc"], target=other)
     with pytest.raises(fusekit.PluginBuildError, match="unknown build_plugin target 'sparc'"):
         fusekit.build_plugin("user_ops", [EXAMPLE / "my_custom_fused_op.cc"], target="sparc")
+
+
+def test_the_custom_op_example_builds_runs_and_passes_opcheck(cache):
+    """docs/custom_op.md's example, end to end as a user runs it."""
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE / "run.py")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "opcheck my_custom_fused_op" in proc.stdout and ": passed" in proc.stdout, proc.stdout
+    for check in ("parity", "threads", "simd", "bad_inputs", "fuzz"):
+        assert f"  {check}: ok" in proc.stdout, proc.stdout
