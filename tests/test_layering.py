@@ -26,6 +26,8 @@ ALLOWED = {
     "fusekit.conversion": SHARED | {"fusekit.run", "fusekit.passes"},
     "fusekit.passes": SHARED | {"fusekit.run", "fusekit.conversion"},
     "fusekit.keras": SHARED | {"fusekit.author", "fusekit.ops"},
+    # The kernel test harness runs models; composite_cases converts them.
+    "fusekit.testing": SHARED | {"fusekit.run", "fusekit.conversion"},
 }
 
 

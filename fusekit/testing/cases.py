@@ -95,7 +95,7 @@ def composite_cases(
     """
     import tensorflow as tf
 
-    import fusekit
+    from fusekit.conversion.converter import convert
 
     if not runs:
         raise ValueError("composite_cases needs at least one run")
@@ -127,7 +127,7 @@ def composite_cases(
     with tempfile.TemporaryDirectory(prefix="fusekit_opcase_") as tmp:
         path = Path(tmp) / "saved_model"
         tf.saved_model.save(module, str(path))
-        model = fusekit.convert(str(path), strict=True, plugins=list(plugins)).model
+        model = convert(str(path), strict=True, plugins=list(plugins)).model
     input_names, output_names = signature_order(model)
     feeds = [arg_names.index(n) for n in input_names]
     case = OpCase(label, model, [])

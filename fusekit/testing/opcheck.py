@@ -364,13 +364,11 @@ def _bad_inputs(cases, op: str, schema, run: _Runs, seed: int) -> CheckResult:
 
 
 def _fuzz(cases, op: str, run: _Runs, count: int, seed: int) -> CheckResult:
-    from fusekit.testing import mutate
+    from fusekit.testing.mutate import OP_GRAPH_MUTATORS, describe_bases, make_mutant
 
-    bases = mutate.describe_bases({c.name: c.model for c in cases}, {op})
+    bases = describe_bases({c.name: c.model for c in cases}, {op})
     mutants = [
-        mutate.make_mutant(
-            seed, k, bases, [op], ("options", "graph", "inputs"), mutate.OP_GRAPH_MUTATORS
-        )
+        make_mutant(seed, k, bases, [op], ("options", "graph", "inputs"), OP_GRAPH_MUTATORS)
         for k in range(count)
     ]
     specs = [Spec(m.id, m.model, runs=m.runs, threads=m.threads, cls=m.cls) for m in mutants]

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-import fusekit
-
 WORKER = Path(__file__).resolve().with_name("worker.py")
 
 #: SIMD levels per architecture, lowest first (``FUSEKIT_SIMD`` takes them).
@@ -89,7 +87,7 @@ def package_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's) with the folder this fusekit was
     imported from first on PYTHONPATH, so a worker imports the same copy."""
     out = dict(os.environ if env is None else env)
-    root = str(Path(fusekit.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [root, out.get("PYTHONPATH")]))
     out.pop("FUSEKIT_SIMD", None)
     return out
