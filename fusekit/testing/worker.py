@@ -213,24 +213,26 @@ def main() -> None:
                 model_content=model, num_threads=threads, experimental_delegates=delegates
             )
     else:
-        import fusekit
+        from fusekit.run.delegate import load_delegate
+        from fusekit.run.interpreter import Interpreter
+        from fusekit.run.plugin import library_path, simd_target
 
-        simd = fusekit.simd_target()
+        simd = simd_target()
         plugins = [p for p in options.get("--plugins", "").split(",") if p]
         if mode == "delegate":
             # The documented path for interpreters users build themselves:
             # no model check in front, the SDK's own checks are all there is.
-            libraries = [fusekit.library_path(), *plugins]
+            libraries = [library_path(), *plugins]
 
             def make(model, threads):
-                delegates = [fusekit.load_delegate(p, runtime=runtime) for p in libraries]
+                delegates = [load_delegate(p, runtime=runtime) for p in libraries]
                 return module.Interpreter(
                     model_content=model, num_threads=threads, experimental_delegates=delegates
                 )
         else:
 
             def make(model, threads):
-                return fusekit.Interpreter(
+                return Interpreter(
                     model_content=model, runtime=runtime, num_threads=threads, plugins=plugins
                 )
 
