@@ -65,3 +65,19 @@ def test_the_custom_op_guide_shows_the_example_kernel_as_it_is():
     doc = (root / "docs" / "custom_op.md").read_text()
     kernel = (root / "examples" / "custom_op" / "my_custom_fused_op.cc").read_text()
     assert f"```cpp\n{kernel}```" in doc
+
+
+def test_the_model_layer_s_documented_old_paths_still_work():
+    import fusekit.model.graph
+    import fusekit.model.model_ops
+    from fusekit.passes.graph import OP, Graph, ModelView
+
+    # The README's model listing, reachable as an attribute after `import fusekit`.
+    assert fusekit.run.model_ops.op_counts is fusekit.model.model_ops.op_counts
+    assert fusekit.run.model_ops.list_ops is fusekit.model.model_ops.list_ops
+    # The pass-writing guide's import (docs/passes.md).
+    assert (OP, Graph, ModelView) == (
+        fusekit.model.graph.OP,
+        fusekit.model.graph.Graph,
+        fusekit.model.graph.ModelView,
+    )

@@ -52,7 +52,7 @@ def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
 def signature_order(model: bytes) -> tuple[list[str], list[str]]:
     """Names of the default signature's inputs and outputs, each in the
     model's tensor order (the order an interpreter's details list them)."""
-    from fusekit.run import tflite_schema
+    from fusekit.model import tflite_schema
 
     m = tflite_schema.model(model)
     (sig, *_) = m.items("signature_defs")

@@ -122,7 +122,8 @@ def opcheck(
         the op or without a reference.
       OpcheckError: a check failed (unless ``raise_on_failure=False``).
     """
-    from fusekit.run import kernel_schema, model_ops
+    from fusekit.model import model_ops
+    from fusekit.run import kernel_schema
     from fusekit.run import plugin as plugin_lib
 
     unknown = sorted(set(checks) - set(CHECKS))
