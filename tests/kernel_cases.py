@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,17 +48,12 @@ from runtimes import (  # noqa: E402
 )
 
 import fusekit  # noqa: E402
+from fusekit.testing import OpCase, rel_err  # noqa: E402, F401 - rel_err: for the tests
 
-
-@dataclass
-class Model:
-    """One converted model: its runs (inputs in the model's input order, one
-    resize + invoke each) and the float64 reference outputs of each run."""
-
-    name: str
-    model: bytes
-    runs: list[list[np.ndarray]]
-    expected: list[list[np.ndarray]]
+# One converted model: its runs (inputs in the model's input order, one
+# resize + invoke each) and the float64 reference outputs of each run; the
+# public harness's case type, so the table feeds fusekit.testing.opcheck.
+Model = OpCase
 
 
 Builder = Callable[[Path], list[Model]]
@@ -89,18 +83,6 @@ def built_models() -> dict[str, list[Model]]:
         workdir.mkdir()
         out[op] = build(workdir)
     return out
-
-
-def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
-    """Largest difference relative to the largest magnitude of the reference
-    (element-wise relative error is meaningless where outputs cross zero)."""
-    got = np.asarray(got, np.float64)
-    ref = np.asarray(ref, np.float64)
-    if got.shape != ref.shape:
-        return float("inf")
-    if got.size == 0:
-        return 0.0
-    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
 def thread_differences(cases, one, two) -> list[str]:

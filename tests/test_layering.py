@@ -29,6 +29,8 @@ ALLOWED = {
     "fusekit.conversion": SHARED | {"fusekit.model", "fusekit.run", "fusekit.passes"},
     "fusekit.passes": SHARED | {"fusekit.model", "fusekit.run"},
     "fusekit.keras": SHARED | {"fusekit.author", "fusekit.ops"},
+    # The kernel test harness runs models; composite_cases converts them.
+    "fusekit.testing": SHARED | {"fusekit.model", "fusekit.run", "fusekit.conversion"},
 }
 
 

@@ -67,6 +67,16 @@ MARKED: dict[str, str] = {
     "tests/test_threads.py": "slow",  # 46 (litert only; 3 runtimes: ~120)
     "tests/test_user_plugin.py": "slow",  # 139: compiles plugins
     "tests/test_sdk_checks.py": "slow",  # 50: compiles a plugin
+    # Compiles two plugins and runs each op in worker processes.
+    "tests/test_opcheck.py::test_a_correct_user_op_passes_every_check": "slow",  # 20
+    "tests/test_opcheck.py::test_a_kernel_whose_threads_change_the_bits_fails_the_thread_check": (
+        "slow"  # 5
+    ),
+    "tests/test_opcheck.py::test_a_kernel_that_crashes_on_a_bad_shape_fails_and_the_caller_lives": (
+        "slow"  # 5
+    ),
+    "tests/test_opcheck.py::test_a_numpy_reference_stands_in_for_tensorflow": "slow",  # 4
+    "tests/test_opcheck.py::test_wrong_arguments_are_named": "slow",  # 3
     "tests/test_plugin_loading.py::test_a_user_plugin_through_symlink_relative_and_hard_link": (
         "slow"  # 15
     ),
