@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fusekit.errors import MissingKernelError
-from fusekit.run import kernel_schema, model_check, model_ops, plugin
+from fusekit.run import model_check, model_ops, op_spec, plugin
 
 
 def checked_libraries(
@@ -36,7 +36,7 @@ def checked_libraries(
     # verifier refuses -1 elsewhere.
     optional = {
         op: {i for i, operand in enumerate(schema.inputs) if operand.optional}
-        for op, schema in kernel_schema.kernel_schemas(libraries[1:]).items()
+        for op, schema in op_spec.kernel_specs(libraries[1:]).items()
     }
     if model_content is not None:
         model_check.verify_model(model_content, custom_optional_inputs=optional)
