@@ -20,12 +20,14 @@ ALLOWED = {
     "fusekit.wire": {"fusekit.errors"},
     "fusekit.toolchain": SHARED | {"fusekit.run"},
     "fusekit.author": SHARED,
-    "fusekit.ops": SHARED | {"fusekit.author"},
+    # Ready composites and Keras layers read the op specs the kernel library
+    # exports (fusekit.run.op_spec).
+    "fusekit.ops": SHARED | {"fusekit.author", "fusekit.run"},
     # Conversion runs the graph passes after the converter; the passes read
     # and write models with conversion's flatbuffer_edit.
     "fusekit.conversion": SHARED | {"fusekit.run", "fusekit.passes"},
     "fusekit.passes": SHARED | {"fusekit.run", "fusekit.conversion"},
-    "fusekit.keras": SHARED | {"fusekit.author", "fusekit.ops"},
+    "fusekit.keras": SHARED | {"fusekit.author", "fusekit.ops", "fusekit.run"},
 }
 
 

@@ -148,9 +148,7 @@ class Attention {
         item_(Storage<T>::Item()),
         queries_(Storage<T>::Queries()),
         store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
-    if (!std::isfinite(scale_)) {
-      *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
-    }
+    // (The SDK refuses a scale that is not finite.)
     // Score rows are kKeys wide and filled a panel at a time: true for every
     // power-of-two vector length (all SVE hardware; the architecture no
     // longer allows others), refused for the rest rather than overrun.
@@ -402,7 +400,7 @@ class Attention {
 
 #define FUSEKIT_ATTENTION_OPERANDS \
   Inputs("q", "k", "v", "mask"), Outputs("out"), \
-      AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0))
+      AttrSchema(attr::Bool("causal", false), attr::Float("scale"))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

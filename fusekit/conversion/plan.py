@@ -216,9 +216,7 @@ def inspect(saved_model_dir: str | Path, plugins: Sequence[str | os.PathLike] = 
         attr_types = {k: t for k, (_, t) in attrs.items()}
         schema = schemas.get(op)
         absent = tuple(attrs.get(wire.ABSENT_INPUTS, ((), ""))[0])
-        mismatch = kernel_match.check(
-            schema, op, fn.arg_types, fn.result_types, attr_types, absent
-        )
+        mismatch = kernel_match.check(schema, op, fn.arg_types, fn.result_types, attr_types, absent)
         plan.composites.append(
             PlannedComposite(
                 op=op,

@@ -3,12 +3,15 @@ op ``fusekit_attention``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import tensorflow as tf
 
-from fusekit.author.composite import composite
+from fusekit.author.composite import Composite, composite
+from fusekit.ops._affine import composite_attrs
+from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_attention"
 
@@ -40,17 +43,18 @@ def _admissible(mask: tf.Tensor | None, causal: bool, q_len: Any, kv_len: Any) -
     return allowed
 
 
-@composite(_OP, causal=False, scale=1.0)
-def _attention(
+def _body(
     q: tf.Tensor,
     k: tf.Tensor,
     v: tf.Tensor,
     mask: tf.Tensor | None = None,
     causal: bool = False,
-    scale: float = 1.0,
+    scale: float | None = None,
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
+    if scale is None:  # the op without a scale attr: the kernel's 1/sqrt(D)
+        scale = 1.0 / math.sqrt(q.shape[-1])
     mask = None if mask is None else tf.convert_to_tensor(mask)
     # float16 is storage only, as in the kernel: the math runs in float32
     # and the result is rounded to float16 once.
@@ -90,6 +94,13 @@ def _attention(
         out = tf.reshape(out, [batch, heads, q_len, value_depth])
     out = tf.transpose(out, [0, 2, 1, 3])
     return out if storage == tf.float32 else tf.cast(out, storage)
+
+
+@functools.cache
+def _attention() -> Composite:
+    # causal (default False) and scale (optional: absent means 1/sqrt(D))
+    # as the kernel declares them.
+    return composite(_OP, **composite_attrs(op_spec(_OP)))(_body)
 
 
 def _shape(name: str, t: Any) -> tf.TensorShape:
@@ -157,7 +168,8 @@ def attention(
     a decode step reads half the bytes of K and V.
 
     One fused op ``fusekit_attention`` with inputs (q, k, v[, mask]) as
-    given and attrs ``causal`` (bool) and ``scale`` (float).
+    given and attrs ``causal`` (bool) and ``scale`` (float; absent when
+    None, and the kernel then takes 1/sqrt(D)).
 
     Args:
       q: float32 or float16 [B, Sq, H, D]; D must be static.
@@ -219,9 +231,12 @@ def attention(
                     f"{_OP}: mask {m_shape.as_list()} does not broadcast to the scores "
                     f"[B, H, Sq, Skv] = {target}"
                 )
-    if scale is None:
-        scale = 1.0 / math.sqrt(depth)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
+    ):
         raise ValueError(f"{_OP}: scale must be a finite number or None, got {scale!r}")
+    attrs = op_spec(_OP).check_attrs(
+        {"causal": bool(causal), "scale": None if scale is None else float(scale)}
+    )
     tensors = (q, k, v) if mask is None else (q, k, v, mask)
-    return _attention(*tensors, causal=bool(causal), scale=float(scale))
+    return _attention()(*tensors, **attrs)

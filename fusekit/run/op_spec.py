@@ -100,8 +100,10 @@ class AttrSpec:
             return None if isinstance(value, str) else f"a string, got {value!r}"
         else:
             return None  # lists: the SDK checks their elements
-        if math.isfinite(number) and (self.min is None or number >= self.min) and (
-            self.max is None or number <= self.max
+        if (
+            math.isfinite(number)
+            and (self.min is None or number >= self.min)
+            and (self.max is None or number <= self.max)
         ):
             return None
         bounds = [f">= {self.min:g}" if self.min is not None else "", ""]

@@ -35,6 +35,7 @@ def check_emitted(graph: Graph, name: str, inputs: Sequence[int], output: int, a
     to emit (dtypes of the operands, arity, attr types); a refusal is a bug
     of the pass, reported before the model is written."""
     spec = op_spec(name)
+
     def dtype(tensor: int) -> str:
         # The SDK's names (float32) of the schema's enum names (FLOAT32).
         return TENSOR_TYPES[graph.tensor(tensor).type].lower()

@@ -64,9 +64,7 @@ def fuse_norm(graph: Graph, match: NormMatch) -> str:
     gamma = vector_view(graph, match.gamma) if match.gamma is not None else -1
     if gamma < 0 and match.kind == "rms_norm":
         # The RMS kernel always reads a gamma.
-        gamma = graph.add_constant(
-            np.ones(depth, np.float32), graph.name(match.output) + "/gamma"
-        )
+        gamma = graph.add_constant(np.ones(depth, np.float32), graph.name(match.output) + "/gamma")
     beta = vector_view(graph, match.beta) if match.beta is not None else -1
     inputs = [match.x, gamma] if match.kind == "rms_norm" else [match.x, gamma, beta]
     attrs = norm_attrs(match)
