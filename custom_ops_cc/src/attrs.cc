@@ -180,9 +180,13 @@ int64_t Attrs::FormatVersion() const {
   return IsInt(r) ? r.AsInt64() : 1;
 }
 
-bool Attrs::LegacyBool(const char* key, bool fallback) const {
+bool Attrs::LegacyBool(const char* key, bool fallback, std::string* error) const {
   const auto r = valid_ ? Lookup(buffer_, key) : flexbuffers::Reference();
-  return IsBoolish(r) ? r.AsInt64() != 0 : fallback;
+  if (IsBoolish(r)) return r.AsInt64() != 0;
+  if (!r.IsNull() && error != nullptr) {
+    *error = std::string("attr '") + key + "' must be bool, got " + Describe(r);
+  }
+  return fallback;
 }
 
 bool Attrs::Has(const char* key) const {

@@ -58,7 +58,9 @@ std::unique_ptr<NodeState> NewNodeState(const KernelDef* def,
       for (const std::string& name : def->input_names) {
         bool present = true;
         for (const auto& [input, attr] : def->format.v1_presence) {
-          if (input == name) present = state->attrs.LegacyBool(attr.c_str(), true);
+          if (input == name) {
+            present = state->attrs.LegacyBool(attr.c_str(), true, &state->create_error);
+          }
         }
         state->v1_layout.push_back(present ? packed++ : -1);
       }

@@ -279,8 +279,9 @@ class Attrs {
   // 1 when absent).  Read by the SDK, never declared by a kernel.
   int64_t FormatVersion() const;
   // A bool of an older options format that the current schema no longer
-  // declares (read by the SDK to map version-1 nodes); `fallback` when absent.
-  bool LegacyBool(const char* key, bool fallback) const;
+  // declares (read by the SDK to map version-1 nodes); `fallback` when
+  // absent.  A value of another type sets *error.
+  bool LegacyBool(const char* key, bool fallback, std::string* error = nullptr) const;
 
   // Declared attrs (defaults come from the schema; an optional attr without
   // a default reads as the type's zero when absent: check Has() first).
