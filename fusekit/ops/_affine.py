@@ -5,7 +5,8 @@ A composite's tensor arguments are fixed by its body's signature, so each
 combination of present operands is its own composite under the same op
 name.  The op declares gamma and beta optional: a composite without one
 lists its position under ``wire.ABSENT_INPUTS`` and the converted op gets
-tensor index -1 there (trailing ones left off).  The attrs, their defaults
+tensor index -1 there (trailing ones left off; a missing gamma before a
+present beta is written as ones, see ``ones_before_present``).  The attrs, their defaults
 and the options version come from the op's spec (the kernel's declaration).
 """
 
@@ -87,12 +88,23 @@ def call_variant(
 ) -> tf.Tensor:
     """Checks the attrs and operand shapes against the op's spec and calls
     the composite for the operands given."""
+    if gamma is None and beta is not None:
+        gamma = ones_before_present(beta)
     chosen = variants()[(gamma is not None, beta is not None)]
     spec = op_spec(chosen.name)
     attrs = spec.check_attrs(attrs)
     spec.check_shapes({"x": shape_of(x), "gamma": shape_of(gamma), "beta": shape_of(beta)})
     operands = [t for t in (gamma, beta) if t is not None]
     return chosen(x, *operands, **attrs)
+
+
+def ones_before_present(beta: Any) -> tf.Tensor:
+    """The gamma written for a norm without gamma but with beta: ones (y * 1
+    is exact).  An absent input before a present one would be tensor index
+    -1 in the middle of the op's inputs, which LiteRT's CompiledModel reads
+    as a tensor and crashes on; absent inputs at the end it takes.  The
+    fusion passes write the same (fusion/rewrite.py)."""
+    return tf.ones_like(tf.convert_to_tensor(beta))
 
 
 def shape_of(t: Any | None) -> list[int | None] | None:

@@ -7,6 +7,7 @@ from typing import Any
 import tensorflow as tf
 
 from fusekit.ops._affine import affine_variants, call_variant
+from fusekit.errors import OpSpecError
 from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_group_norm"
@@ -70,7 +71,7 @@ def group_norm(
     shape = tf.TensorShape(getattr(x, "shape", None))
     rank_rule = op_spec(_OP).input("x")
     if shape.rank is None or not rank_rule.rank_ok(shape.rank):
-        raise ValueError(
+        raise OpSpecError(
             f"{_OP}: x must have rank {rank_rule.rank_text()} ([batch, *spatial, channels], "
             f"channels last), got "
             f"{'unknown rank' if shape.rank is None else f'shape {shape.as_list()}'}"
