@@ -1,4 +1,4 @@
-"""One fused op, four composites: the norms whose gamma and/or beta may be
+"""One fused op, three composites: the norms whose gamma and/or beta may be
 absent (Keras ``scale=False`` / ``center=False``).
 
 A composite's tensor arguments are fixed by its body's signature, so each
@@ -39,10 +39,11 @@ def composite_attrs(spec: OpSpec, absent: tuple[int, ...] = ()) -> dict[str, Any
 
 def affine_variants(name: str, reference: Reference) -> Callable[[], Variants]:
     """The composites of op ``name`` keyed by (has gamma, has beta), built on
-    first use (the spec is read from the kernel library).
+    first use (the spec is read from the kernel library); a norm with beta
+    but no gamma is the full one with ones (``ones_before_present``).
 
     ``reference(x, gamma, beta, **attrs)`` is the math with gamma/beta None
-    where absent; it is the body of all four composites.
+    where absent; it is the body of all the composites.
     """
 
     def math(x, gamma, beta, attrs):
@@ -56,9 +57,6 @@ def affine_variants(name: str, reference: Reference) -> Callable[[], Variants]:
     def scale_only(x, gamma, **attrs):
         return math(x, gamma, None, attrs)
 
-    def center_only(x, beta, **attrs):
-        return math(x, None, beta, attrs)
-
     def neither(x, **attrs):
         return math(x, None, None, attrs)
 
@@ -69,7 +67,6 @@ def affine_variants(name: str, reference: Reference) -> Callable[[], Variants]:
         for (scale, center), body in {
             (True, True): full,
             (True, False): scale_only,
-            (False, True): center_only,
             (False, False): neither,
         }.items():
             absent = spec.absent_positions({"gamma": scale, "beta": center})
@@ -88,12 +85,12 @@ def call_variant(
 ) -> tf.Tensor:
     """Checks the attrs and operand shapes against the op's spec and calls
     the composite for the operands given."""
+    spec = op_spec(variants()[(True, True)].name)
+    attrs = spec.check_attrs(attrs)
+    spec.check_shapes({"x": shape_of(x), "gamma": shape_of(gamma), "beta": shape_of(beta)})
     if gamma is None and beta is not None:
         gamma = ones_before_present(beta)
     chosen = variants()[(gamma is not None, beta is not None)]
-    spec = op_spec(chosen.name)
-    attrs = spec.check_attrs(attrs)
-    spec.check_shapes({"x": shape_of(x), "gamma": shape_of(gamma), "beta": shape_of(beta)})
     operands = [t for t in (gamma, beta) if t is not None]
     return chosen(x, *operands, **attrs)
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from fusekit.ops._affine import affine_variants, call_variant
 from fusekit.errors import OpSpecError
+from fusekit.ops._affine import affine_variants, call_variant
 from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_group_norm"

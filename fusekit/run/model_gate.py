@@ -40,7 +40,9 @@ def checked_libraries(
         for op, schema in op_spec.kernel_specs(libraries[1:]).items()
     }
     if model_content is not None:
-        model_check.verify_model(model_content, custom_optional_inputs=optional, custom_gaps=custom_gaps)
+        model_check.verify_model(
+            model_content, custom_optional_inputs=optional, custom_gaps=custom_gaps
+        )
         ops = model_ops.list_verified_ops(model_content)
     else:
         with model_check.mapped_model(model_path) as mapped:
