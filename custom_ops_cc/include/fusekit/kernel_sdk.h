@@ -19,9 +19,12 @@
 //
 // From that declaration the SDK checks, before the kernel sees a node: arity,
 // the dtype of every input and output, attrs against their declared types
-// (at init), tensor indices, shapes (no negative dims, no element-count
-// overflow) and, before every Invoke, that each tensor the kernel touches
-// has memory of the right size.  A kernel that trusts its views cannot crash
+// and ranges (at init), the options format version, tensor indices, shapes
+// (no negative dims, no element-count overflow; the rank and vector rules an
+// OperandSpec declares) and, before every Invoke, that each tensor the
+// kernel touches has memory of the right size.  The declaration is exported
+// (fusekit_kernel_schema) and is the op's one spec: Python checks attrs and
+// writes custom options through it.  A kernel that trusts its views cannot crash
 // on a malformed model.  Registering the same name with another template
 // instance (RmsNorm<Half>) adds a dtype variant; the node's dtypes pick one.
 //
