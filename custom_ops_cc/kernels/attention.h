@@ -34,6 +34,9 @@ struct Problem {
   int64_t batch, q_len, kv_len, heads, kv_heads, depth, value_depth;
   int64_t group;  // heads / kv_heads
   float scale;
+  // > 0: scores = softcap * tanh(scores / softcap), after the scale and
+  // before the mask (Gemma 2's logit soft-capping); 0: none.
+  float softcap;
   bool causal;
   const T* q;
   const T* k;

@@ -11,15 +11,10 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_prefill.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
+#define FUSEKIT_SIMD_MATH
+#include "fusekit/simd_begin.h"
 #include "kernels/attention_entry-inl.h"
 #include "kernels/attention_microkernels-inl.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 // ----------------------------------------------------------------- prefill
 //
@@ -118,6 +113,7 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       ConvertRows(k_head + j0 * k_row, k_row, n, depth, buf.kblock, depth);
       KqRows<kMaxTile>(buf.kblock, depth, depth, qt, st, n);
     }
+    if (p.softcap > 0.0f) SoftcapRow(st, n * width, p.softcap);
     if (p.mask_add != nullptr || p.mask_keep != nullptr) {
       const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2];
       for (int64_t j = 0; j < n; ++j) {
@@ -209,6 +205,4 @@ void AttentionQueriesF16(const att::Problem<F16>& p, int64_t b, int64_t h, int64
   AttentionQueriesT(p, b, h, i0, nq, scratch, l);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"

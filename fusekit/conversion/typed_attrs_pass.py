@@ -17,13 +17,13 @@ import numpy as np
 from flatbuffers import flexbuffers
 
 from fusekit import wire
-from fusekit.conversion.flatbuffer_edit import (
+from fusekit.model.flatbuffer_edit import (
     custom_options,
     pack_model,
     read_model,
     set_custom_options,
 )
-from fusekit.run.model_ops import list_ops
+from fusekit.model.model_ops import list_ops
 
 
 def _read_map(options: bytes) -> dict[str, Any] | None:

@@ -43,13 +43,14 @@ def _admissible(mask: tf.Tensor | None, causal: bool, q_len: Any, kv_len: Any) -
     return allowed
 
 
-def _body(
+def _attention_body(
     q: tf.Tensor,
     k: tf.Tensor,
     v: tf.Tensor,
     mask: tf.Tensor | None = None,
     causal: bool = False,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
@@ -71,6 +72,9 @@ def _body(
     if group > 1:
         qt = tf.reshape(qt, [batch, kv_heads, group * q_len, depth])
     scores = tf.matmul(qt, tf.transpose(k, [0, 2, 1, 3]), transpose_b=True)
+    if softcap:
+        # Gemma 2's logit soft-capping: after the scale, before the mask.
+        scores = softcap * tf.math.tanh(scores / softcap)
     allowed = _admissible(mask, causal, q_len, kv_len)
     shaped = group > 1 and (mask is not None or causal)
     if shaped:
@@ -98,9 +102,9 @@ def _body(
 
 @functools.cache
 def _attention() -> Composite:
-    # causal (default False) and scale (optional: absent means 1/sqrt(D))
-    # as the kernel declares them.
-    return composite(_OP, **composite_attrs(op_spec(_OP)))(_body)
+    # causal (default False), scale (absent: 1/sqrt(D)) and softcap (absent:
+    # no capping) as the kernel declares them.
+    return composite(_OP, **composite_attrs(op_spec(_OP)))(_attention_body)
 
 
 def _shape(name: str, t: Any) -> tf.TensorShape:
@@ -130,6 +134,7 @@ def attention(
     mask: Any | None = None,
     causal: bool = False,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> tf.Tensor:
     """``softmax(q @ k^T * scale + mask) @ v`` per head, in one op.
 
@@ -168,8 +173,9 @@ def attention(
     a decode step reads half the bytes of K and V.
 
     One fused op ``fusekit_attention`` with inputs (q, k, v[, mask]) as
-    given and attrs ``causal`` (bool) and ``scale`` (float; absent when
-    None, and the kernel then takes 1/sqrt(D)).
+    given and attrs ``causal`` (bool), ``scale`` (float; absent when None,
+    and the kernel then takes 1/sqrt(D)) and, when given, ``softcap``
+    (float).
 
     Args:
       q: float32 or float16 [B, Sq, H, D]; D must be static.
@@ -179,6 +185,9 @@ def attention(
         to 4 broadcastable to [B, H, Sq, Skv].
       causal: drop the keys after each query's position (bottom-right).
       scale: multiplies q @ k^T; None means 1 / sqrt(D).
+      softcap: None (no capping) or a number > 0: the scaled scores become
+        ``softcap * tanh(scores / softcap)`` before the mask is applied
+        (Gemma 2's and litert-torch's ``logit_cap``).
 
     Returns:
       [B, Sq, H, Dv] of q's dtype.
@@ -235,8 +244,19 @@ def attention(
         isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
     ):
         raise ValueError(f"{_OP}: scale must be a finite number or None, got {scale!r}")
+    if softcap is not None and (
+        isinstance(softcap, bool)
+        or not isinstance(softcap, (int, float))
+        or not math.isfinite(softcap)
+        or softcap <= 0
+    ):
+        raise ValueError(f"{_OP}: softcap must be a finite number > 0 or None, got {softcap!r}")
     attrs = op_spec(_OP).check_attrs(
-        {"causal": bool(causal), "scale": None if scale is None else float(scale)}
+        {
+            "causal": bool(causal),
+            "scale": None if scale is None else float(scale),
+            "softcap": None if softcap is None else float(softcap),
+        }
     )
     tensors = (q, k, v) if mask is None else (q, k, v, mask)
     return _attention()(*tensors, **attrs)

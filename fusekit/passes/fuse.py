@@ -4,6 +4,7 @@ norms, rotary embeddings, attention), reporting under one name; in the default p
 
 from __future__ import annotations
 
+from fusekit.model.graph import ModelView
 from fusekit.passes.fusion.norm_notes import note_unfused_norms
 from fusekit.passes.fusion.quantized import BY_FUSE_QUANTIZED, leftover_notes
 from fusekit.passes.fusion.rewrite import (
@@ -11,7 +12,6 @@ from fusekit.passes.fusion.rewrite import (
     fuse_norm_pass,
     fuse_rotary_pass,
 )
-from fusekit.passes.graph import ModelView
 from fusekit.passes.registry import PassOptions, register
 from fusekit.run.op_spec import op_spec
 

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fusekit.errors import MissingKernelError
-from fusekit.run import model_check, model_ops, op_spec, plugin
+from fusekit.model import model_check, model_ops
+from fusekit.run import op_spec, plugin
 
 
 def checked_libraries(

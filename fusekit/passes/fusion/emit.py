@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.conversion.flatbuffer_edit import set_custom_options
 from fusekit.errors import PassError
-from fusekit.passes.graph import OP, Graph
+from fusekit.model.flatbuffer_edit import set_custom_options
+from fusekit.model.graph import OP, Graph
+from fusekit.model.tflite_schema import TENSOR_TYPES
 from fusekit.run.op_spec import op_spec, python_attr_type
-from fusekit.run.tflite_schema import TENSOR_TYPES
 
 AttrValue = bool | float | int | None
 
