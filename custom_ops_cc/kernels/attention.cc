@@ -152,13 +152,8 @@ class Attention {
         item_(Storage<T>::Item()),
         queries_(Storage<T>::Queries()),
         store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
-    if (!std::isfinite(scale_)) {
-      *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
-    }
-    if (!std::isfinite(softcap_) || softcap_ < 0.0f) {
-      *error = "attr 'softcap' must be a finite number > 0 (0 or absent: no capping), got " +
-               std::to_string(softcap_);
-    }
+    // (The SDK refuses a scale or softcap that is not finite, or a negative
+    // softcap; an absent softcap reads 0: no capping.)
     // Score rows are kKeys wide and filled a panel at a time: true for every
     // power-of-two vector length (all SVE hardware; the architecture no
     // longer allows others), refused for the rest rather than overrun.
@@ -411,8 +406,8 @@ class Attention {
 
 #define FUSEKIT_ATTENTION_OPERANDS \
   Inputs("q", "k", "v", "mask"), Outputs("out"), \
-      AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0), \
-                 attr::Float("softcap", 0.0))
+      AttrSchema(attr::Bool("causal", false), attr::Float("scale"),    \
+                 attr::Float("softcap").Min(0))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

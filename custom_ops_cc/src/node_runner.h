@@ -23,6 +23,12 @@ struct NodeState {
   // to the delegate adapter); they write into the shared sink instead.
   std::vector<bool> output_unread;
   Attrs attrs;
+  // A version-1 node of a kernel whose optional inputs used to be packed:
+  // for each input position, the node's packed position or -1 (absent);
+  // empty otherwise.  `mapped_inputs` is what `inputs` became, so that a
+  // second Prepare does not map twice.
+  std::vector<int> v1_layout;
+  std::vector<int> mapped_inputs;
   // Set when the options or attrs are unusable; init cannot report errors,
   // so Prepare does.
   std::string create_error;

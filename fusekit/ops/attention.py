@@ -3,12 +3,15 @@ op ``fusekit_attention``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import tensorflow as tf
 
-from fusekit.author.composite import composite
+from fusekit.author.composite import Composite, composite
+from fusekit.ops._affine import composite_attrs
+from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_attention"
 
@@ -46,11 +49,13 @@ def _attention_body(
     v: tf.Tensor,
     mask: tf.Tensor | None = None,
     causal: bool = False,
-    scale: float = 1.0,
-    softcap: float = 0.0,
+    scale: float | None = None,
+    softcap: float | None = None,
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
+    if scale is None:  # the op without a scale attr: the kernel's 1/sqrt(D)
+        scale = 1.0 / math.sqrt(q.shape[-1])
     mask = None if mask is None else tf.convert_to_tensor(mask)
     # float16 is storage only, as in the kernel: the math runs in float32
     # and the result is rounded to float16 once.
@@ -95,9 +100,11 @@ def _attention_body(
     return out if storage == tf.float32 else tf.cast(out, storage)
 
 
-# The op without softcap carries no softcap attr (absent: no capping).
-_attention = composite(_OP, causal=False, scale=1.0)(_attention_body)
-_attention_capped = composite(_OP, causal=False, scale=1.0, softcap=1.0)(_attention_body)
+@functools.cache
+def _attention() -> Composite:
+    # causal (default False), scale (absent: 1/sqrt(D)) and softcap (absent:
+    # no capping) as the kernel declares them.
+    return composite(_OP, **composite_attrs(op_spec(_OP)))(_attention_body)
 
 
 def _shape(name: str, t: Any) -> tf.TensorShape:
@@ -166,8 +173,9 @@ def attention(
     a decode step reads half the bytes of K and V.
 
     One fused op ``fusekit_attention`` with inputs (q, k, v[, mask]) as
-    given and attrs ``causal`` (bool), ``scale`` (float) and, when given,
-    ``softcap`` (float).
+    given and attrs ``causal`` (bool), ``scale`` (float; absent when None,
+    and the kernel then takes 1/sqrt(D)) and, when given, ``softcap``
+    (float).
 
     Args:
       q: float32 or float16 [B, Sq, H, D]; D must be static.
@@ -232,9 +240,9 @@ def attention(
                     f"{_OP}: mask {m_shape.as_list()} does not broadcast to the scores "
                     f"[B, H, Sq, Skv] = {target}"
                 )
-    if scale is None:
-        scale = 1.0 / math.sqrt(depth)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
+    ):
         raise ValueError(f"{_OP}: scale must be a finite number or None, got {scale!r}")
     if softcap is not None and (
         isinstance(softcap, bool)
@@ -243,9 +251,12 @@ def attention(
         or softcap <= 0
     ):
         raise ValueError(f"{_OP}: softcap must be a finite number > 0 or None, got {softcap!r}")
-    tensors = (q, k, v) if mask is None else (q, k, v, mask)
-    if softcap is None:
-        return _attention(*tensors, causal=bool(causal), scale=float(scale))
-    return _attention_capped(
-        *tensors, causal=bool(causal), scale=float(scale), softcap=float(softcap)
+    attrs = op_spec(_OP).check_attrs(
+        {
+            "causal": bool(causal),
+            "scale": None if scale is None else float(scale),
+            "softcap": None if softcap is None else float(softcap),
+        }
     )
+    tensors = (q, k, v) if mask is None else (q, k, v, mask)
+    return _attention()(*tensors, **attrs)

@@ -57,7 +57,7 @@ def layer_norm_models(work: Path) -> dict[str, bytes]:
             y = fusekit.ops.layer_norm(x, self.gamma, self.beta, epsilon=1e-5)
             return fusekit.ops.layer_norm(y, self.gamma, self.beta, epsilon=1e-3)
 
-    # scale=False: the op carries (x, beta) and the attrs say which is which.
+    # scale=False: the op carries x, ones for gamma and beta.
     class NoScale(tf.Module):
         def __init__(self):
             super().__init__()

@@ -45,32 +45,24 @@ def vector_view(graph: Graph, tensor: int) -> int:
     return out
 
 
-def norm_attrs(match: NormMatch) -> dict[str, bool | float | int]:
+def norm_attrs(match: NormMatch) -> dict[str, float | int]:
     """The attrs the composite carries: ``epsilon`` (and a group norm's
-    ``groups``); a layer or group norm missing gamma or beta also ``scale``
-    and ``center`` (both then)."""
-    attrs: dict[str, bool | float | int] = {"epsilon": match.epsilon}
+    ``groups``)."""
+    attrs: dict[str, float | int] = {"epsilon": match.epsilon}
     if match.kind == "group_norm":
         attrs["groups"] = match.groups
-    if match.kind != "rms_norm" and (match.gamma is None or match.beta is None):
-        attrs["scale"] = match.gamma is not None
-        attrs["center"] = match.beta is not None
     return attrs
 
 
 def fuse_norm(graph: Graph, match: NormMatch) -> str:
     """Replaces a proven norm by its library op; returns the report line."""
-    inputs = [match.x]
     depth = graph.signature(match.x)[-1]
-    if match.gamma is not None:
-        inputs.append(vector_view(graph, match.gamma))
-    elif match.kind == "rms_norm":
+    gamma = vector_view(graph, match.gamma) if match.gamma is not None else -1
+    if gamma < 0 and match.kind == "rms_norm":
         # The RMS kernel always reads a gamma.
-        inputs.append(
-            graph.add_constant(np.ones(depth, np.float32), graph.name(match.output) + "/gamma")
-        )
-    if match.beta is not None:
-        inputs.append(vector_view(graph, match.beta))
+        gamma = graph.add_constant(np.ones(depth, np.float32), graph.name(match.output) + "/gamma")
+    beta = vector_view(graph, match.beta) if match.beta is not None else -1
+    inputs = [match.x, gamma] if match.kind == "rms_norm" else [match.x, gamma, beta]
     attrs = norm_attrs(match)
     name = f"fusekit_{match.kind}"
     output = match.output
@@ -92,6 +84,9 @@ def fuse_norm(graph: Graph, match: NormMatch) -> str:
         f"{k}={v:g}" if isinstance(v, float) and not isinstance(v, bool) else f"{k}={v}"
         for k, v in attrs.items()
     )
+    if match.kind != "rms_norm" and (match.gamma is None or match.beta is None):
+        # As Keras names the missing operands.
+        shown += f", scale={match.gamma is not None}, center={match.beta is not None}"
     return f"{name} at {graph.name(output)!r} ({len(match.ops)} ops; {shown})"
 
 
