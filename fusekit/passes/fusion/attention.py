@@ -63,6 +63,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.passes.fusion import attention_operands as operands
 from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
+from fusekit.passes.fusion.key_mask import KeyRow, narrowed
 from fusekit.passes.fusion.pattern import Capture, NearMiss, Op, match, only_reader
 from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
 from fusekit.passes.graph import OP, Graph
@@ -100,6 +101,10 @@ class AttentionMatch:
     v_reshape: list[int] | None = None
     mask_reshape: list[int] | None = None
     keep_reshape: list[int] | None = None
+    # The mask / keep built by broadcasting a key-only row over the query
+    # axis (fusion/key_mask.py): the op gets the row, the same values.
+    mask_row: KeyRow | None = None
+    keep_row: KeyRow | None = None
     # Permutations giving the op q / k / v as [B, S, H, D] when the graph
     # has them in another layout (heads-first: a TRANSPOSE is added).
     q_perm: list[int] | None = None
@@ -990,5 +995,18 @@ def _match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch 
     if miss:
         return miss
     _split_padding(graph, match, scores.shape)
+    _key_rows(graph, match, scores)
     match.ops = scores.chain
     return match
+
+
+def _key_rows(graph: Graph, match: AttentionMatch, scores: _Scores) -> None:
+    """A runtime mask or keep-mask [.., Sq, Skv] that is a key-only row
+    broadcast over the queries (a padding mask materialized, as Hugging
+    Face's BERT does) is given to the op as that row."""
+    if scores.grouped:
+        return
+    if match.mask is not None and match.mask_reshape is None:
+        match.mask_row = narrowed(graph, match.mask)
+    if match.keep is not None and match.keep_reshape is None:
+        match.keep_row = narrowed(graph, match.keep)
