@@ -39,6 +39,61 @@ constexpr int64_t kKeysT = 128;
 static_assert(kKeysT * 2 * hn::MaxLanes(DF()) <= att::kRows * att::kKeys,
               "S^T outgrows its buffer");
 
+// The mask of one (batch, head) when it is the same for every query row (its
+// query stride is 0: a padding mask [B, 1, 1, Skv]): one value per key, an
+// additive float or a bool keep.
+struct KeyRow {
+  const float* add = nullptr;
+  const uint8_t* keep = nullptr;
+  int64_t stride = 0;  // between keys (0: one value for every key)
+
+  bool present() const { return add != nullptr || keep != nullptr; }
+  // Key j is dropped: its weight is an exact 0 (a -inf bias or a false keep).
+  bool Dropped(int64_t j) const {
+    return add != nullptr ? add[j * stride] == -std::numeric_limits<float>::infinity()
+                          : !keep[j * stride];
+  }
+  // [jb, jb + n) narrowed to its first and last kept key (n = 0: none).
+  void Trim(int64_t& jb, int64_t& n) const {
+    int64_t end = jb + n;
+    while (jb < end && Dropped(jb)) ++jb;
+    while (end > jb && Dropped(end - 1)) --end;
+    n = end - jb;
+  }
+  // S^T rows of keys jb.. (n of them, `width` floats each: one value per
+  // query lane) get their key's bias, or -inf when it is dropped.
+  void Apply(DF d, int64_t jb, int64_t n, float* HWY_RESTRICT st, int64_t width) const {
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    if (add != nullptr) {
+      for (int64_t j = 0; j < n; ++j) {
+        const VF m = hn::Set(d, add[(jb + j) * stride]);
+        float* srow = st + j * width;
+        hn::Store(hn::Add(hn::Load(d, srow), m), d, srow);
+        hn::Store(hn::Add(hn::Load(d, srow + lanes), m), d, srow + lanes);
+      }
+      return;
+    }
+    const VF neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < n; ++j) {
+      if (keep[(jb + j) * stride]) continue;
+      hn::Store(neg_inf, d, st + j * width);
+      hn::Store(neg_inf, d, st + j * width + lanes);
+    }
+  }
+};
+
+template <typename T>
+KeyRow KeyRowOf(const att::Problem<T>& p, int64_t b, int64_t h) {
+  KeyRow row;
+  const int64_t* ms = p.mask_stride;
+  if (ms[2] != 0) return row;  // differs across queries
+  const int64_t at = b * ms[0] + h * ms[1];
+  if (p.mask_add != nullptr) row.add = p.mask_add + at;
+  if (p.mask_keep != nullptr) row.keep = p.mask_keep + at;
+  row.stride = ms[3];
+  return row;
+}
+
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
 // most 2 vectors.  Scratch: see Buffers (q holds Q^T, s holds S^T, o O^T;
 // with float16 storage kblock and vblock hold a block of K and V as float).
@@ -110,34 +165,46 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   if (p.causal && i0 + nq - 1 + offset + 1 < key_end) key_end = i0 + nq - 1 + offset + 1;
   float* st = buf.s;
   const int64_t* ms = p.mask_stride;
+  // A mask the same for every query (query stride 0: a padding mask) is one
+  // value per key, read once per key for all the item's queries.
+  const KeyRow row = KeyRowOf(p, b, h);
   for (int64_t j0 = 0; j0 < key_end; j0 += kKeysT) {
-    const int64_t n = key_end - j0 < kKeysT ? key_end - j0 : kKeysT;
+    int64_t jb = j0;
+    int64_t n = key_end - j0 < kKeysT ? key_end - j0 : kKeysT;
+    if (row.present()) {
+      // Keys the row drops weigh exactly 0 and move no max: the block
+      // shrinks to its first and last kept key, or is skipped.
+      row.Trim(jb, n);
+      if (n == 0) continue;
+    }
     if constexpr (kInPlace) {
-      KqRows<kMaxTile>(k_head + j0 * k_row, k_row, depth, qt, st, n);
+      KqRows<kMaxTile>(k_head + jb * k_row, k_row, depth, qt, st, n);
     } else {
-      ConvertRows(k_head + j0 * k_row, k_row, n, depth, buf.kblock, depth);
+      ConvertRows(k_head + jb * k_row, k_row, n, depth, buf.kblock, depth);
       KqRows<kMaxTile>(buf.kblock, depth, depth, qt, st, n);
     }
-    if (p.mask_add != nullptr || p.mask_keep != nullptr) {
+    if (row.present()) {
+      row.Apply(d, jb, n, st, width);
+    } else if (p.mask_add != nullptr || p.mask_keep != nullptr) {
       const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2];
       for (int64_t j = 0; j < n; ++j) {
-        float* row = st + j * width;
-        const int64_t at = base + (j0 + j) * ms[3];
+        float* srow = st + j * width;
+        const int64_t at = base + (jb + j) * ms[3];
         for (int64_t i = 0; i < nq; ++i) {
           if (p.mask_add != nullptr) {
-            row[i] += p.mask_add[at + i * ms[2]];
+            srow[i] += p.mask_add[at + i * ms[2]];
           } else if (!p.mask_keep[at + i * ms[2]]) {
-            row[i] = kNegInf;
+            srow[i] = kNegInf;
           }
         }
       }
     }
-    if (p.causal && j0 + n - 1 > i0 + offset) {
+    if (p.causal && jb + n - 1 > i0 + offset) {
       // Key j is dropped for the queries i < j - offset.
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t first_kept = j0 + j - offset - i0;
-        float* row = st + j * width;
-        for (int64_t i = 0; i < first_kept && i < width; ++i) row[i] = kNegInf;
+        const int64_t first_kept = jb + j - offset - i0;
+        float* srow = st + j * width;
+        for (int64_t i = 0; i < first_kept && i < width; ++i) srow[i] = kNegInf;
       }
     }
     VF bmax0 = max0, bmax1 = max1;
@@ -170,9 +237,9 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       hn::Store(hn::Mul(hn::Load(d, ot + c * width + lanes), alpha1), d, ot + c * width + lanes);
     }
     if constexpr (kInPlace) {
-      VpRows<kMaxTile>(v_head + j0 * v_row, v_row, n, st, ot, dv);
+      VpRows<kMaxTile>(v_head + jb * v_row, v_row, n, st, ot, dv);
     } else {
-      ConvertRows(v_head + j0 * v_row, v_row, n, dv, buf.vblock, dv);
+      ConvertRows(v_head + jb * v_row, v_row, n, dv, buf.vblock, dv);
       VpRows<kMaxTile>(buf.vblock, dv, n, st, ot, dv);
     }
   }
