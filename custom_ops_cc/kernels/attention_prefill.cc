@@ -39,6 +39,29 @@ constexpr int64_t kKeysT = 128;
 static_assert(kKeysT * 2 * hn::MaxLanes(DF()) <= att::kRows * att::kKeys,
               "S^T outgrows its buffer");
 
+// The two matmuls of a block, out of line: inlined into AttentionQueriesT,
+// whose online-softmax state is live around them, a tile's 16 accumulators
+// no longer fit in the 32 registers and one was spilled, which put a
+// store-to-load round trip on every key of P.V.
+HWY_NOINLINE void KqBlock(const float* k, int64_t k_stride, int64_t depth, const float* qt,
+                          float* st, int64_t rows) {
+  KqRows<kMaxTile>(k, k_stride, depth, qt, st, rows);
+}
+// P.V goes over the block's keys kVpKeys at a time (every column tile per
+// step, each accumulating in key order as in one pass): V rows Hkv * Dv
+// floats apart (1 KiB with 4 heads of 64) fall on a few L1 sets, and a
+// whole block's rows per column tile evicted each other before the next
+// tile could reuse them.
+constexpr int64_t kVpKeys = 32;
+HWY_NOINLINE void VpBlock(const float* v, int64_t v_stride, int64_t n, const float* pt, float* ot,
+                          int64_t cols) {
+  const int64_t width = PanelKeys();
+  for (int64_t j = 0; j < n; j += kVpKeys) {
+    const int64_t m = n - j < kVpKeys ? n - j : kVpKeys;
+    VpRows<kMaxTile>(v + j * v_stride, v_stride, m, pt + j * width, ot, cols);
+  }
+}
+
 // The mask of one (batch, head) when it is the same for every query row (its
 // query stride is 0: a padding mask [B, 1, 1, Skv]): one value per key, an
 // additive float or a bool keep.
@@ -178,10 +201,10 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       if (n == 0) continue;
     }
     if constexpr (kInPlace) {
-      KqRows<kMaxTile>(k_head + jb * k_row, k_row, depth, qt, st, n);
+      KqBlock(k_head + jb * k_row, k_row, depth, qt, st, n);
     } else {
       ConvertRows(k_head + jb * k_row, k_row, n, depth, buf.kblock, depth);
-      KqRows<kMaxTile>(buf.kblock, depth, depth, qt, st, n);
+      KqBlock(buf.kblock, depth, depth, qt, st, n);
     }
     if (row.present()) {
       row.Apply(d, jb, n, st, width);
@@ -237,10 +260,10 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       hn::Store(hn::Mul(hn::Load(d, ot + c * width + lanes), alpha1), d, ot + c * width + lanes);
     }
     if constexpr (kInPlace) {
-      VpRows<kMaxTile>(v_head + jb * v_row, v_row, n, st, ot, dv);
+      VpBlock(v_head + jb * v_row, v_row, n, st, ot, dv);
     } else {
       ConvertRows(v_head + jb * v_row, v_row, n, dv, buf.vblock, dv);
-      VpRows<kMaxTile>(buf.vblock, dv, n, st, ot, dv);
+      VpBlock(buf.vblock, dv, n, st, ot, dv);
     }
   }
 
