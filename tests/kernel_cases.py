@@ -447,12 +447,16 @@ def attention_models(workdir: Path) -> list[Model]:
         (3, 3, 17, None, False, [(1, 5, 7), (2, 150, 97)]),
         (8, 2, 32, "float", True, [(1, 3, 11), (1, 70, 300)]),
         (4, 1, 8, "bool", False, [(2, 1, 9), (1, 2, 1300)]),
+        # A padding mask, the same for every query: whole blocks of keys
+        # skipped, batch entry 1 without any key (zeros).
+        (4, 2, 64, "pad", False, [(2, 70, 400)]),
     ]
     models = []
     for i, (h, hkv, d, mask, causal, shapes) in enumerate(plan):
-        dtype = None if mask is None else (np.float32 if mask == "float" else np.bool_)
+        dtype = None if mask is None else (np.bool_ if mask == "bool" else np.float32)
+        signature = [None, 1, 1, None] if mask == "pad" else [None, 1, None, None]
         module = attention_module(
-            h, hkv, d, None if mask is None else [None, 1, None, None], dtype, causal=causal
+            h, hkv, d, None if mask is None else signature, dtype, causal=causal
         )
         model = save_and_convert(module, workdir / f"attention_{i}")
         runs, expected = [], []
@@ -462,7 +466,13 @@ def attention_models(workdir: Path) -> list[Model]:
                 "k": rng.standard_normal((b, skv, hkv, d)).astype(np.float32),
                 "v": rng.standard_normal((b, skv, hkv, d)).astype(np.float32),
             }
-            if dtype is np.bool_:
+            if mask == "pad":
+                keep = np.ones((b, 1, 1, skv), bool)
+                keep[0, ..., skv - 150 :] = False
+                keep[0, ..., :130] = False
+                keep[1:] = False
+                named["mask"] = np.where(keep, 0.0, -np.inf).astype(np.float32)
+            elif dtype is np.bool_:
                 named["mask"] = rng.random((b, 1, sq, skv)) > 0.3
             elif dtype is np.float32:
                 named["mask"] = np.where(

@@ -145,6 +145,7 @@ class Attention {
         has_scale_(attrs.Has("scale")),
         scale_(static_cast<float>(attrs.Float("scale"))),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
+        query_panel_(FUSEKIT_SIMD_CHOOSE(AttentionQueryPanel)),
         item_(Storage<T>::Item()),
         queries_(Storage<T>::Queries()),
         store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
@@ -259,6 +260,7 @@ class Attention {
     Plan plan;
     att::Layout& l = plan.layout;
     l.panel = panel_();
+    l.query_panel = query_panel_();
     l.value_pad = att::RoundUp(std::max<int64_t>(p.value_depth, 1), l.panel);
     plan.decode = p.q_len <= kDecodeQueries && p.group * p.q_len <= att::kRows;
     // The decode path's packed kernels (more than kStreamRows rows) read V
@@ -286,9 +288,9 @@ class Attention {
 
   TfLiteStatus Prefill(OpContext& ctx, const Problem& p, float* scratch) {
     const att::Layout& l = plan_.layout;
-    // Items of one panel of queries (2 vectors) of one head; consecutive
-    // items share the head's K and V in cache.
-    const int64_t width = l.panel;
+    // Items of one panel of queries (2 or 4 vectors) of one head;
+    // consecutive items share the head's K and V in cache.
+    const int64_t width = l.query_panel;
     const int64_t blocks = (p.q_len + width - 1) / width;
     const int64_t items = p.batch * p.heads * blocks;
     // Causal items differ in cost; the pool hands out items dynamically.
@@ -392,6 +394,7 @@ class Attention {
   bool has_scale_;
   float scale_;
   PanelFn panel_;
+  PanelFn query_panel_;
   typename Storage<T>::ItemFn item_;
   typename Storage<T>::QueriesFn queries_;
   void (*store_half_)(const float*, int64_t, float, hwy::float16_t*);
