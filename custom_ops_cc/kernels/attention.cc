@@ -18,13 +18,16 @@
 // whose every key is dropped (bool mask, causality, -inf mask entries)
 // gives zeros, as the composite defines.
 //
-// Prefill (AttentionQueries): an item is one head and 2 SIMD vectors of
-// queries, held transposed so that the vector lanes are queries.  Q.K^T
-// broadcasts K elements (read in place) against Q^T, P.V broadcasts V
-// elements (in place) against P^T, both register-tiled microkernels with an
-// MR x 2-vector tile of accumulators (MR = 8 with 32 vector registers, 6
-// with 16), and the softmax runs down the key axis with vector max/add only.
-// Causal blocks above the diagonal are never computed.
+// Prefill (AttentionQueries): an item is one head and 4 SIMD vectors of
+// queries on AVX-512 (2 elsewhere), held transposed so that the vector
+// lanes are queries.  Q.K^T broadcasts K elements (read in place) against
+// Q^T, P.V broadcasts V elements (in place) against P^T, both
+// register-tiled microkernels (6 x 4-vector tiles of accumulators on
+// AVX-512; MR x 2 vectors elsewhere, MR = 8 with 32 vector registers, 6
+// with 16), and the softmax runs down the key axis with vector max/add
+// only.  Causal blocks above the diagonal are never computed, and a mask
+// the same for every query (a padding mask) is read once per key, its
+// fully dropped key blocks skipped.
 //
 // Decode (AttentionItem, Sq <= 4): an item is every query head of one kv
 // head, so K and V stream from memory once (dot products per key row, with

@@ -1,6 +1,6 @@
 // fusekit_attention's prefill path (attention.cc describes the op): an
-// item is one head and 2 SIMD vectors of queries, held transposed so that
-// the vector lanes are queries.
+// item is one head and kQueryVectors SIMD vectors of queries, held
+// transposed so that the vector lanes are queries.
 #include <climits>
 #include <cstdint>
 #include <cstring>
