@@ -2,8 +2,10 @@
 // Inputs: q [B, Sq, H, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv], all
 // float32 or all float16, optional mask (float32 additive or bool keep)
 // broadcastable to [B, H, Sq, Skv].  Attrs: causal (bool, bottom-right
-// aligned), scale (float, absent: 1/sqrt(D)).  Output [B, Sq, H, Dv] of q's
-// dtype.  Query head h reads kv head h / (H / Hkv).
+// aligned), scale (float, absent: 1/sqrt(D)), softcap (float, absent or 0:
+// none; else scores = softcap * tanh(scores / softcap), after the scale and
+// before the mask).  Output [B, Sq, H, Dv] of q's dtype.  Query head h
+// reads kv head h / (H / Hkv).
 //
 // float16 is storage only: loads promote to float32, every sum, max and
 // exp is float32, and the output rows are rounded to float16 once.  The
@@ -53,15 +55,11 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
+#define FUSEKIT_SIMD_MATH
+#include "fusekit/simd_begin.h"
 #include "kernels/attention_entry-inl.h"
 #include "kernels/attention_f16-inl.h"
 #include "kernels/attention_microkernels-inl.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
 
 int64_t AttentionPanel() { return PanelKeys(); }
 
@@ -70,9 +68,7 @@ void AttentionStoreHalf(const float* row, int64_t n, float factor, F16* out) {
   ConvertRow(row, n, factor, out);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"
 
 #if HWY_ONCE
 
@@ -127,12 +123,19 @@ struct Plan {
   bool decode = false;
   int64_t splits = 1;       // key splits per (b, kv heads), decode only
   int64_t decode_heads = 1;  // kv heads per decode item
-  int64_t thread_floats = 0;
+  int64_t thread_floats = 0;   // one worker's buffers (att::ThreadFloats)
   int64_t partial_floats = 0;  // decode with splits: partial results
-  size_t Bytes(int threads) const {
-    return sizeof(float) *
-           static_cast<size_t>(partial_floats + thread_floats * threads);
-  }
+};
+
+// The scratch of one Invoke: the decode splits' partial results, then each
+// worker's buffers.
+struct ScratchPlan {
+  ScratchLayout layout;
+  ScratchArray<float> partials;
+  ScratchArray<float> worker;
+  ScratchPlan(const Plan& plan, int threads)
+      : partials(layout.Add<float>(plan.partial_floats)),
+        worker(layout.Add<float>(plan.thread_floats, threads)) {}
 };
 
 // T: the storage type of q, k, v and out (float or Half); MaskT: the
@@ -147,6 +150,7 @@ class Attention {
       : causal_(attrs.Bool("causal")),
         has_scale_(attrs.Has("scale")),
         scale_(static_cast<float>(attrs.Float("scale"))),
+        softcap_(static_cast<float>(attrs.Float("softcap"))),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
         query_panel_(FUSEKIT_SIMD_CHOOSE(AttentionQueryPanel)),
         item_(Storage<T>::Item()),
@@ -154,6 +158,10 @@ class Attention {
         store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
     if (!std::isfinite(scale_)) {
       *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
+    }
+    if (!std::isfinite(softcap_) || softcap_ < 0.0f) {
+      *error = "attr 'softcap' must be a finite number > 0 (0 or absent: no capping), got " +
+               std::to_string(softcap_);
     }
     // Score rows are kKeys wide and filled a panel at a time: true for every
     // power-of-two vector length (all SVE hardware; the architecture no
@@ -202,8 +210,9 @@ class Attention {
     const Problem p = Describe(q, k, v, mask, out);
     plan_ = MakePlan(p);
     // Reserve the scratch now rather than in the first Invoke.
-    FUSEKIT_ENSURE(ctx, ctx.Scratch(plan_.Bytes(ctx.num_threads())) != nullptr,
-                   "out of memory for %zu bytes of scratch", plan_.Bytes(ctx.num_threads()));
+    const ScratchPlan scratch(plan_, ctx.num_threads());
+    FUSEKIT_ENSURE(ctx, ctx.Scratch(scratch.layout) != nullptr,
+                   "out of memory for %zu bytes of scratch", scratch.layout.bytes());
     return ctx.ResizeOutput(out, {q.dim(0), q.dim(1), q.dim(2), v.dim(3)});
   }
 
@@ -215,11 +224,11 @@ class Attention {
       std::memset(p.out, 0, sizeof(T) * static_cast<size_t>(out.num_elements()));
       return kTfLiteOk;
     }
-    const int threads = ctx.num_threads();
-    auto* scratch = static_cast<float*>(ctx.Scratch(plan_.Bytes(threads)));
+    const ScratchPlan mem(plan_, ctx.num_threads());
+    void* scratch = ctx.Scratch(mem.layout);
     FUSEKIT_ENSURE(ctx, scratch != nullptr, "out of memory for %zu bytes of scratch",
-                   plan_.Bytes(threads));
-    return plan_.decode ? Decode(ctx, p, scratch) : Prefill(ctx, p, scratch);
+                   mem.layout.bytes());
+    return plan_.decode ? Decode(ctx, p, mem, scratch) : Prefill(ctx, p, mem, scratch);
   }
 
  private:
@@ -235,6 +244,7 @@ class Attention {
     p.value_depth = v.dim(3);
     p.group = p.kv_heads > 0 ? p.heads / p.kv_heads : 1;
     p.scale = has_scale_ ? scale_ : static_cast<float>(1.0 / std::sqrt(double(p.depth)));
+    p.softcap = softcap_;
     p.causal = causal_;
     p.q = reinterpret_cast<const S*>(q.data());
     p.k = reinterpret_cast<const S*>(k.data());
@@ -269,7 +279,7 @@ class Attention {
     // The decode path's packed kernels (more than kStreamRows rows) read V
     // in place when Dv fills whole 2-vector chunks, else a padded copy.
     l.value_direct = plan.decode && p.value_depth % l.panel == 0;
-    plan.thread_floats = att::RoundUp(att::ThreadFloats(p, l), 16);
+    plan.thread_floats = att::ThreadFloats(p, l);
     if (plan.decode) {
       plan.splits = std::max<int64_t>(1, (p.kv_len + att::kSplitKeys - 1) / att::kSplitKeys);
       // Streamed items take as many kv heads as their rows allow: a key's
@@ -281,15 +291,14 @@ class Attention {
       }
       if (plan.splits > 1) {
         const int64_t groups = (p.kv_heads + plan.decode_heads - 1) / plan.decode_heads;
-        plan.partial_floats = att::RoundUp(p.batch * groups * plan.splits * plan.decode_heads *
-                                               per_head * (l.value_pad + 2),
-                                           16);
+        plan.partial_floats =
+            p.batch * groups * plan.splits * plan.decode_heads * per_head * (l.value_pad + 2);
       }
     }
     return plan;
   }
 
-  TfLiteStatus Prefill(OpContext& ctx, const Problem& p, float* scratch) {
+  TfLiteStatus Prefill(OpContext& ctx, const Problem& p, const ScratchPlan& mem, void* scratch) {
     const att::Layout& l = plan_.layout;
     // Items of one panel of queries (2 or 4 vectors) of one head;
     // consecutive items share the head's K and V in cache.
@@ -298,7 +307,7 @@ class Attention {
     const int64_t items = p.batch * p.heads * blocks;
     // Causal items differ in cost; the pool hands out items dynamically.
     ctx.ParallelFor(items, 1, [&](int64_t begin, int64_t end, int worker) {
-      float* mine = scratch + worker * plan_.thread_floats;
+      float* mine = mem.worker(scratch, worker);
       for (int64_t t = begin; t < end; ++t) {
         const int64_t blk = t % blocks, bh = t / blocks;
         const int64_t i0 = blk * width;
@@ -308,19 +317,18 @@ class Attention {
     return kTfLiteOk;
   }
 
-  TfLiteStatus Decode(OpContext& ctx, const Problem& p, float* scratch) {
+  TfLiteStatus Decode(OpContext& ctx, const Problem& p, const ScratchPlan& mem, void* scratch) {
     const att::Layout& l = plan_.layout;
     const int64_t splits = plan_.splits;
     const int64_t per_head = p.group * p.q_len;  // rows of one kv head
     const int64_t group_heads = plan_.decode_heads;  // kv heads per item
     const int64_t groups = (p.kv_heads + group_heads - 1) / group_heads;
     const int64_t item_rows = group_heads * per_head;
-    float* partials = scratch;
-    float* threads_base = scratch + plan_.partial_floats;
+    float* partials = mem.partials(scratch);
     const int64_t row_floats = l.value_pad + 2;
     const int64_t items = p.batch * groups * splits;
     ctx.ParallelFor(items, 1, [&](int64_t begin, int64_t end, int worker) {
-      float* mine = threads_base + worker * plan_.thread_floats;
+      float* mine = mem.worker(scratch, worker);
       for (int64_t t = begin; t < end; ++t) {
         const int64_t split = t % splits, bg = t / splits;
         att::Item it{};
@@ -348,7 +356,7 @@ class Attention {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     const int64_t heads = p.batch * p.kv_heads;
     ctx.ParallelFor(heads * per_head, 16, [&](int64_t begin, int64_t end, int worker) {
-      float* row = threads_base + worker * plan_.thread_floats;
+      float* row = mem.worker(scratch, worker);
       for (int64_t t = begin; t < end; ++t) {
         const int64_t head = t / per_head, r = t % per_head;
         const int64_t b = head / p.kv_heads, kvh = head % p.kv_heads;
@@ -396,6 +404,7 @@ class Attention {
   bool causal_;
   bool has_scale_;
   float scale_;
+  float softcap_;
   PanelFn panel_;
   PanelFn query_panel_;
   typename Storage<T>::ItemFn item_;
@@ -408,7 +417,8 @@ class Attention {
 
 #define FUSEKIT_ATTENTION_OPERANDS \
   Inputs("q", "k", "v", "mask"), Outputs("out"), \
-      AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0))
+      AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0), \
+                 attr::Float("softcap", 0.0))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

@@ -34,6 +34,9 @@ struct Problem {
   int64_t batch, q_len, kv_len, heads, kv_heads, depth, value_depth;
   int64_t group;  // heads / kv_heads
   float scale;
+  // > 0: scores = softcap * tanh(scores / softcap), after the scale and
+  // before the mask (Gemma 2's logit soft-capping); 0: none.
+  float softcap;
   bool causal;
   const T* q;
   const T* k;
@@ -80,8 +83,8 @@ struct Partial {
 // attention_microkernels-inl.h).
 inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
-// A prefill item holds Q^T and O^T one panel (2 vectors) of queries wide:
-// with 2048-bit SVE vectors that is 128 queries, more than kRows.
+// A prefill item holds Q^T and O^T one query panel (2 or 4 vectors) wide:
+// with 2048-bit SVE vectors (2 of them) that is 128 queries, more than kRows.
 template <typename T>
 inline int64_t QueryFloats(const Problem<T>& p, const Layout& l) {
   return RoundUp(Max(Max(kRows, l.panel), l.query_panel) * p.depth, 16);

@@ -12,15 +12,10 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_decode.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
+#define FUSEKIT_SIMD_MATH
+#include "fusekit/simd_begin.h"
 #include "kernels/attention_entry-inl.h"
 #include "kernels/attention_microkernels-inl.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr int64_t kPvKeys = 64;
 // Keys per step of a streamed decode item's P.V.
@@ -296,6 +291,7 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
     for (int64_t r = 0; r < rows; ++r) {
       float* s = buf.s + r * att::kKeys;
       const int64_t i = query_of(r);
+      if (p.softcap > 0.0f) SoftcapRow(s, n, p.softcap);
       MaskRow(p, it.b, head_of(r), i, j0, n, s);
       if (p.causal) {
         const int64_t first_dropped = i + offset + 1 - j0;
@@ -377,6 +373,4 @@ void AttentionItemF16(const att::Problem<F16>& p, const att::Layout& l, const at
   AttentionItemT(p, l, it, scratch, partial);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"

@@ -2,7 +2,9 @@
 // attention_decode.cc (AttentionItem*), attention_prefill.cc
 // (AttentionQueries*) and attention.cc (AttentionPanel, AttentionStoreHalf),
 // chosen at run time in attention.cc.
-// No #pragma once: re-included for every SIMD target.
+// Included inside namespace fusekit::HWY_NAMESPACE, after
+// fusekit/simd_begin.h (Highway's per-target include guard: no #pragma
+// once, re-included for every SIMD target).
 
 #if defined(FUSEKIT_KERNELS_ATTENTION_ENTRY_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FUSEKIT_KERNELS_ATTENTION_ENTRY_INL_H_
@@ -10,15 +12,6 @@
 #else
 #define FUSEKIT_KERNELS_ATTENTION_ENTRY_INL_H_
 #endif
-
-#include <cstdint>
-
-#include "kernels/attention.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 // Keys per K panel (2 SIMD vectors).
 int64_t AttentionPanel();
@@ -41,9 +34,5 @@ void AttentionQueriesF32(const ::fusekit::attention::Problem<float>& p, int64_t 
 void AttentionQueriesF16(const ::fusekit::attention::Problem<hwy::float16_t>& p, int64_t b,
                          int64_t h, int64_t i0, int64_t nq, float* scratch,
                          const ::fusekit::attention::Layout& l);
-
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
 
 #endif  // FUSEKIT_KERNELS_ATTENTION_ENTRY_INL_H_

@@ -1,8 +1,9 @@
 // fusekit_attention's storage types (per SIMD target): q, k, v and out are
 // float32 or float16; every computation is float32.  Loads promote, stores
-// demote.  Included by the attention sources after hwy/highway.h, once per
-// target of hwy/foreach_target.h (Highway's per-target include guard).
-// No #pragma once: re-included for every SIMD target.
+// demote.
+// Included inside namespace fusekit::HWY_NAMESPACE, after
+// fusekit/simd_begin.h (Highway's per-target include guard: no #pragma
+// once, re-included for every SIMD target).
 
 #if defined(FUSEKIT_KERNELS_ATTENTION_F16_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FUSEKIT_KERNELS_ATTENTION_F16_INL_H_
@@ -10,18 +11,6 @@
 #else
 #define FUSEKIT_KERNELS_ATTENTION_F16_INL_H_
 #endif
-
-#include <cstdint>
-#include <cstring>
-
-#include "kernels/attention.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-#include "fusekit/simd_tail.h"
 
 namespace att = ::fusekit::attention;
 using DF = hn::ScalableTag<float>;
@@ -147,9 +136,5 @@ HWY_INLINE void ConvertRows(const T* HWY_RESTRICT src, int64_t src_stride, int64
     ConvertRow(src + j * src_stride, cols, 1.0f, dst + j * dst_stride);
   }
 }
-
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
 
 #endif  // FUSEKIT_KERNELS_ATTENTION_F16_INL_H_

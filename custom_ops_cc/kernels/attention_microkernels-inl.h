@@ -1,7 +1,9 @@
 // fusekit_attention's building blocks shared by prefill and decode (per
 // SIMD target): the register-tiled matmul kernels, the softmax's exp and
 // row reductions, and the carving of a thread's scratch.
-// No #pragma once: re-included for every SIMD target.
+// Included inside namespace fusekit::HWY_NAMESPACE, after
+// fusekit/simd_begin.h (Highway's per-target include guard: no #pragma
+// once, re-included for every SIMD target).
 
 #if defined(FUSEKIT_KERNELS_ATTENTION_MICROKERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FUSEKIT_KERNELS_ATTENTION_MICROKERNELS_INL_H_
@@ -10,16 +12,7 @@
 #define FUSEKIT_KERNELS_ATTENTION_MICROKERNELS_INL_H_
 #endif
 
-#include <cmath>
-#include <cstdint>
-#include <limits>
-
 #include "kernels/attention_f16-inl.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 // Rows of a register tile: 2 x kMaxTile accumulators, 2 vectors of the
 // panel and a broadcast fit in 32 vector registers (AVX-512, NEON, SVE) or
@@ -235,6 +228,22 @@ HWY_INLINE VF SoftmaxExp(DF d, VF x) {
 #endif
 }
 
+// s[0, n) = softcap * tanh(s / softcap): the scores' soft-capping.
+HWY_INLINE void SoftcapRow(float* HWY_RESTRICT s, int64_t n, float softcap) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF cap = hn::Set(d, softcap);
+  int64_t c = 0;
+  for (; c + lanes <= n; c += lanes) {
+    hn::StoreU(hn::Mul(cap, hn::Tanh(d, hn::Div(hn::LoadU(d, s + c), cap))), d, s + c);
+  }
+  if (c < n) {
+    const size_t rest = static_cast<size_t>(n - c);
+    StoreTail(hn::Mul(cap, hn::Tanh(d, hn::Div(LoadTail(d, s + c, rest), cap))), d, s + c,
+              rest);
+  }
+}
+
 // s[0, n) = exp(s - max); returns their sum.
 HWY_INLINE float ExpRow(float* HWY_RESTRICT s, int64_t n, float max) {
   const DF d;
@@ -306,9 +315,5 @@ HWY_INLINE Buffers Carve(const att::Problem<T>& p, const att::Layout& l, float* 
   buf.vblock = base;
   return buf;
 }
-
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
 
 #endif  // FUSEKIT_KERNELS_ATTENTION_MICROKERNELS_INL_H_

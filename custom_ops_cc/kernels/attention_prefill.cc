@@ -11,15 +11,10 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_prefill.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
+#define FUSEKIT_SIMD_MATH
+#include "fusekit/simd_begin.h"
 #include "kernels/attention_entry-inl.h"
 #include "kernels/attention_microkernels-inl.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 // ----------------------------------------------------------------- prefill
 //
@@ -350,6 +345,8 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       ConvertRows(k_head + jb * k_row, k_row, n, depth, buf.kblock, depth);
       KqBlock(buf.kblock, depth, depth, qt, st, n);
     }
+    // The scale is in Q^T; the cap (Gemma 2) comes before the mask.
+    if (p.softcap > 0.0f) SoftcapRow(st, n * width, p.softcap);
     if (row.present()) {
       row.Apply(d, jb, n, st, width);
     } else if (p.mask_add != nullptr || p.mask_keep != nullptr) {
@@ -440,6 +437,4 @@ void AttentionQueriesF16(const att::Problem<F16>& p, int64_t b, int64_t h, int64
   AttentionQueriesT(p, b, h, i0, nq, scratch, l);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"

@@ -18,6 +18,7 @@ passes: ``cleanup``, ``fuse_composites`` (litert-torch's StableHLO composites),
 from __future__ import annotations
 
 from fusekit.errors import PassError
+from fusekit.model.graph import Graph, ModelView
 from fusekit.passes import (  # noqa: F401 - register the built-ins
     cleanup,
     fold_affine,
@@ -32,7 +33,6 @@ from fusekit.passes import (  # noqa: F401 - register the built-ins
     layout,
     space_to_depth,
 )
-from fusekit.passes.graph import Graph, ModelView
 from fusekit.passes.pipeline import (
     DEFAULT_PASSES,
     OptimizeResult,

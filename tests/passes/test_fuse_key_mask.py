@@ -14,8 +14,8 @@ from ai_edge_litert import schema_py_generated as schema
 from fuse_models import assert_same_outputs, convert_function, custom_ops, optimize_twice
 
 import fusekit
+from fusekit.model.graph import OP, OPTIONS
 from fusekit.passes import ModelView
-from fusekit.passes.graph import OP, OPTIONS
 
 B, S, H, D = 2, 16, 4, 8
 ATTENTION = "fusekit_attention"

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, OPTIONS, Graph
 from fusekit.passes.fusion.values import no_activation
-from fusekit.passes.graph import OP, OPTIONS, Graph
 
 # How deep the proof looks above the mask (exporters need 2-3 steps).
 _MAX_DEPTH = 8
