@@ -433,17 +433,21 @@ def attention_models(workdir: Path) -> list[Model]:
         (4, 1, 8, "bool", False, [(2, 1, 9), (1, 2, 1300)]),
         # Soft-capped scores (Gemma 2): prefill and a split decode step.
         (4, 2, 16, "float", True, [(1, 40, 45), (1, 1, 700)], 5.0),
+        # A padding mask, the same for every query: whole blocks of keys
+        # skipped, batch entry 1 without any key (zeros).
+        (4, 2, 64, "pad", False, [(2, 70, 400)]),
     ]
     models = []
     for i, (h, hkv, d, mask, causal, shapes, *cap) in enumerate(plan):
         softcap = cap[0] if cap else None
         extra = {} if softcap is None else {"softcap": softcap}
-        dtype = None if mask is None else (np.float32 if mask == "float" else np.bool_)
+        dtype = None if mask is None else (np.bool_ if mask == "bool" else np.float32)
+        signature = [None, 1, 1, None] if mask == "pad" else [None, 1, None, None]
         module = attention_module(
             h,
             hkv,
             d,
-            None if mask is None else [None, 1, None, None],
+            None if mask is None else signature,
             dtype,
             causal=causal,
             **extra,
@@ -456,7 +460,13 @@ def attention_models(workdir: Path) -> list[Model]:
                 "k": rng.standard_normal((b, skv, hkv, d)).astype(np.float32),
                 "v": rng.standard_normal((b, skv, hkv, d)).astype(np.float32),
             }
-            if dtype is np.bool_:
+            if mask == "pad":
+                keep = np.ones((b, 1, 1, skv), bool)
+                keep[0, ..., skv - 150 :] = False
+                keep[0, ..., :130] = False
+                keep[1:] = False
+                named["mask"] = np.where(keep, 0.0, -np.inf).astype(np.float32)
+            elif dtype is np.bool_:
                 named["mask"] = rng.random((b, 1, sq, skv)) > 0.3
             elif dtype is np.float32:
                 named["mask"] = np.where(

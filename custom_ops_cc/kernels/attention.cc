@@ -20,13 +20,16 @@
 // whose every key is dropped (bool mask, causality, -inf mask entries)
 // gives zeros, as the composite defines.
 //
-// Prefill (AttentionQueries): an item is one head and 2 SIMD vectors of
-// queries, held transposed so that the vector lanes are queries.  Q.K^T
-// broadcasts K elements (read in place) against Q^T, P.V broadcasts V
-// elements (in place) against P^T, both register-tiled microkernels with an
-// MR x 2-vector tile of accumulators (MR = 8 with 32 vector registers, 6
-// with 16), and the softmax runs down the key axis with vector max/add only.
-// Causal blocks above the diagonal are never computed.
+// Prefill (AttentionQueries): an item is one head and 4 SIMD vectors of
+// queries on AVX-512 (2 elsewhere), held transposed so that the vector
+// lanes are queries.  Q.K^T broadcasts K elements (read in place) against
+// Q^T, P.V broadcasts V elements (in place) against P^T, both
+// register-tiled microkernels (6 x 4-vector tiles of accumulators on
+// AVX-512; MR x 2 vectors elsewhere, MR = 8 with 32 vector registers, 6
+// with 16), and the softmax runs down the key axis with vector max/add
+// only.  Causal blocks above the diagonal are never computed, and a mask
+// the same for every query (a padding mask) is read once per key, its
+// fully dropped key blocks skipped.
 //
 // Decode (AttentionItem, Sq <= 4): an item is every query head of one kv
 // head, so K and V stream from memory once (dot products per key row, with
@@ -149,6 +152,7 @@ class Attention {
         scale_(static_cast<float>(attrs.Float("scale"))),
         softcap_(static_cast<float>(attrs.Float("softcap"))),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
+        query_panel_(FUSEKIT_SIMD_CHOOSE(AttentionQueryPanel)),
         item_(Storage<T>::Item()),
         queries_(Storage<T>::Queries()),
         store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
@@ -264,6 +268,7 @@ class Attention {
     Plan plan;
     att::Layout& l = plan.layout;
     l.panel = panel_();
+    l.query_panel = query_panel_();
     l.value_pad = att::RoundUp(std::max<int64_t>(p.value_depth, 1), l.panel);
     plan.decode = p.q_len <= kDecodeQueries && p.group * p.q_len <= att::kRows;
     // The decode path's packed kernels (more than kStreamRows rows) read V
@@ -290,9 +295,9 @@ class Attention {
 
   TfLiteStatus Prefill(OpContext& ctx, const Problem& p, const ScratchPlan& mem, void* scratch) {
     const att::Layout& l = plan_.layout;
-    // Items of one panel of queries (2 vectors) of one head; consecutive
-    // items share the head's K and V in cache.
-    const int64_t width = l.panel;
+    // Items of one panel of queries (2 or 4 vectors) of one head;
+    // consecutive items share the head's K and V in cache.
+    const int64_t width = l.query_panel;
     const int64_t blocks = (p.q_len + width - 1) / width;
     const int64_t items = p.batch * p.heads * blocks;
     // Causal items differ in cost; the pool hands out items dynamically.
@@ -396,6 +401,7 @@ class Attention {
   float scale_;
   float softcap_;
   PanelFn panel_;
+  PanelFn query_panel_;
   typename Storage<T>::ItemFn item_;
   typename Storage<T>::QueriesFn queries_;
   void (*store_half_)(const float*, int64_t, float, hwy::float16_t*);

@@ -49,11 +49,30 @@ def _qkv(rng, b, sq, skv, h, hkv, d, dv=None, spread=1.0):
     return q, k, v
 
 
+def _padding(shape) -> np.ndarray:
+    """Dropped keys of a [B, 1, 1, K] padding mask, in whole runs: batch
+    entry 0 drops the last third, 1 the first 140 and the last 150 keys
+    (whole blocks of keys), 2 every key (rows without any key)."""
+    drop = np.zeros(shape, bool)
+    keys = shape[-1]
+    drop[0, ..., keys - keys // 3 :] = True
+    if shape[0] > 1:
+        drop[1, ..., :140] = True
+        drop[1, ..., keys - 150 :] = True
+    if shape[0] > 2:
+        drop[2] = True
+    return drop
+
+
 def _mask(rng, kind: str | None, shape, keep=0.7):
-    """kind: None, "bool" (True keeps), "float" (0, finite or -inf)."""
+    """kind: None, "bool" (True keeps), "float" (0, finite or -inf);
+    "pad bool" / "pad float": runs of dropped keys (_padding)."""
     if kind is None:
         return None
-    drop = rng.random(shape) > keep
+    if kind.startswith("pad "):
+        drop, kind = _padding(shape), kind.removeprefix("pad ")
+    else:
+        drop = rng.random(shape) > keep
     if kind == "bool":
         return ~drop
     values = rng.standard_normal(shape) * 2
@@ -339,6 +358,32 @@ PLAN = [
         [(1, 4, 1030), (2, 1, 9)],
     ),
     ("decode gqa8 D32", 8, 1, 32, None, None, None, True, 1.0, [(1, 3, 1100), (1, 4, 4)]),
+    # Padding masks the same for every query: blocks of dropped keys are
+    # skipped, partly dropped ones trimmed; rows without keys are zeros.
+    (
+        "mha pad float [B,1,1,K]",
+        4,
+        4,
+        64,
+        None,
+        "pad float",
+        ["B", 1, 1, "K"],
+        False,
+        1.0,
+        [(3, 40, 600), (2, 70, 300)],
+    ),
+    (
+        "gqa pad bool [B,1,1,K] causal",
+        4,
+        2,
+        32,
+        None,
+        "pad bool",
+        ["B", 1, 1, "K"],
+        True,
+        1.0,
+        [(3, 300, 300), (2, 1, 290)],
+    ),
     # Soft-capped scores (Gemma 2's logit_cap), with masks, both paths.
     ("softcap prefill", 4, 2, 16, None, None, None, True, 3.0, [(2, 70, 90)], {"softcap": 5.0}),
     (
@@ -392,7 +437,7 @@ def _build(workdir, rng, spec) -> Case:
         module = _value_module(h, hkv, d, dv, causal)
     else:
         signature = None if msig is None else [None if isinstance(x, str) else x for x in msig]
-        dtype = None if kind is None else (np.bool_ if kind == "bool" else np.float32)
+        dtype = None if kind is None else (np.bool_ if kind.endswith("bool") else np.float32)
         module = attention_module(h, hkv, d, signature, dtype, causal=causal, **extra)
     path = workdir / re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
     tf.saved_model.save(module, str(path))
@@ -574,7 +619,9 @@ def _half_module(h, hkv, d, dv, mask_kind, mask_sig, causal):
         tf.TensorSpec([None, None, hkv, dv], tf.float16, name="v"),
     ]
     if mask_kind is not None:
-        dtype = {"bool": tf.bool, "float": tf.float32, "half": tf.float16}[mask_kind]
+        dtype = {"bool": tf.bool, "float": tf.float32, "half": tf.float16, "pad float": tf.float32}[
+            mask_kind
+        ]
         shape = [None if isinstance(x, str) else x for x in mask_sig]
         spec.append(tf.TensorSpec(shape, dtype, name="mask"))
 
@@ -591,6 +638,8 @@ PLAN16 = [
     # Prefill: several query items and key blocks, D and Dv with tails.
     ("f16 mha odd", 3, 3, 17, 17, None, None, False, [(1, 5, 7), (2, 40, 300)]),
     ("f16 gqa2 causal dv24", 4, 2, 16, 24, None, None, True, [(1, 70, 300), (1, 1, 33)]),
+    # A padding mask the same for every query (skipped key blocks).
+    ("f16 pad float", 4, 2, 32, 32, "pad float", ["B", 1, 1, "K"], False, [(3, 40, 400)]),
     # Decode: Sq = 1 against long caches (key splits merged), GQA.
     ("f16 decode gqa4", 32, 8, 128, 128, None, None, False, [(1, 1, 1500), (2, 1, 600)]),
     (
@@ -666,7 +715,7 @@ def half_cases(session_dir) -> list[HalfCase]:
                 dims = {"B": b, "S": sq, "K": skv}
                 mask = _mask(
                     rng,
-                    "bool" if kind == "bool" else "float",
+                    kind if kind in ("bool", "pad float") else "float",
                     tuple(dims[x] if isinstance(x, str) else x for x in msig),
                 )
                 named["mask"] = mask.astype(np.float16) if kind == "half" else mask
