@@ -58,12 +58,14 @@ KERNEL = "fusekit_kv_cache_update"
 _T = schema.TensorType
 CACHE_TYPES = frozenset((_T.FLOAT32, _T.FLOAT16))
 START_TYPES = frozenset((_T.INT32, _T.INT64))
-_READS = frozenset((OP.GATHER_ND, OP.SLICE, OP.STRIDED_SLICE, OP.RESHAPE, OP.SQUEEZE, OP.EXPAND_DIMS))
+_READS = frozenset(
+    (OP.GATHER_ND, OP.SLICE, OP.STRIDED_SLICE, OP.RESHAPE, OP.SQUEEZE, OP.EXPAND_DIMS)
+)
 _VIEWS = frozenset((OP.RESHAPE, OP.SQUEEZE, OP.EXPAND_DIMS))
 _ASSEMBLY = frozenset((OP.PACK, OP.CONCATENATION)) | _VIEWS
 
 
-class _Refused(Exception):
+class _RefusedError(Exception):
     """Why a cache is left as it is (becomes a note)."""
 
 
@@ -85,7 +87,7 @@ class _Plan:
 
 def _constant_ints(graph: Graph, tensor: int) -> list[int]:
     if not graph.is_constant(tensor):
-        raise _Refused(f"tensor {graph.name(tensor)!r} is not a constant")
+        raise _RefusedError(f"tensor {graph.name(tensor)!r} is not a constant")
     return [int(v) for v in graph.constant(tensor).reshape(-1)]
 
 
@@ -105,7 +107,7 @@ def _read(graph: Graph, op: schema.OperatorT, ids: np.ndarray) -> np.ndarray:
     elif code == OP.STRIDED_SLICE:
         bounds = _bounds(graph, op)
         if bounds is None:
-            raise _Refused("a STRIDED_SLICE of the cache is not a unit-stride constant slice")
+            raise _RefusedError("a STRIDED_SLICE of the cache is not a unit-stride constant slice")
         starts, sizes = bounds
         result = ids[tuple(slice(b, b + s) for b, s in zip(starts, sizes, strict=True))]
         keep = [n for n, gone in zip(result.shape, _shrunk(op, ids.ndim), strict=True) if not gone]
@@ -119,7 +121,9 @@ def _read(graph: Graph, op: schema.OperatorT, ids: np.ndarray) -> np.ndarray:
             list(shape[:-1]) + list(ids.shape[depth:])
         )
     if list(result.shape) != list(out_shape):
-        raise _Refused(f"a read of the cache gives {list(result.shape)}, the model says {out_shape}")
+        raise _RefusedError(
+            f"a read of the cache gives {list(result.shape)}, the model says {out_shape}"
+        )
     return result
 
 
@@ -129,13 +133,13 @@ def _assemble(graph: Graph, tensor: int, known: dict[int, np.ndarray], plan: _Pl
         return known[tensor]
     op = graph.producer(tensor)
     if op is None or graph.builtin(op) not in _ASSEMBLY:
-        raise _Refused(
+        raise _RefusedError(
             f"the cache output is assembled from {graph.name(tensor)!r}, which is neither an "
             "updated block nor a PACK/CONCATENATION/RESHAPE of them"
         )
     readers = graph.consumers(tensor)
     if tensor != plan.output and (len(readers) != 1 or graph.is_output(tensor)):
-        raise _Refused(f"the partly assembled cache {graph.name(tensor)!r} is read elsewhere")
+        raise _RefusedError(f"the partly assembled cache {graph.name(tensor)!r} is read elsewhere")
     code = graph.builtin(op)
     if code in _VIEWS:
         parts = [_assemble(graph, int(op.inputs[0]), known, plan)]
@@ -147,7 +151,7 @@ def _assemble(graph: Graph, tensor: int, known: dict[int, np.ndarray], plan: _Pl
             result = np.stack(parts, axis=options.axis)
         else:
             if options.fusedActivationFunction:
-                raise _Refused("the cache's CONCATENATION has an activation")
+                raise _RefusedError("the cache's CONCATENATION has an activation")
             result = np.concatenate(parts, axis=options.axis)
     plan.assembly.append(op)
     return result
@@ -187,28 +191,32 @@ def _plan(graph: Graph, cache: int) -> _Plan | None:
         source = frontier.pop()
         for reader in graph.consumers(source):
             code = graph.builtin(reader)
-            if code == OP.DYNAMIC_UPDATE_SLICE and int(reader.inputs[0]) == source and not any(
-                int(t) == source for t in reader.inputs[1:]
+            if (
+                code == OP.DYNAMIC_UPDATE_SLICE
+                and int(reader.inputs[0]) == source
+                and not any(int(t) == source for t in reader.inputs[1:])
             ):
                 block = ids[source]
                 start = int(block.reshape(-1)[0]) if block.size else 0
                 if not np.array_equal(block.reshape(-1), np.arange(start, start + block.size)):
-                    raise _Refused(
+                    raise _RefusedError(
                         f"the block {graph.name(source)!r} that DYNAMIC_UPDATE_SLICE updates is "
                         "not one contiguous run of the cache"
                     )
                 if graph.tensor(int(reader.inputs[2])).type not in START_TYPES:
-                    raise _Refused("a DYNAMIC_UPDATE_SLICE's start is not int32 or int64")
+                    raise _RefusedError("a DYNAMIC_UPDATE_SLICE's start is not int32 or int64")
                 updates.append(_Update(reader, start, list(block.shape)))
             elif code in _READS and int(reader.inputs[0]) == source:
                 out = int(reader.outputs[0])
                 if graph.is_output(out):
-                    raise _Refused(f"a read of the cache, {graph.name(out)!r}, is a graph output")
+                    raise _RefusedError(
+                        f"a read of the cache, {graph.name(out)!r}, is a graph output"
+                    )
                 ids[out] = _read(graph, reader, ids[source])
                 removed.append(reader)
                 frontier.append(out)
             else:
-                raise _Refused(
+                raise _RefusedError(
                     f"{graph.model.op_name(reader)} reads {graph.name(source)!r}: only block "
                     "reads ending in DYNAMIC_UPDATE_SLICE may read the cache"
                 )
@@ -216,7 +224,7 @@ def _plan(graph: Graph, cache: int) -> _Plan | None:
         return None
     spans = sorted((u.offset, u.offset + int(np.prod(u.shape))) for u in updates)
     if any(a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)):
-        raise _Refused("two updates write overlapping blocks of the cache")
+        raise _RefusedError("two updates write overlapping blocks of the cache")
     outputs = [
         t
         for t in graph.outputs()
@@ -228,11 +236,11 @@ def _plan(graph: Graph, cache: int) -> _Plan | None:
         plan = _Plan(cache, output, updates, removed)
         try:
             assembled = _assemble(graph, output, known, plan)
-        except _Refused:
+        except _RefusedError:
             continue
         if np.array_equal(assembled, ids[cache]):
             return plan
-    raise _Refused(
+    raise _RefusedError(
         "no graph output is the cache with its blocks put back in place (the updated blocks "
         "must be assembled into an output of the cache's shape)"
     )
@@ -259,7 +267,9 @@ def _rewrite(graph: Graph, plan: _Plan) -> None:
         # readers read the block view: the output is written by the chain.)
         graph.replace_uses(result, block, only=others)
         last = k == len(updates) - 1
-        cache_out = plan.output if last else graph.like(plan.cache, graph.shape(plan.cache), f"/kv{k}")
+        cache_out = (
+            plan.output if last else graph.like(plan.cache, graph.shape(plan.cache), f"/kv{k}")
+        )
         graph.remove_op(dus)
         op = schema.OperatorT()
         op.opcodeIndex = opcode
@@ -283,7 +293,7 @@ def kv_cache_in_place(model: ModelView, options: PassOptions) -> tuple[ModelView
         for cache in list(graph.inputs()):
             try:
                 plan = _plan(graph, cache)
-            except _Refused as why:
+            except _RefusedError as why:
                 options.note(NAME, f"cache {graph.name(cache)!r} left functional: {why}")
                 continue
             if plan is None:
