@@ -197,7 +197,11 @@ def test_decode_loop_benchmark_quick_run(tmp_path):
     # One position of the [1, 2, 2, 64, 2, 16] cache.
     assert row["python_bytes_written"]["DecodeLoop"] == row["cache_bytes"] // 64
     assert row["model_bytes_written"]["cache_moves"] >= 3 * row["cache_bytes"]
-    timed = {"invoke", "get/set", "runner", "DecodeLoop", "cache get+set"}
+    # In place: no cache-sized operator output, nothing copied in Python.
+    assert row["in_place_model_bytes_written"]["cache_moves"] == 0
+    assert row["in_place_model_bytes_written"]["all_ops"] < row["cache_bytes"]
+    assert row["python_bytes_written"]["in place: DecodeLoop"] == 0
+    timed = {"invoke", "get/set", "runner", "DecodeLoop", "cache get+set", "in place: DecodeLoop"}
     assert set(row["cpu_median_us"]) == timed
 
 
