@@ -32,6 +32,22 @@ def model(cache_shape, block_shape, update_shape, offset, dtype=F32, start_type=
     )
 
 
+def with_constant_cache(blob: bytes, cache: np.ndarray) -> bytes:
+    """``blob`` with its cache input made a constant holding ``cache``."""
+    import flatbuffers
+
+    m = schema.ModelT.InitFromPackedBuf(blob, 0)
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(cache.tobytes(), np.uint8).copy()
+    m.buffers.append(buffer)
+    sg = m.subgraphs[0]
+    sg.tensors[0].buffer = len(m.buffers) - 1
+    sg.inputs = np.array([t for t in sg.inputs if t != 0], np.int32)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
 def reference(cache, update, start, offset, block_shape) -> list[np.ndarray]:
     """DYNAMIC_UPDATE_SLICE of the block at ``offset`` (start clamped per
     axis), the cache with that block put back, and the block."""

@@ -124,7 +124,8 @@ class KvCacheUpdate {
     for (int64_t r = 0; r < runs; ++r) {
       int64_t at = base;
       for (int d = 0; d < inner; ++d) at += index[d] * stride[d];
-      std::memcpy(target + at, source + r * run, sizeof(T) * static_cast<size_t>(run));
+      // memmove: a malformed graph may feed a view of the cache as update.
+      std::memmove(target + at, source + r * run, sizeof(T) * static_cast<size_t>(run));
       for (int d = inner - 1; d >= 0; --d) {
         if (++index[d] < update.dim(d)) break;
         index[d] = 0;

@@ -139,8 +139,10 @@ TfLiteStatus OpContext::ResizeOutput(int i, const std::vector<int>& dims) {
 bool OpContext::AliasOutput(const Tensor& out, const Tensor& in, size_t byte_offset) {
   const int o = out.position();
   const int i = in.position();
-  if (!state_->outputs_can_alias || !out.present() || !in.present() || o < 0 ||
-      o >= num_outputs() || i < 0 || i >= num_inputs()) {
+  // A constant input is read-only memory mapped from the model: never a
+  // buffer to write through.
+  if (!state_->outputs_can_alias || !out.present() || !in.present() || in.is_constant() ||
+      o < 0 || o >= num_outputs() || i < 0 || i >= num_inputs()) {
     return false;
   }
   state_->alias_input.resize(state_->outputs.size(), -1);

@@ -118,6 +118,22 @@ def test_compiled_model_computes_the_same_values_functionally():
     np.testing.assert_array_equal(cache_in, feeds[0])
 
 
+def test_a_constant_cache_is_copied_not_written():
+    """A cache that is a constant of the model (read-only memory) is never
+    written through: the op computes into outputs of its own."""
+    blob, feeds, want = kv.case((1, 2, 2, 16, 2, 8), 1, 1, 6, seed=6)
+    constant = kv.with_constant_cache(blob, feeds[0])
+    interp = fusekit.Interpreter(model_content=constant, num_threads=1)
+    interp.allocate_tensors()
+    for detail, value in zip(interp.get_input_details(), feeds[1:], strict=True):
+        interp.set_tensor(detail["index"], value)
+    for _ in range(2):
+        interp.invoke()
+        got = [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+        for g, ref in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, ref.astype(np.float32))
+
+
 def test_schema():
     from fusekit.run.kernel_schema import library_schemas
 

@@ -322,8 +322,9 @@ class OpContext {
   // then gives the output no memory of its own, and before every Invoke the
   // SDK points it at the input's data + byte_offset (checked to fit).  Call
   // in Prepare, after ResizeOutput.  Returns false where a runtime hands
-  // kernels output buffers of their own (LiteRT's CompiledModel): the kernel
-  // must then write the output itself.  In Invoke, `out.raw() ==
+  // kernels output buffers of their own (LiteRT's CompiledModel) and for a
+  // constant input (read-only model memory): the kernel must then write the
+  // output itself.  In Invoke, `out.raw() ==
   // in.raw() + byte_offset` tells which case holds.
   bool AliasOutput(const Tensor& out, const Tensor& in, size_t byte_offset);
 
