@@ -70,7 +70,11 @@ class KvCacheUpdate {
                    "start must be [%d] (one index per block axis), got rank %d with %d "
                    "indices",
                    rank, start.rank(), start.dim(0));
-    FUSEKIT_ENSURE(ctx, offset_ + block_elements_ <= cache.num_elements(),
+    // (Written without offset_ + block_elements_: a fuzzed offset near
+    // INT64_MAX would overflow it.)
+    FUSEKIT_ENSURE(ctx,
+                   block_elements_ <= cache.num_elements() &&
+                       offset_ <= cache.num_elements() - block_elements_,
                    "the block (offset %lld, %lld elements) does not fit in the cache of "
                    "%lld elements",
                    static_cast<long long>(offset_), static_cast<long long>(block_elements_),

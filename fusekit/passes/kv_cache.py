@@ -51,7 +51,7 @@ from fusekit.conversion.flatbuffer_edit import set_custom_options
 from fusekit.passes.fusion.emit import custom_opcode_index
 from fusekit.passes.graph import OP, Graph, ModelView
 from fusekit.passes.registry import PassOptions, register
-from fusekit.passes.strided_slice import _bounds, _shrunk
+from fusekit.passes.strided_slice import shrunk_axes, slice_bounds
 
 NAME = "kv_cache_in_place"
 KERNEL = "fusekit_kv_cache_update"
@@ -105,12 +105,14 @@ def _read(graph: Graph, op: schema.OperatorT, ids: np.ndarray) -> np.ndarray:
         )
         result = ids[index]
     elif code == OP.STRIDED_SLICE:
-        bounds = _bounds(graph, op)
+        bounds = slice_bounds(graph, op)
         if bounds is None:
             raise _RefusedError("a STRIDED_SLICE of the cache is not a unit-stride constant slice")
         starts, sizes = bounds
         result = ids[tuple(slice(b, b + s) for b, s in zip(starts, sizes, strict=True))]
-        keep = [n for n, gone in zip(result.shape, _shrunk(op, ids.ndim), strict=True) if not gone]
+        keep = [
+            n for n, gone in zip(result.shape, shrunk_axes(op, ids.ndim), strict=True) if not gone
+        ]
         result = result.reshape(keep)
     else:  # GATHER_ND
         indices = np.array(_constant_ints(graph, int(op.inputs[1])))

@@ -153,6 +153,10 @@ BLOCK = [1, 16, 2, 8]
             lambda: kv.model(SHAPE, BLOCK, (1, 1, 2, 8), 3 * 256 + 1),
             "does not fit in the cache",
         ),
+        (
+            lambda: kv.model(SHAPE, BLOCK, (1, 1, 2, 8), 2**63 - 2),
+            "does not fit in the cache",
+        ),
         (lambda: kv.model(SHAPE, BLOCK, (1, 2, 8), 0), "update must have block_shape's rank"),
         (lambda: kv.model(SHAPE, BLOCK, (1, 17, 2, 8), 0), "update dim 1 must fit in the block"),
         (lambda: kv.model(SHAPE, BLOCK, (1, 1, 2, 8), -1), "'offset' must be >= 0"),
