@@ -292,7 +292,9 @@ def kv_cache_in_place(model: ModelView, options: PassOptions) -> tuple[ModelView
     for graph in model.graphs():
         if graph.index not in model.entry_subgraphs():
             continue
-        for cache in list(graph.inputs()):
+        for position in range(len(graph.inputs())):
+            # By position: finish() renumbers tensors after each rewrite.
+            cache = graph.inputs()[position]
             try:
                 plan = _plan(graph, cache)
             except _RefusedError as why:
