@@ -66,7 +66,7 @@ def written_bytes(model: bytes, signature: str, block_bytes: int) -> dict[str, A
     of the operators that move cache data (by type)."""
     from ai_edge_litert import schema_py_generated as schema
 
-    from fusekit.conversion.flatbuffer_edit import read_model
+    from fusekit.model.flatbuffer_edit import read_model
 
     m = read_model(model)
     (sig,) = [s for s in m.signatureDefs if s.signatureKey.decode() == signature]

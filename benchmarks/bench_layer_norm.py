@@ -55,7 +55,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fused = build(768, True, Path(tmp) / "fused")
         unfused = build(768, False, Path(tmp) / "unfused")
-    ops = fusekit.run.model_ops.op_counts
+    ops = fusekit.model.model_ops.op_counts
     rows = []
     for shape in SHAPES:
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)

@@ -81,7 +81,7 @@ def measure(mode: str, runtime: str, model_path: str) -> dict[str, float]:
     import importlib
 
     import fusekit
-    from fusekit.run import model_check, model_ops
+    from fusekit.model import model_check, model_ops
 
     module = importlib.import_module(_RUNTIME_MODULES[runtime])
     # Import and load everything both paths use before the baseline.

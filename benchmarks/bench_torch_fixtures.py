@@ -81,7 +81,7 @@ def _counts(model: bytes) -> dict[int, dict[str, int]]:
 
 
 def _signature_graphs(model: bytes) -> dict[str, int]:
-    from fusekit.conversion.flatbuffer_edit import read_model
+    from fusekit.model.flatbuffer_edit import read_model
 
     return {s.signatureKey.decode(): s.subgraphIndex for s in read_model(model).signatureDefs}
 

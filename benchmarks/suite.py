@@ -243,7 +243,7 @@ def build_tflite(op: str, channels: int, workdir: Path) -> TfliteModels:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the baseline has no fused composites, on purpose
         unfused = fusekit.convert(str(path), fuse=False, strict=False).model
-    counts = fusekit.run.model_ops.op_counts
+    counts = fusekit.model.model_ops.op_counts
     return TfliteModels(fused, unfused, dict(counts(fused)), dict(counts(unfused)))
 
 

@@ -56,7 +56,7 @@ def main() -> None:
     print("\n2. fusekit.convert: one fused custom op per swapped norm layer")
     result = fusekit.convert(fused)
     print(result.report)
-    counts = fusekit.run.model_ops.op_counts(result.model)
+    counts = fusekit.model.model_ops.op_counts(result.model)
     for entry in fused.fusekit_report.swapped:
         print(f"   {entry.path:12s} -> {entry.drop_in}")
     print(

@@ -1,7 +1,7 @@
-"""Writes fusekit/run/_tflite_fields.py: the field layout of every table of
+"""Writes fusekit/model/_tflite_fields.py: the field layout of every table of
 the TFLite schema (slots, kinds, scalar types and defaults) and the enums
-fusekit reads, for fusekit.run.tflite_schema's accessors and
-fusekit.run.model_check's bounds-checking walker.
+fusekit reads, for fusekit.model.tflite_schema's accessors and
+fusekit.model.model_check's bounds-checking walker.
 
 The runtime side reads models with these tables only, so it needs neither
 ai-edge-litert nor TensorFlow.  The layout is taken, at generation time,
@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "fusekit" / "run" / "_tflite_fields.py"
+OUT = Path(__file__).resolve().parent.parent / "fusekit" / "model" / "_tflite_fields.py"
 
 # flatbuffers number type -> struct format letter (little-endian is implied).
 _FORMATS = {

@@ -388,7 +388,7 @@ def rotary_embedding_models(workdir: Path) -> list[Model]:
 # ---------------------------------------------------------------- attention
 
 
-def attention_reference(q, k, v, mask=None, causal=False, scale=None):
+def attention_reference(q, k, v, mask=None, causal=False, scale=None, softcap=None):
     """float64 attention as fusekit.ops.attention defines it (a row without
     any admissible key gives zeros)."""
     q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
@@ -399,6 +399,8 @@ def attention_reference(q, k, v, mask=None, causal=False, scale=None):
     k = np.repeat(k, group, axis=2)
     v = np.repeat(v, group, axis=2)
     scores = np.einsum("bqhd,bkhd->bhqk", q * np.float64(np.float32(scale)), k)
+    if softcap is not None:
+        scores = softcap * np.tanh(scores / softcap)
     allowed = np.ones(scores.shape, bool)
     if mask is not None:
         if mask.dtype == bool:
@@ -447,12 +449,22 @@ def attention_models(workdir: Path) -> list[Model]:
         (3, 3, 17, None, False, [(1, 5, 7), (2, 150, 97)]),
         (8, 2, 32, "float", True, [(1, 3, 11), (1, 70, 300)]),
         (4, 1, 8, "bool", False, [(2, 1, 9), (1, 2, 1300)]),
+        # Soft-capped scores (Gemma 2): prefill and a split decode step.
+        (4, 2, 16, "float", True, [(1, 40, 45), (1, 1, 700)], 5.0),
     ]
     models = []
-    for i, (h, hkv, d, mask, causal, shapes) in enumerate(plan):
+    for i, (h, hkv, d, mask, causal, shapes, *cap) in enumerate(plan):
+        softcap = cap[0] if cap else None
+        extra = {} if softcap is None else {"softcap": softcap}
         dtype = None if mask is None else (np.float32 if mask == "float" else np.bool_)
         module = attention_module(
-            h, hkv, d, None if mask is None else [None, 1, None, None], dtype, causal=causal
+            h,
+            hkv,
+            d,
+            None if mask is None else [None, 1, None, None],
+            dtype,
+            causal=causal,
+            **extra,
         )
         model = save_and_convert(module, workdir / f"attention_{i}")
         runs, expected = [], []
@@ -469,8 +481,8 @@ def attention_models(workdir: Path) -> list[Model]:
                     rng.random((b, 1, sq, skv)) > 0.2, rng.standard_normal((b, 1, sq, skv)), -np.inf
                 ).astype(np.float32)
             runs.append(ordered(model, named))
-            expected.append([attention_reference(**named, causal=causal)])
-        name = f"attention H={h} Hkv={hkv} D={d} mask={mask} causal={causal}"
+            expected.append([attention_reference(**named, causal=causal, softcap=softcap)])
+        name = f"attention H={h} Hkv={hkv} D={d} mask={mask} causal={causal} softcap={softcap}"
         models.append(Model(name, model, runs, expected))
     return models
 

@@ -91,7 +91,7 @@ def run_in_process(runtime: str, job: Job) -> Outcome:
 def input_order(model: bytes, names: list[str]) -> list[int]:
     """Positions of the named signature inputs in the model's input list (the
     order interpreters report inputs in, which need not be argument order)."""
-    from fusekit.conversion.flatbuffer_edit import read_model
+    from fusekit.model.flatbuffer_edit import read_model
 
     m = read_model(model)
     graph = m.subgraphs[0]

@@ -14,7 +14,8 @@ from runtimes import REPO, RUNTIMES, Job, run_jobs
 
 import fusekit
 from fusekit.conversion.typed_attrs_pass import restore_typed_attrs, smuggled_attrs
-from fusekit.run import model_check, model_ops, tflite_schema
+from fusekit.model import model_check, model_ops, tflite_schema
+from fusekit.run import aligned_model
 
 OP = "weighted_sum"
 
@@ -118,3 +119,44 @@ def test_the_rewrite_keeps_trailing_buffers_byte_for_byte(saved):
     assert after_buffers == before_buffers and len(after_buffers) >= 2
     assert len(after_options) == 1 and after_options != before_options
     assert _options(rewritten)["weights"].Value == [0.5, -2.0, 4.0]
+
+
+def _buffer_data(model: bytes) -> list[bytes]:
+    """Every buffer's bytes, wherever the model keeps them, by buffer index."""
+    root = tflite_schema.model(model)
+    data = []
+    for buffer in root.items("buffers"):
+        offset, start = buffer.scalar("offset"), buffer.vector_start("data")
+        if offset > 1:
+            data.append(bytes(model[offset : offset + buffer.scalar("size")]))
+        else:
+            data.append(b"" if start is None else model[start : start + buffer.length("data")])
+    return data
+
+
+@pytest.mark.parametrize("buffer_offsets", [False, True], ids=["inline", "buffer_offsets"])
+def test_aligned_weights_move_every_blob_to_64_bytes_and_keep_its_bytes(saved, buffer_offsets):
+    _, path = saved
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(path))
+    converter._experimental_use_buffer_offset = buffer_offsets
+    raw = converter.convert()
+    assert aligned_model.needs_alignment(raw)
+    assert len(_blobs(raw)[1]) == buffer_offsets  # the composite's large options
+
+    aligned = aligned_model.align_weights(raw)
+    model_check.verify_model(aligned)
+    assert not aligned_model.needs_alignment(aligned)
+    assert aligned_model.align_weights(aligned) is aligned
+    assert _buffer_data(aligned) == _buffer_data(raw)
+    assert _blobs(aligned)[1] == _blobs(raw)[1]
+    root = tflite_schema.model(aligned)
+    buffers = root.items("buffers")
+    assert all(buffer.vector_start("data") is None for buffer in buffers)
+    offsets = [b.scalar("offset") for b in buffers if b.scalar("size")]
+    offsets += [
+        op.scalar("large_custom_options_offset")
+        for op in root.item("subgraphs", 0).items("operators")
+        if op.scalar("large_custom_options_size")
+    ]
+    assert len(offsets) >= 3 and all(o % 64 == 0 for o in offsets)
+    assert model_ops.list_ops(aligned) == model_ops.list_ops(raw)

@@ -14,8 +14,8 @@ from ai_edge_litert import schema_py_generated as schema
 import fusekit
 from fusekit.conversion import tf_private
 from fusekit.conversion.calibration import calibrate
-from fusekit.conversion.flatbuffer_edit import read_model
 from fusekit.errors import ConversionError
+from fusekit.model.flatbuffer_edit import read_model
 
 REPO = Path(__file__).resolve().parent.parent
 

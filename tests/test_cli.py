@@ -52,7 +52,7 @@ def test_convert_json_lists_planned_fused_missing(saved_model, tmp_path):
     assert "MEAN" in report["ops_before"]
     assert "running the TFLite converter" in proc.stderr  # progress per stage
     model = out.read_bytes()
-    assert fusekit.run.model_ops.op_counts(model)["CUSTOM:fusekit_layer_norm"] == 2
+    assert fusekit.model.model_ops.op_counts(model)["CUSTOM:fusekit_layer_norm"] == 2
 
 
 def test_convert_with_buffer_offsets(saved_model, tmp_path):
@@ -60,10 +60,10 @@ def test_convert_with_buffer_offsets(saved_model, tmp_path):
     proc = fusekit_cli("convert", saved_model, "-o", str(out), "-q", "--buffer-offsets")
     assert proc.returncode == 0, proc.stderr
     model = out.read_bytes()
-    root = fusekit.run.tflite_schema.model(model)
+    root = fusekit.model.tflite_schema.model(model)
     stored_after = [b for b in root.items("buffers") if b.scalar("offset") > 1]
     assert stored_after, "the weights should sit after the flatbuffer"
-    assert fusekit.run.model_ops.op_counts(model)["CUSTOM:fusekit_layer_norm"] == 2
+    assert fusekit.model.model_ops.op_counts(model)["CUSTOM:fusekit_layer_norm"] == 2
     fusekit.Interpreter(model_content=model).allocate_tensors()
 
 
@@ -141,7 +141,7 @@ def test_verify_and_bench_take_two_tflite_files(saved_model, tmp_path):
     before, after = tmp_path / "before.tflite", tmp_path / "after.tflite"
     assert fusekit_cli("convert", saved_model, "-o", str(before), "-q", "--unfused").returncode == 0
     assert fusekit_cli("optimize", str(before), "-o", str(after), "-q").returncode == 0
-    assert fusekit.run.model_ops.op_counts(after.read_bytes())["CUSTOM:fusekit_layer_norm"] == 2
+    assert fusekit.model.model_ops.op_counts(after.read_bytes())["CUSTOM:fusekit_layer_norm"] == 2
     proc = fusekit_cli("verify", str(before), str(after), "--json", "-q", "--dim", "3")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

@@ -10,7 +10,8 @@ from model_surgery import custom_ops, edit
 
 import fusekit
 from fusekit.errors import FusekitError, MissingKernelError
-from fusekit.run import aligned_model, tflite_schema
+from fusekit.model import tflite_schema
+from fusekit.run import aligned_model
 
 
 def interpreter_outputs(model: bytes, runs: list[list[np.ndarray]], threads: int):

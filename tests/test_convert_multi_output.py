@@ -22,7 +22,7 @@ import tensorflow as tf
 from runtimes import RUNTIMES, Job, run_jobs, tflite_runtime_python
 
 import fusekit
-from fusekit.conversion.flatbuffer_edit import read_model
+from fusekit.model.flatbuffer_edit import read_model
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "custom_op"

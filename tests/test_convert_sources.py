@@ -13,7 +13,7 @@ from runtimes import feed_and_invoke
 
 import fusekit
 from fusekit.errors import ConversionError
-from fusekit.run.model_ops import list_ops, op_counts
+from fusekit.model.model_ops import list_ops, op_counts
 
 
 def _run(model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:

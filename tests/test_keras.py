@@ -472,7 +472,7 @@ def test_converted_fused_model_has_one_op_per_norm_layer():
     _randomize(model)
     fused = fk.fuse(model, verbose=False)
     result = fusekit.convert(fused)
-    counts = fusekit.run.model_ops.op_counts(result.model)
+    counts = fusekit.model.model_ops.op_counts(result.model)
     assert {k: v for k, v in counts.items() if k.startswith("CUSTOM:")} == {
         "CUSTOM:fusekit_layer_norm": 2,
         "CUSTOM:fusekit_rms_norm": 1,

@@ -1,4 +1,4 @@
-"""Malformed models: fusekit.run.model_check refuses each class of damage
+"""Malformed models: fusekit.model.model_check refuses each class of damage
 with InvalidModelError naming what is wrong, before any runtime reads it.
 
 Every malformed model here is a real converted layer-norm model, corrupted
@@ -26,9 +26,9 @@ from models import layer_norm_module, save_and_convert
 from runtimes import REPO, tflite_runtime_python
 
 import fusekit
-from fusekit.conversion.flatbuffer_edit import read_model
 from fusekit.errors import FusekitError, InvalidModelError
-from fusekit.run import model_check, model_ops
+from fusekit.model import model_check, model_ops
+from fusekit.model.flatbuffer_edit import read_model
 
 OP = "fusekit_layer_norm"
 OPTIONAL = {OP: {1, 2}}  # gamma and beta may be left out (kernel schema)
@@ -124,7 +124,7 @@ def test_field_layout_is_generated_from_the_installed_schema():
     finally:
         sys.path.pop(0)
     assert gen_tflite_fields.OUT.read_text() == gen_tflite_fields.generate(), (
-        "fusekit/run/_tflite_fields.py is stale: run scripts/gen_tflite_fields.py"
+        "fusekit/model/_tflite_fields.py is stale: run scripts/gen_tflite_fields.py"
     )
 
 

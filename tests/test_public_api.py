@@ -56,3 +56,19 @@ def test_every_fusekit_error_lives_in_fusekit_errors_and_old_paths_still_work():
 
     assert PassError is fusekit.errors.PassError is fusekit.PassError
     assert PluginBuildError is fusekit.errors.PluginBuildError is fusekit.PluginBuildError
+
+
+def test_the_model_layer_s_documented_old_paths_still_work():
+    import fusekit.model.graph
+    import fusekit.model.model_ops
+    from fusekit.passes.graph import OP, Graph, ModelView
+
+    # The README's model listing, reachable as an attribute after `import fusekit`.
+    assert fusekit.run.model_ops.op_counts is fusekit.model.model_ops.op_counts
+    assert fusekit.run.model_ops.list_ops is fusekit.model.model_ops.list_ops
+    # The pass-writing guide's import (docs/passes.md).
+    assert (OP, Graph, ModelView) == (
+        fusekit.model.graph.OP,
+        fusekit.model.graph.Graph,
+        fusekit.model.graph.ModelView,
+    )

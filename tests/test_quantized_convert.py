@@ -13,7 +13,7 @@ import tensorflow as tf
 from ai_edge_litert import schema_py_generated as schema
 
 import fusekit
-from fusekit.conversion.flatbuffer_edit import read_model
+from fusekit.model.flatbuffer_edit import read_model
 
 B, S, H, D = 2, 16, 2, 8
 WIDTH = H * D

@@ -1,6 +1,7 @@
 """The runtime side needs what a device needs: fusekit loads and runs a model
 with tflite-runtime when neither ai-edge-litert nor TensorFlow can be
-imported, and the package's required dependencies do not pull them in."""
+imported, the model layer reads a model there, and the package's required
+dependencies do not pull them in."""
 
 from __future__ import annotations
 
@@ -73,6 +74,53 @@ def test_fusekit_runs_a_model_on_tflite_runtime_without_litert_or_tensorflow(ses
     assert result["loaded"] == []
     expected = module(tf.constant(x)).numpy()
     np.testing.assert_allclose(np.array(result["y"]), expected, atol=2e-5)
+
+
+# Run in this venv with the same blocker: the model layer's readers work,
+# its object-API half (graph view, writer) says what it needs.
+_MODEL_LAYER_SCRIPT = (
+    _BLOCKED_SCRIPT.split("import fusekit")[0]
+    + r"""
+import fusekit.model
+from fusekit.model import model_check, model_ops, op_properties, tflite_schema
+
+with model_check.mapped_model(sys.argv[1]) as mapped:
+    model_check.verify_model(mapped, sys.argv[1])
+    names = [op.name for op in model_ops.list_verified_ops(mapped)]
+try:
+    import fusekit.model.graph
+    graph = "imported"
+except ImportError as e:
+    graph = str(e)
+loaded = sorted({m.split(".")[0] for m in sys.modules} & set(BLOCKED))
+print(json.dumps({"ops": names, "graph": graph, "loaded": loaded}))
+"""
+)
+
+
+def test_the_model_layer_reads_a_model_without_litert_or_tensorflow(tmp_path):
+    from passes.pass_models import Builder
+
+    from fusekit.model.graph import OP
+
+    b = Builder()
+    x = b.input([1, 4])
+    path = tmp_path / "relu.tflite"
+    path.write_bytes(b.build([b.unary(OP.RELU, b.unary(OP.TANH, x))]))
+    proc = subprocess.run(
+        [sys.executable, "-c", _MODEL_LAYER_SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result == {
+        "ops": ["TANH", "RELU"],
+        "graph": "ai_edge_litert is blocked: not installed on this device",
+        "loaded": [],
+    }
 
 
 def test_required_dependencies_are_what_the_runtime_needs():

@@ -1,6 +1,7 @@
 """The kernel SDK's checks as a plugin author meets them: an attr read under
 a name the schema does not declare fails the node's init naming the op and
-the key, and FUSEKIT_ENSURE_EQ and friends print both values."""
+the key, FUSEKIT_ENSURE_EQ and friends print both values, and a typed
+scratch layout gives aligned, disjoint arrays or a clean out-of-memory."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ def typo(x, epsilon):
 @fusekit.composite("sdk_checked", size=3, scale=1.0)
 def checked(x, size, scale):
     return x * scale
+
+
+@fusekit.composite("sdk_scratch", extra=0)
+def scratched(x, extra):
+    return x * 2.0
 
 
 def convert(tmp_path: Path, plugin: str, fn, width: int, **attrs) -> bytes:
@@ -89,3 +95,29 @@ def test_comparison_checks_print_both_values(tmp_path, plugin):
     interp.set_tensor(interp.get_input_details()[0]["index"], x)
     interp.invoke()
     np.testing.assert_array_equal(interp.get_tensor(interp.get_output_details()[0]["index"]), x)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("rows", "width", "extra"), [(1, 1, 0), (5, 3, 7), (9, 17, 1000)])
+def test_scratch_layout_arrays_are_aligned_and_disjoint(
+    tmp_path, plugin, rows, width, extra, threads
+):
+    model = convert(tmp_path, plugin, scratched, width, extra=extra)
+    interp = fusekit.Interpreter(model_content=model, plugins=[plugin], num_threads=threads)
+    interp.resize_tensor_input(interp.get_input_details()[0]["index"], [rows, width])
+    interp.allocate_tensors()
+    x = np.random.default_rng(rows).standard_normal((rows, width)).astype(np.float32)
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    np.testing.assert_array_equal(interp.get_tensor(interp.get_output_details()[0]["index"]), 2 * x)
+
+
+@pytest.mark.parametrize("extra", [-1, 2**62])
+def test_scratch_layout_too_large_fails_as_out_of_memory(tmp_path, plugin, extra):
+    model = convert(tmp_path, plugin, scratched, 4, extra=extra)
+    interp = fusekit.Interpreter(model_content=model, plugins=[plugin])
+    interp.resize_tensor_input(interp.get_input_details()[0]["index"], [2, 4])
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], np.ones((2, 4), np.float32))
+    with pytest.raises(RuntimeError, match=r"sdk_scratch: out of memory for \d+ bytes of scratch"):
+        interp.invoke()

@@ -1,6 +1,7 @@
-// Shared between the per-SIMD-target code of attention.cc (compiled once per
-// target) and its kernel class (compiled once): the problem description, the
-// work items and the scratch layout.
+// Shared between fusekit_attention's per-SIMD-target code
+// (attention_decode.cc, attention_prefill.cc, compiled once per target) and
+// its kernel class (attention.cc, compiled once): the problem description,
+// the work items and the scratch layout.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +34,9 @@ struct Problem {
   int64_t batch, q_len, kv_len, heads, kv_heads, depth, value_depth;
   int64_t group;  // heads / kv_heads
   float scale;
+  // > 0: scores = softcap * tanh(scores / softcap), after the scale and
+  // before the mask (Gemma 2's logit soft-capping); 0: none.
+  float softcap;
   bool causal;
   const T* q;
   const T* k;
@@ -74,7 +78,8 @@ struct Partial {
   float* rows;  // [rows][value_pad]
 };
 
-// Per-thread working memory in floats (see Buffers in attention.cc).
+// Per-thread working memory in floats (see Buffers in
+// attention_microkernels-inl.h).
 inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
 // A prefill item holds Q^T and O^T one panel (2 vectors) of queries wide:

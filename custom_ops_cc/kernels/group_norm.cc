@@ -39,14 +39,7 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/group_norm.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-#include "fusekit/simd_tail.h"
+#include "fusekit/simd_begin.h"
 
 size_t GroupNormLanes() { return hn::Lanes(hn::ScalableTag<float>()); }
 
@@ -185,9 +178,7 @@ void GroupNormApply(const float* HWY_RESTRICT xb, float* HWY_RESTRICT yb, int64_
   }
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"
 
 #if HWY_ONCE
 
@@ -261,12 +252,13 @@ struct Plan {
   }
 };
 
-// Scratch layout (byte offsets, each 64-byte aligned).  A "slot" holds the
-// state of one batch item in flight: its shift/scale/offset rows and its
-// items' partial sums.
+// Scratch: per worker its accumulator rows; per "slot" (one batch item in
+// flight) its shift/scale/offset rows and its items' partial sums.
 struct Layout {
-  size_t acc_bytes, slot_bytes;  // per worker, per slot
-  size_t params_bytes;           // within a slot, before the partials
+  ScratchLayout scratch;
+  ScratchArray<float> acc;        // [2][padded] per worker
+  ScratchArray<float> params;     // [3][padded] per slot: shift, scale, offset
+  ScratchArray<double> partials;  // [items][2][channels] per slot
   int workers;
   int64_t slots;
   bool per_batch;  // one task per batch item (slot = worker), else slot = batch item
@@ -275,18 +267,23 @@ struct Layout {
       : workers(workers_),
         slots(per_batch_ ? workers_ : plan.batch),
         per_batch(per_batch_) {
-    auto align = [](size_t n) { return (n + 63) & ~size_t{63}; };
-    acc_bytes = align(sizeof(float) * 2 * plan.padded);
-    params_bytes = align(sizeof(float) * 3 * plan.padded);
-    slot_bytes = params_bytes + align(sizeof(double) * 2 * plan.channels * plan.items);
+    acc = scratch.Add<float>(2 * plan.padded, workers);
+    params = scratch.Add<float>(3 * plan.padded, slots);
+    partials = scratch.Add<double>(2 * plan.channels * plan.items, slots);
   }
-  size_t total() const { return acc_bytes * workers + slot_bytes * static_cast<size_t>(slots); }
-  float* acc(void* base, int worker) const {
-    return reinterpret_cast<float*>(static_cast<char*>(base) + acc_bytes * worker);
-  }
-  char* slot(void* base, int64_t s) const {
-    return static_cast<char*>(base) + acc_bytes * workers + slot_bytes * s;
-  }
+};
+
+// One slot's arrays in the scratch block.
+struct Slot {
+  float* shift;
+  float* scale;
+  float* offset;
+  double* partials;
+  Slot(const Plan& plan, const Layout& layout, void* base, int64_t s)
+      : shift(layout.params(base, s)),
+        scale(shift + plan.padded),
+        offset(scale + plan.padded),
+        partials(layout.partials(base, s)) {}
 };
 
 class GroupNorm {
@@ -339,7 +336,7 @@ class GroupNorm {
     // Reserve the scratch now rather than in the first Invoke.
     if (x.num_elements() > 0) {
       const Plan plan = MakePlan(x);
-      ctx.Scratch(MakeLayout(plan, ctx.num_threads()).total());
+      ctx.Scratch(MakeLayout(plan, ctx.num_threads()).scratch);
     }
     return ctx.ResizeOutput(y, x.shape());
   }
@@ -350,9 +347,9 @@ class GroupNorm {
     const Plan plan = MakePlan(x);
     const int threads = ctx.num_threads();
     const Layout layout = MakeLayout(plan, threads);
-    void* scratch = ctx.Scratch(layout.total());
+    void* scratch = ctx.Scratch(layout.scratch);
     FUSEKIT_ENSURE(ctx, scratch != nullptr, "out of memory (%zu bytes of scratch)",
-                   layout.total());
+                   layout.scratch.bytes());
     const float* gamma = scale_ ? in1.data() : nullptr;
     const float* beta = center_ ? (scale_ ? in2.data() : in1.data()) : nullptr;
     const float* xs = x.data();
@@ -364,13 +361,13 @@ class GroupNorm {
       // back, so the second read of x comes from this core's cache.
       const int64_t grain = std::max<int64_t>(1, kItemFloats / item_floats);
       ctx.ParallelFor(plan.batch, grain, [&](int64_t begin, int64_t end, int worker) {
-        char* slot = layout.slot(scratch, worker);
+        const Slot slot(plan, layout, scratch, worker);
         float* acc = layout.acc(scratch, worker);
         for (int64_t b = begin; b < end; ++b) {
           const float* xb = xs + b * item_floats;
           FillShift(plan, xb, slot);
-          for (int64_t i = 0; i < plan.items; ++i) Stats(plan, layout, xb, slot, acc, i);
-          Combine(plan, layout, slot, gamma, beta);
+          for (int64_t i = 0; i < plan.items; ++i) Stats(plan, xb, slot, acc, i);
+          Combine(plan, slot, gamma, beta);
           Apply(plan, xb, ys + b * item_floats, slot, 0, plan.rows);
         }
       });
@@ -380,26 +377,26 @@ class GroupNorm {
     // Few batch items for the threads: split every batch item's rows, in
     // three phases.
     for (int64_t b = 0; b < plan.batch; ++b) {
-      FillShift(plan, xs + b * item_floats, layout.slot(scratch, b));
+      FillShift(plan, xs + b * item_floats, Slot(plan, layout, scratch, b));
     }
     ctx.ParallelFor(plan.batch * plan.items, 1,
                     [&](int64_t begin, int64_t end, int worker) {
                       float* acc = layout.acc(scratch, worker);
                       for (int64_t t = begin; t < end; ++t) {
                         const int64_t b = t / plan.items;
-                        Stats(plan, layout, xs + b * item_floats, layout.slot(scratch, b),
+                        Stats(plan, xs + b * item_floats, Slot(plan, layout, scratch, b),
                               acc, t % plan.items);
                       }
                     });
     for (int64_t b = 0; b < plan.batch; ++b) {
-      Combine(plan, layout, layout.slot(scratch, b), gamma, beta);
+      Combine(plan, Slot(plan, layout, scratch, b), gamma, beta);
     }
     ctx.ParallelFor(plan.batch * plan.items, 1, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         const int64_t b = t / plan.items, i = t % plan.items;
         const int64_t r0 = i * plan.item_rows;
-        Apply(plan, xs + b * item_floats, ys + b * item_floats, layout.slot(scratch, b), r0,
-              std::min(plan.rows, r0 + plan.item_rows));
+        Apply(plan, xs + b * item_floats, ys + b * item_floats, Slot(plan, layout, scratch, b),
+              r0, std::min(plan.rows, r0 + plan.item_rows));
       }
     });
     return kTfLiteOk;
@@ -421,41 +418,35 @@ class GroupNorm {
     return Layout(plan, threads, per_batch);
   }
 
-  static float* Shift(const Plan&, char* slot) { return reinterpret_cast<float*>(slot); }
-  static float* Scale(const Plan& plan, char* slot) { return Shift(plan, slot) + plan.padded; }
-  static float* Offset(const Plan& plan, char* slot) { return Scale(plan, slot) + plan.padded; }
-  static double* Partials(const Layout& layout, char* slot) {
-    return reinterpret_cast<double*>(slot + layout.params_bytes);
-  }
 
   // Each channel's value at the first position, repeated across the row.
-  static void FillShift(const Plan& plan, const float* xb, char* slot) {
-    float* shift = Shift(plan, slot);
+  static void FillShift(const Plan& plan, const float* xb, const Slot& slot) {
+    float* shift = slot.shift;
     for (int64_t l = 0; l < plan.W; ++l) shift[l] = xb[l % plan.channels];
     for (int64_t l = plan.W; l < plan.padded; ++l) shift[l] = 0.0f;
   }
 
-  void Stats(const Plan& plan, const Layout& layout, const float* xb, char* slot, float* acc,
+  void Stats(const Plan& plan, const float* xb, const Slot& slot, float* acc,
              int64_t item) const {
     const int64_t r0 = item * plan.item_rows;
     stats_(xb, plan.W, plan.channels, r0, std::min(plan.rows, r0 + plan.item_rows),
-           plan.full_rows, plan.tail, Shift(plan, slot), acc,
-           Partials(layout, slot) + 2 * plan.channels * item);
+           plan.full_rows, plan.tail, slot.shift, acc,
+           slot.partials + 2 * plan.channels * item);
   }
 
   // Group statistics from the items' per-channel sums, in double, then the
   // per-channel scale and offset of y = (x - shift) * scale + offset.
-  void Combine(const Plan& plan, const Layout& layout, char* slot, const float* gamma,
+  void Combine(const Plan& plan, const Slot& slot, const float* gamma,
                const float* beta) const {
     const int64_t C = plan.channels;
-    double* sums = Partials(layout, slot);  // item 0's partials receive the rest
+    double* sums = slot.partials;  // item 0's partials receive the rest
     for (int64_t i = 1; i < plan.items; ++i) {
       const double* other = sums + 2 * C * i;
       for (int64_t c = 0; c < 2 * C; ++c) sums[c] += other[c];
     }
-    const float* shift = Shift(plan, slot);
-    float* scale = Scale(plan, slot);
-    float* offset = Offset(plan, slot);
+    const float* shift = slot.shift;
+    float* scale = slot.scale;
+    float* offset = slot.offset;
     const int64_t per_group = C / plan.groups;
     const double positions = static_cast<double>(plan.positions);
     const double count = positions * static_cast<double>(per_group);
@@ -488,10 +479,10 @@ class GroupNorm {
     for (int64_t l = plan.W; l < plan.padded; ++l) scale[l] = offset[l] = 0.0f;
   }
 
-  void Apply(const Plan& plan, const float* xb, float* yb, char* slot, int64_t r0,
+  void Apply(const Plan& plan, const float* xb, float* yb, const Slot& slot, int64_t r0,
              int64_t r1) const {
-    apply_(xb, yb, plan.W, r0, r1, plan.full_rows, plan.tail, Shift(plan, slot),
-           Scale(plan, slot), Offset(plan, slot));
+    apply_(xb, yb, plan.W, r0, r1, plan.full_rows, plan.tail, slot.shift, slot.scale,
+           slot.offset);
   }
 
   int64_t groups_;

@@ -15,14 +15,7 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/layer_norm.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-#include "fusekit/simd_tail.h"
+#include "fusekit/simd_begin.h"
 
 // Loads `count` (< a full vector when partial) elements of storage type T
 // as float32 lanes.
@@ -134,9 +127,7 @@ void LayerNormRowsF16(const void* x, const void* gamma, const void* beta, void* 
                  static_cast<const H*>(beta), static_cast<H*>(y), rows, depth, epsilon);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"
 
 #if HWY_ONCE
 

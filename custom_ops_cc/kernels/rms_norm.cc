@@ -16,14 +16,7 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/rms_norm.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-#include "fusekit/simd_tail.h"
+#include "fusekit/simd_begin.h"
 
 // Sum of squares of p[0, n) in float, four accumulators deep.  The masked
 // tail loads zeros past n, whose squares add nothing.
@@ -84,9 +77,7 @@ void RmsNormRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT gamma,
   }
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"
 
 #if HWY_ONCE
 

@@ -35,14 +35,7 @@ struct RotaryArgs {
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/rotary_embedding.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace fusekit {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-#include "fusekit/simd_tail.h"
+#include "fusekit/simd_begin.h"
 
 template <class D>
 HWY_INLINE hn::VFromD<D> LoadN(D d, const float* HWY_RESTRICT p, size_t n, bool full) {
@@ -148,9 +141,7 @@ void RotaryRows(const RotaryArgs& a, int64_t begin, int64_t end) {
   }
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace fusekit
-HWY_AFTER_NAMESPACE();
+#include "fusekit/simd_end.h"
 
 #if HWY_ONCE
 

@@ -35,9 +35,10 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.conversion import tf_private
-from fusekit.conversion.flatbuffer_edit import pack_model, read_model
 from fusekit.conversion.typed_attrs_pass import restore_typed_attrs
 from fusekit.errors import ConversionError, MissingKernelError
+from fusekit.model.flatbuffer_edit import pack_model, read_model
+from fusekit.model.model_ops import builtin_code
 
 _FLOAT32 = schema.TensorType.FLOAT32
 
@@ -130,7 +131,7 @@ def _check_calibratable(m: schema.ModelT) -> None:
             if op.intermediates is not None and len(op.intermediates):
                 code = m.operatorCodes[op.opcodeIndex]
                 name = (
-                    code.customCode.decode() if code.customCode else f"builtin {code.builtinCode}"
+                    code.customCode.decode() if code.customCode else f"builtin {builtin_code(code)}"
                 )
                 raise ConversionError(
                     f"int8 calibration with fusekit's kernels cannot record the intermediate "

@@ -22,8 +22,9 @@ from fusekit.conversion.sources import as_saved_model
 from fusekit.conversion.typed_attrs_pass import restore_typed_attrs, smuggled_attrs
 from fusekit.conversion.unfuse import unfused_copy
 from fusekit.errors import ConversionError
+from fusekit.model import model_ops
 from fusekit.passes.pipeline import run_passes
-from fusekit.run import compat, model_ops
+from fusekit.run import compat
 
 _FAILED_TO_FUSE = re.compile(r"failed to fuse for op: ([\w./-]+)")
 

@@ -3,9 +3,9 @@ DEQUANTIZE/QUANTIZE ops."""
 
 from __future__ import annotations
 
-from fusekit.run import tflite_schema
-from fusekit.run.model_check import ModelBuffer, verify_model
-from fusekit.run.tflite_schema import BUILTIN_CODES, CUSTOM
+from fusekit.model import tflite_schema
+from fusekit.model.model_check import ModelBuffer, verify_model
+from fusekit.model.tflite_schema import BUILTIN_CODES, CUSTOM
 
 _DEQUANTIZE = BUILTIN_CODES["DEQUANTIZE"]
 _QUANTIZE = BUILTIN_CODES["QUANTIZE"]

@@ -14,8 +14,8 @@ from typing import Any
 from flatbuffers import flexbuffers
 
 from fusekit import wire
-from fusekit.conversion.flatbuffer_edit import rewrite_custom_options
-from fusekit.run.model_ops import list_ops
+from fusekit.model.flatbuffer_edit import rewrite_custom_options
+from fusekit.model.model_ops import list_ops
 
 
 def _read_map(options: bytes) -> dict[str, Any] | None:

@@ -40,14 +40,14 @@ def _admissible(mask: tf.Tensor | None, causal: bool, q_len: Any, kv_len: Any) -
     return allowed
 
 
-@composite(_OP, causal=False, scale=1.0)
-def _attention(
+def _attention_body(
     q: tf.Tensor,
     k: tf.Tensor,
     v: tf.Tensor,
     mask: tf.Tensor | None = None,
     causal: bool = False,
     scale: float = 1.0,
+    softcap: float = 0.0,
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
@@ -67,6 +67,9 @@ def _attention(
     if group > 1:
         qt = tf.reshape(qt, [batch, kv_heads, group * q_len, depth])
     scores = tf.matmul(qt, tf.transpose(k, [0, 2, 1, 3]), transpose_b=True)
+    if softcap:
+        # Gemma 2's logit soft-capping: after the scale, before the mask.
+        scores = softcap * tf.math.tanh(scores / softcap)
     allowed = _admissible(mask, causal, q_len, kv_len)
     shaped = group > 1 and (mask is not None or causal)
     if shaped:
@@ -90,6 +93,11 @@ def _attention(
         out = tf.reshape(out, [batch, heads, q_len, value_depth])
     out = tf.transpose(out, [0, 2, 1, 3])
     return out if storage == tf.float32 else tf.cast(out, storage)
+
+
+# The op without softcap carries no softcap attr (absent: no capping).
+_attention = composite(_OP, causal=False, scale=1.0)(_attention_body)
+_attention_capped = composite(_OP, causal=False, scale=1.0, softcap=1.0)(_attention_body)
 
 
 def _shape(name: str, t: Any) -> tf.TensorShape:
@@ -119,6 +127,7 @@ def attention(
     mask: Any | None = None,
     causal: bool = False,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> tf.Tensor:
     """``softmax(q @ k^T * scale + mask) @ v`` per head, in one op.
 
@@ -157,7 +166,8 @@ def attention(
     a decode step reads half the bytes of K and V.
 
     One fused op ``fusekit_attention`` with inputs (q, k, v[, mask]) as
-    given and attrs ``causal`` (bool) and ``scale`` (float).
+    given and attrs ``causal`` (bool), ``scale`` (float) and, when given,
+    ``softcap`` (float).
 
     Args:
       q: float32 or float16 [B, Sq, H, D]; D must be static.
@@ -167,6 +177,9 @@ def attention(
         to 4 broadcastable to [B, H, Sq, Skv].
       causal: drop the keys after each query's position (bottom-right).
       scale: multiplies q @ k^T; None means 1 / sqrt(D).
+      softcap: None (no capping) or a number > 0: the scaled scores become
+        ``softcap * tanh(scores / softcap)`` before the mask is applied
+        (Gemma 2's and litert-torch's ``logit_cap``).
 
     Returns:
       [B, Sq, H, Dv] of q's dtype.
@@ -223,5 +236,16 @@ def attention(
         scale = 1.0 / math.sqrt(depth)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise ValueError(f"{_OP}: scale must be a finite number or None, got {scale!r}")
+    if softcap is not None and (
+        isinstance(softcap, bool)
+        or not isinstance(softcap, (int, float))
+        or not math.isfinite(softcap)
+        or softcap <= 0
+    ):
+        raise ValueError(f"{_OP}: softcap must be a finite number > 0 or None, got {softcap!r}")
     tensors = (q, k, v) if mask is None else (q, k, v, mask)
-    return _attention(*tensors, causal=bool(causal), scale=float(scale))
+    if softcap is None:
+        return _attention(*tensors, causal=bool(causal), scale=float(scale))
+    return _attention_capped(
+        *tensors, causal=bool(causal), scale=float(scale), softcap=float(softcap)
+    )

@@ -19,6 +19,7 @@ updated in place, see ``fusekit/passes/kv_cache.py``).  Your own::
 from __future__ import annotations
 
 from fusekit.errors import PassError
+from fusekit.model.graph import Graph, ModelView
 from fusekit.passes import (  # noqa: F401 - register the built-ins
     cleanup,
     fold_affine,
@@ -34,7 +35,6 @@ from fusekit.passes import (  # noqa: F401 - register the built-ins
     layout,
     space_to_depth,
 )
-from fusekit.passes.graph import Graph, ModelView
 from fusekit.passes.pipeline import (
     DEFAULT_PASSES,
     OptimizeResult,

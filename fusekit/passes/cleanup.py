@@ -9,7 +9,7 @@ from collections import Counter
 
 import numpy as np
 
-from fusekit.passes.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
+from fusekit.model.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
 from fusekit.passes.registry import PassOptions, register
 from fusekit.passes.strided_slice import strided_slices_as_slices
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import OP, Graph, ModelView
+from fusekit.model.graph import OP, Graph, ModelView
 from fusekit.passes.registry import PassOptions, register
 
 _CONVS = {OP.CONV_2D, OP.DEPTHWISE_CONV_2D}

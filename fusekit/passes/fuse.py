@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from flatbuffers import flexbuffers
 
+from fusekit.model.graph import ModelView
 from fusekit.passes.fusion.norm_notes import note_unfused_norms
 from fusekit.passes.fusion.quantized import BY_FUSE_QUANTIZED, leftover_notes
 from fusekit.passes.fusion.rewrite import (
@@ -13,7 +14,6 @@ from fusekit.passes.fusion.rewrite import (
     fuse_norm_pass,
     fuse_rotary_pass,
 )
-from fusekit.passes.graph import ModelView
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "fuse"

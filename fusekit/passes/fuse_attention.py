@@ -5,8 +5,8 @@ code (with and without masks, causal) becomes one ``fusekit_attention``
 
 from __future__ import annotations
 
+from fusekit.model.graph import ModelView
 from fusekit.passes.fusion.rewrite import fuse_attention_pass
-from fusekit.passes.graph import ModelView
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "fuse_attention"

@@ -5,8 +5,8 @@ passes of ``fusekit optimize``, before ``fuse``."""
 
 from __future__ import annotations
 
+from fusekit.model.graph import ModelView
 from fusekit.passes.fusion.composites import fuse_composites as _fuse
-from fusekit.passes.graph import ModelView
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "fuse_composites"

@@ -6,8 +6,8 @@ fusion/norms.py for what is proven before a rewrite)."""
 
 from __future__ import annotations
 
+from fusekit.model.graph import ModelView
 from fusekit.passes.fusion.rewrite import fuse_norm_pass
-from fusekit.passes.graph import ModelView
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "fuse_group_norm"

@@ -6,6 +6,7 @@ float16 storage did to a norm's epsilon (fusion/epsilon.py)."""
 
 from __future__ import annotations
 
+from fusekit.model.graph import Graph, ModelView
 from fusekit.passes.fusion.epsilon import epsilon_notes
 from fusekit.passes.fusion.quantized import (
     FloatView,
@@ -26,7 +27,6 @@ from fusekit.passes.fusion.rewrite import (
     fuse_rotary,
 )
 from fusekit.passes.fusion.rotary import find_rotary
-from fusekit.passes.graph import Graph, ModelView
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "fuse_quantized"

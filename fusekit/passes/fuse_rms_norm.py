@@ -4,8 +4,8 @@ SQRT/DIV form) become one ``fusekit_rms_norm``."""
 
 from __future__ import annotations
 
+from fusekit.model.graph import ModelView
 from fusekit.passes.fusion.rewrite import fuse_norm_pass
-from fusekit.passes.graph import ModelView
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "fuse_rms_norm"

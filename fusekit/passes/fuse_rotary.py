@@ -4,8 +4,8 @@ become one ``fusekit_rotary_embedding`` (see fusion/rotary.py)."""
 
 from __future__ import annotations
 
+from fusekit.model.graph import ModelView
 from fusekit.passes.fusion.rewrite import fuse_rotary_pass
-from fusekit.passes.graph import ModelView
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "fuse_rotary"

@@ -32,30 +32,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
+from fusekit.model.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
+from fusekit.model.op_properties import (
+    ELEMENTWISE_BROADCAST,
+    ELEMENTWISE_UNARY,
+    LAST_AXIS_OPS,
+    PADS,
+    REDUCTIONS,
+)
 from fusekit.passes.registry import PassOptions, register
 
 Perm = list[int]
-
-_UNARY = {
-    getattr(OP, name)
-    for name in (
-        "ABS CAST CEIL COS DEQUANTIZE ELU EXP FLOOR GELU HARD_SWISH LEAKY_RELU LOG LOGICAL_NOT "
-        "LOGISTIC NEG QUANTIZE RELU RELU6 RELU_N1_TO_1 RELU_0_TO_1 ROUND RSQRT SIGN SIN SQRT "
-        "SQUARE TANH ZEROS_LIKE"
-    ).split()
-    if hasattr(OP, name)
-}
-_BINARY = {
-    getattr(OP, name)
-    for name in (
-        "ADD SUB MUL DIV MAXIMUM MINIMUM SQUARED_DIFFERENCE POW FLOOR_DIV FLOOR_MOD LESS "
-        "LESS_EQUAL GREATER GREATER_EQUAL EQUAL NOT_EQUAL LOGICAL_AND LOGICAL_OR PRELU SELECT_V2"
-    ).split()
-}
-_REDUCE = {OP.MEAN, OP.SUM, OP.REDUCE_MAX, OP.REDUCE_MIN, OP.REDUCE_PROD}
-_LAST_AXIS = {OP.SOFTMAX, OP.LOG_SOFTMAX, OP.L2_NORMALIZATION}
-_PAD = {OP.PAD, OP.PADV2, OP.MIRROR_PAD}
 
 
 def permute_vector(values, p: Perm) -> list:
@@ -116,10 +103,10 @@ def plan_op(graph: Graph, op: schema.OperatorT, perms: dict[int, Perm]) -> OpPla
     def only(positions: list[int]) -> bool:
         return all(i in positions for i in region)
 
-    if code in _UNARY:
+    if code in ELEMENTWISE_UNARY:
         return OpPlan(p, [0], [p]) if only([0]) else None
 
-    if code in _BINARY or code == OP.CONCATENATION:
+    if code in ELEMENTWISE_BROADCAST or code == OP.CONCATENATION:
         positions = [i for i, t in enumerate(inputs) if t >= 0]
         for i in positions:
             t = inputs[i]
@@ -142,7 +129,7 @@ def plan_op(graph: Graph, op: schema.OperatorT, perms: dict[int, Perm]) -> OpPla
             return OpPlan(p, positions, [p], concat)
         return OpPlan(p, positions, [p])
 
-    if code in _PAD:
+    if code in PADS:
         paddings = _const_vector(graph, op, 1)
         if not only([0]) or paddings is None or paddings.shape != (n, 2):
             return None
@@ -152,7 +139,7 @@ def plan_op(graph: Graph, op: schema.OperatorT, perms: dict[int, Perm]) -> OpPla
 
         return OpPlan(p, [0], [p], pad)
 
-    if code in _REDUCE:
+    if code in REDUCTIONS:
         axes = _const_vector(graph, op, 1)
         if not only([0]) or axes is None:
             return None
@@ -176,7 +163,7 @@ def plan_op(graph: Graph, op: schema.OperatorT, perms: dict[int, Perm]) -> OpPla
             return None
         return OpPlan(p, [0], [out_perm], reduce)
 
-    if code in _LAST_AXIS:
+    if code in LAST_AXIS_OPS:
         return OpPlan(p, [0], [p]) if only([0]) and p[-1] == n - 1 else None
 
     if code == OP.SPLIT:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fusekit.errors import InvalidModelError, PassError
-from fusekit.passes.graph import ModelView
+from fusekit.model.graph import ModelView
 from fusekit.passes.registry import PassOptions, available, get
 
 # What `fusekit optimize` and `fusekit.optimize` run when no passes are

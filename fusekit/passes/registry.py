@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fusekit.errors import PassError
-from fusekit.passes.graph import ModelView
+from fusekit.model.graph import ModelView
 
 SPACE_TO_DEPTH_MODES = ("auto", "on", "off")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import OP, OPTIONS, Graph, ModelView, copy_quantization
+from fusekit.model.graph import OP, OPTIONS, Graph, ModelView, copy_quantization
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "space_to_depth"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import OP, OPTIONS, Graph
+from fusekit.model.graph import OP, OPTIONS, Graph
 
 # The largest rank SLICE and STRIDED_SLICE load with on every runtime.
 MAX_RANK = 5

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fusekit.errors import RuntimeTooOldError
-from fusekit.run import abi_versions, tflite_schema
-from fusekit.run.model_check import ModelBuffer, mapped_model
+from fusekit.model import tflite_schema
+from fusekit.model.model_check import ModelBuffer, mapped_model
+from fusekit.run import abi_versions
 
 # For each builtin op whose versions grew after TFLite 2.14: the highest
 # version TFLite 2.14 (and so tflite-runtime 2.14) registers, then the first

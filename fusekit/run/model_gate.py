@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fusekit.errors import MissingKernelError
-from fusekit.run import kernel_schema, model_check, model_ops, plugin
+from fusekit.model import model_check, model_ops
+from fusekit.run import kernel_schema, plugin
 
 
 def checked_libraries(

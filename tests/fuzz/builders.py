@@ -200,6 +200,10 @@ def attention_models(work: Path) -> dict[str, bytes]:
             module(tf.bool, causal=True), work / "attention_bool_causal"
         ),
         "attention_float": _convert(module(tf.float32, scale=0.5), work / "attention_float"),
+        # Soft-capped scores (the softcap attr; mutations reach its value).
+        "attention_softcap": _convert(
+            module(tf.float32, softcap=2.0), work / "attention_softcap"
+        ),
         # float16 storage (the kernel's second dtype variant), float32 mask.
         "attention_f16": _convert(
             module(tf.float32, tf.float16, causal=True), work / "attention_f16"

@@ -226,6 +226,16 @@ def _arr(*shape, dtype=np.float32):
             {"scale": float("nan")},
             "scale must be a finite number or None",
         ),
+        (
+            (_arr(1, 3, 4, 8), _arr(1, 5, 2, 8), _arr(1, 5, 2, 8)),
+            {"softcap": -1.0},
+            "fusekit_attention: softcap must be a finite number > 0 or None, got -1.0",
+        ),
+        (
+            (_arr(1, 3, 4, 8), _arr(1, 5, 2, 8), _arr(1, 5, 2, 8)),
+            {"softcap": 0},
+            "softcap must be a finite number > 0 or None, got 0",
+        ),
     ],
 )
 def test_bad_arguments(args, kwargs, message):
@@ -329,6 +339,34 @@ PLAN = [
         [(1, 4, 1030), (2, 1, 9)],
     ),
     ("decode gqa8 D32", 8, 1, 32, None, None, None, True, 1.0, [(1, 3, 1100), (1, 4, 4)]),
+    # Soft-capped scores (Gemma 2's logit_cap), with masks, both paths.
+    ("softcap prefill", 4, 2, 16, None, None, None, True, 3.0, [(2, 70, 90)], {"softcap": 5.0}),
+    (
+        "softcap decode bool",
+        8,
+        2,
+        32,
+        None,
+        "bool",
+        ["B", 1, "S", "K"],
+        False,
+        1.0,
+        [(1, 1, 1100), (2, 3, 50)],
+        {"softcap": 2.0},
+    ),
+    (
+        "softcap float mask",
+        2,
+        2,
+        8,
+        None,
+        "float",
+        ["B", 1, "S", "K"],
+        False,
+        2.0,
+        [(1, 9, 13)],
+        {"softcap": 0.5},
+    ),
 ]
 
 
@@ -348,13 +386,14 @@ def _value_module(h, hkv, d, dv, causal):
 
 
 def _build(workdir, rng, spec) -> Case:
-    name, h, hkv, d, dv, kind, msig, causal, spread, shapes = spec
+    name, h, hkv, d, dv, kind, msig, causal, spread, shapes, *more = spec
+    extra = more[0] if more else {}
     if dv is not None:
         module = _value_module(h, hkv, d, dv, causal)
     else:
         signature = None if msig is None else [None if isinstance(x, str) else x for x in msig]
         dtype = None if kind is None else (np.bool_ if kind == "bool" else np.float32)
-        module = attention_module(h, hkv, d, signature, dtype, causal=causal)
+        module = attention_module(h, hkv, d, signature, dtype, causal=causal, **extra)
     path = workdir / re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
     tf.saved_model.save(module, str(path))
     result = fusekit.convert(str(path))
@@ -373,7 +412,7 @@ def _build(workdir, rng, spec) -> Case:
             feeds[position] = named[key]
         case.runs.append(feeds)
         case.reference.append(module(*named.values()).numpy())
-        case.truth.append(attention_reference(**named, causal=causal))
+        case.truth.append(attention_reference(**named, causal=causal, **extra))
     return case
 
 
@@ -388,10 +427,11 @@ def attention_cases(session_dir) -> list[Case]:
 def test_converts_to_one_fused_op(attention_cases):
     for case in attention_cases:
         assert case.result.report.fused == {OP: 1}, case.name
-        counts = fusekit.run.model_ops.op_counts(case.model)
+        counts = fusekit.model.model_ops.op_counts(case.model)
         assert counts == {f"CUSTOM:{OP}": 1}, (case.name, counts)
         (op,) = fused_ops(case.model, OP)
-        assert set(op.attrs) == {"causal", "scale"}, case.name
+        want = {"causal", "scale"} | ({"softcap"} if "softcap" in case.name else set())
+        assert set(op.attrs) == want, case.name
         depth = op.input_shapes[0][-1]
         assert op.attrs["scale"] == pytest.approx(1 / np.sqrt(depth), rel=1e-6)
         for ref, exact in zip(case.reference, case.truth, strict=True):
@@ -651,7 +691,7 @@ def test_float16_converts_with_float16_tensors(half_cases):
         types = [graph.tensors[i].type for i in op.inputs]
         assert types[:3] == [half] * 3, case.name
         assert [graph.tensors[i].type for i in op.outputs] == [half], case.name
-        counts = fusekit.run.model_ops.op_counts(case.model)
+        counts = fusekit.model.model_ops.op_counts(case.model)
         if "half mask" in case.name:
             assert types[3] == f32, case.name
             assert counts == {f"CUSTOM:{OP}": 1, "CAST": 1}, (case.name, counts)
@@ -1029,6 +1069,16 @@ BAD = {
         _options({"causal": False, "scale": float("inf")}),
         {},
         "attr 'scale' must be a finite number",
+    ),
+    "softcap negative": (
+        _options({"causal": False, "scale": 0.25, "softcap": -2.0}),
+        {},
+        "attr 'softcap' must be a finite number > 0",
+    ),
+    "softcap not finite": (
+        _options({"causal": False, "scale": 0.25, "softcap": float("nan")}),
+        {},
+        "attr 'softcap' must be a finite number > 0",
     ),
 }
 

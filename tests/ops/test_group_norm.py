@@ -241,7 +241,7 @@ def group_cases(session_dir) -> list[OpCase]:
 def test_converts_to_one_fused_op(group_cases):
     for case in group_cases:
         assert case.result.report.fused == {"fusekit_group_norm": 1}, case.name
-        counts = fusekit.run.model_ops.op_counts(case.model)
+        counts = fusekit.model.model_ops.op_counts(case.model)
         assert counts == {"CUSTOM:fusekit_group_norm": 1}, (case.name, counts)
         (op,) = fused_ops(case.model, "fusekit_group_norm")
         variant = case.name.rsplit(" ", 1)[1]

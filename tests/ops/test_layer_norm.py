@@ -89,13 +89,13 @@ def test_parity_with_tensorflow(runtime, parity_cases):
 def test_one_custom_op_per_call_and_all_runtimes(session_dir):
     module = layer_norm_module(48, 2, epsilons=(1e-5, 1e-3, 1e-6, 0.1))
     result = save_and_convert(module, session_dir / "ln_multi")
-    counts = fusekit.run.model_ops.op_counts(result.model)
+    counts = fusekit.model.model_ops.op_counts(result.model)
     assert counts["CUSTOM:fusekit_layer_norm"] == 4
     assert result.report.fused == {"fusekit_layer_norm": 4}
     # Read the attrs as the kernel does: the flexbuffer map of each op.
     eps = sorted(
         flexbuffers.Loads(op.custom_options)["epsilon"]
-        for op in fusekit.run.model_ops.list_ops(result.model)
+        for op in fusekit.model.model_ops.list_ops(result.model)
         if op.custom_code == "fusekit_layer_norm"
     )
     assert eps == pytest.approx([1e-6, 1e-5, 1e-3, 0.1], rel=1e-6)

@@ -107,7 +107,7 @@ def variant_cases(session_dir) -> list[OpCase]:
 def test_converts_to_one_op_with_scale_center_attrs(variant_cases):
     for case in variant_cases:
         scale, center = VARIANTS[case.name.split()[1]]
-        assert fusekit.run.model_ops.op_counts(case.model) == {"CUSTOM:fusekit_layer_norm": 1}
+        assert fusekit.model.model_ops.op_counts(case.model) == {"CUSTOM:fusekit_layer_norm": 1}
         (op,) = fused_ops(case.model, "fusekit_layer_norm")
         if scale and center:
             # unchanged from before optional operands existed

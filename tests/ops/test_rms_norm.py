@@ -148,7 +148,7 @@ def rms_cases(session_dir) -> list[OpCase]:
 def test_converts_to_one_fused_op(rms_cases):
     for case in rms_cases:
         assert case.result.report.fused == {"fusekit_rms_norm": 1}, case.name
-        counts = fusekit.run.model_ops.op_counts(case.model)
+        counts = fusekit.model.model_ops.op_counts(case.model)
         assert counts == {"CUSTOM:fusekit_rms_norm": 1}, (case.name, counts)
         (op,) = fused_ops(case.model, "fusekit_rms_norm")
         assert set(op.attrs) == {"epsilon"}
@@ -172,7 +172,7 @@ def test_one_op_per_call_with_distinct_epsilons(session_dir):
     case = convert_op(
         session_dir, "rms three", three, {"x": [None, 24]}, [{"x": x}], weights={"gamma": gamma}
     )
-    assert fusekit.run.model_ops.op_counts(case.model) == {"CUSTOM:fusekit_rms_norm": 3}
+    assert fusekit.model.model_ops.op_counts(case.model) == {"CUSTOM:fusekit_rms_norm": 3}
     ops = fused_ops(case.model, "fusekit_rms_norm")
     assert sorted(round(o.attrs["epsilon"], 9) for o in ops) == [1e-6, 1e-3, 1e-3]
 

@@ -243,7 +243,7 @@ def rotary_cases(session_dir) -> list[OpCase]:
 def test_converts_to_one_fused_op(rotary_cases):
     for case in rotary_cases:
         assert case.result.report.fused == {"fusekit_rotary_embedding": 1}, case.name
-        counts = fusekit.run.model_ops.op_counts(case.model)
+        counts = fusekit.model.model_ops.op_counts(case.model)
         assert counts == {"CUSTOM:fusekit_rotary_embedding": 1}, (case.name, counts)
         (op,) = fused_ops(case.model, "fusekit_rotary_embedding")
         depth = int(case.name.split("D=")[1].split()[0])

@@ -12,7 +12,7 @@ from pass_models import random_inputs
 from runtimes import RUNTIMES, Job, run_jobs
 
 import fusekit
-from fusekit.run.model_ops import list_ops
+from fusekit.model.model_ops import list_ops
 
 
 def convert_keras(model, float16: bool = False) -> bytes:

@@ -116,7 +116,7 @@ def test_models_with_resource_variables_are_read(tmp_path):
     module = Counter()
     tf.saved_model.save(module, str(tmp_path / "counter"))
     model = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "counter")).convert()
-    assert "VAR_HANDLE" in fusekit.run.model_ops.op_counts(model)
+    assert "VAR_HANDLE" in fusekit.model.model_ops.op_counts(model)
     result = cleanup(model)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     for m in (model, result.model):

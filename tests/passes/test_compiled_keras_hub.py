@@ -9,7 +9,7 @@ from fuse_models import convert_keras, custom_ops
 from test_fuse_keras_hub import FAMILIES, token_inputs
 
 import fusekit
-from fusekit.run import tflite_schema
+from fusekit.model import tflite_schema
 
 
 def test_llama_through_compiled_model():

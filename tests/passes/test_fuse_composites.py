@@ -18,8 +18,8 @@ from ai_edge_litert import schema_py_generated as schema
 from flatbuffers import flexbuffers
 
 import fusekit
-from fusekit.passes.graph import OP, ModelView
-from fusekit.run.model_ops import op_counts
+from fusekit.model.graph import OP, ModelView
+from fusekit.model.model_ops import op_counts
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "torch" / "composites"
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -101,20 +101,35 @@ def test_fused_outputs_match_plain(block, runtime, signature):
         )
 
 
-def test_softcap_attention_is_refused_with_its_reason():
+def test_softcap_attention_is_mapped_with_its_logit_cap():
     result = fusekit.optimize(model_bytes("block_softcap"))
     counts = op_counts(ModelView(result.model).m)
-    assert counts["STABLEHLO_COMPOSITE"] == 2  # the two attentions
+    assert "STABLEHLO_COMPOSITE" not in counts
+    assert counts["CUSTOM:fusekit_attention"] == 2
     assert counts["CUSTOM:fusekit_rms_norm"] == 2
-    notes = result.report.line("fuse_composites").notes
-    assert len(notes) == 2
-    assert all("odml.scaled_dot_product_attention" in n and "logit_cap=30" in n for n in notes)
+    assert "TANH" not in counts
+    line = result.report.line("fuse_composites")
+    assert not line.notes
+    assert sum("softcap=30" in c for c in line.changes) == 2, line.changes
     feeds = arrays("block_softcap")
-    for signature in SIGNATURES:
-        plain = run(model_bytes("block_softcap"), "litert", signature, feeds)
-        fused = run(result.model, "litert", signature, feeds)
-        for want, got in zip(plain, fused, strict=True):
-            np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    for runtime in ("litert", "tf"):
+        for signature in SIGNATURES:
+            plain = run(model_bytes("block_softcap"), runtime, signature, feeds)
+            fused = run(result.model, runtime, signature, feeds)
+            for want, got in zip(plain, fused, strict=True):
+                np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+def test_a_logit_cap_that_lies_is_not_believed():
+    """The decomposition caps at 30; an attr saying 3 fails the check."""
+    model = with_attr(
+        model_bytes("block_softcap"), "odml.scaled_dot_product_attention", "logit_cap", 3.0
+    )
+    result = fusekit.optimize(model)
+    counts = op_counts(ModelView(result.model).m)
+    assert counts["STABLEHLO_COMPOSITE"] == 2
+    notes = result.report.line("fuse_composites").notes
+    assert len(notes) == 2 and all("softcap=3" in n and "not mapped" in n for n in notes), notes
 
 
 def with_attr(model: bytes, composite: str, key: str, value: float) -> bytes:

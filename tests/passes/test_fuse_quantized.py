@@ -17,8 +17,8 @@ from runtimes import RUNTIMES, Job, run_jobs
 from test_fuse_keras_hub import ATTENTION, FAMILIES, LN, RMS, ROPE, SEQ, token_inputs
 
 import fusekit
+from fusekit.model.graph import OP
 from fusekit.passes.fusion.epsilon import SMALLEST_SUBNORMAL
-from fusekit.passes.graph import OP
 
 FUSED = {
     "bert": {LN: 5, ATTENTION: 2},

@@ -65,7 +65,7 @@ def _fused_counts(model: bytes) -> dict[int, Counter]:
 
 def _signature_graphs(model: bytes) -> dict[str, int]:
     """Signature key -> subgraph index."""
-    from fusekit.conversion.flatbuffer_edit import read_model
+    from fusekit.model.flatbuffer_edit import read_model
 
     return {s.signatureKey.decode(): s.subgraphIndex for s in read_model(model).signatureDefs}
 

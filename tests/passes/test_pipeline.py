@@ -77,7 +77,7 @@ def test_unknown_pass_and_bad_option_are_clear_errors(cnn):
 def test_nothing_to_do_returns_the_same_bytes():
     b = Builder()
     x = b.input([1, 4, 4, 3])
-    model = b.build([b.unary(fusekit.passes.graph.OP.RELU, x)])
+    model = b.build([b.unary(fusekit.model.graph.OP.RELU, x)])
     result = fusekit.optimize(model, passes=["cleanup", "layout", "space_to_depth"])
     assert result.model is model
     assert result.report.iterations == 1 and result.report.converged

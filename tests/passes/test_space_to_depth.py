@@ -9,8 +9,8 @@ import pytest
 from pass_models import convert_tf, count, random_inputs, representative, run, stem
 
 import fusekit
+from fusekit.model.graph import OP
 from fusekit.passes import ModelView
-from fusekit.passes.graph import OP
 
 
 def conv_geometry(model: bytes) -> list[tuple[str, list[int], list[int], int]]:

@@ -272,6 +272,74 @@ class Attrs {
   const std::vector<AttrSpec>* schema_ = nullptr;
 };
 
+// ---------------------------------------------------------------- scratch
+
+// An array of T in a kernel's scratch (see ScratchLayout): `copies` arrays
+// of `count` elements, `stride` bytes apart, at `offset` in the block.
+template <typename T>
+struct ScratchArray {
+  size_t offset = 0;
+  size_t stride = 0;
+  int64_t count = 0;
+  int64_t copies = 0;
+  // Copy `copy` (e.g. a worker's own) of the array in the block `base`
+  // that OpContext::Scratch(layout) returned.
+  T* operator()(void* base, int64_t copy = 0) const {
+    return reinterpret_cast<T*>(static_cast<char*>(base) + offset +
+                                stride * static_cast<size_t>(copy));
+  }
+};
+
+// The typed layout of a kernel's scratch memory, computed from the shapes
+// (in Prepare, and again in Invoke: the same shapes give the same layout).
+// Every array starts on a 64-byte boundary (a cache line; the widest SIMD
+// vector), so arrays of different threads never share a line.
+//
+//   ScratchLayout layout;
+//   const auto rows = layout.Add<float>(n);                  // one array
+//   const auto acc = layout.Add<double>(m, ctx.num_threads());  // one per worker
+//   void* base = ctx.Scratch(layout);  // nullptr: out of memory
+//   float* r = rows(base);
+//   double* mine = acc(base, worker);
+//
+// A negative count or a size past size_t makes the layout unusable:
+// bytes() is SIZE_MAX and OpContext::Scratch(layout) returns nullptr,
+// which kernels report as out of memory, rather than a short block.
+class ScratchLayout {
+ public:
+  static constexpr size_t kAlign = 64;
+
+  template <typename T>
+  ScratchArray<T> Add(int64_t count, int64_t copies = 1) {
+    static_assert(alignof(T) <= kAlign, "scratch arrays are 64-byte aligned");
+    ScratchArray<T> a;
+    a.count = count;
+    a.copies = copies;
+    if (count < 0 || copies < 0 ||
+        (count > 0 && static_cast<uint64_t>(count) > (SIZE_MAX - kAlign) / sizeof(T))) {
+      overflow_ = true;
+      return a;
+    }
+    a.stride = RoundUp(static_cast<size_t>(count) * sizeof(T));
+    a.offset = bytes_;
+    if (copies > 0 && a.stride > 0 &&
+        static_cast<uint64_t>(copies) > (SIZE_MAX - bytes_) / a.stride) {
+      overflow_ = true;
+      return a;
+    }
+    bytes_ += a.stride * static_cast<size_t>(copies);
+    return a;
+  }
+
+  // The block's size; SIZE_MAX when an array could not be laid out.
+  size_t bytes() const { return overflow_ ? SIZE_MAX : bytes_; }
+
+ private:
+  static size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+  size_t bytes_ = 0;
+  bool overflow_ = false;
+};
+
 // ---------------------------------------------------------------- context
 
 struct NodeState;
@@ -333,6 +401,11 @@ class OpContext {
   // contents do not survive to the next Invoke.  Ask in Prepare to allocate
   // early; nullptr when out of memory.
   void* Scratch(size_t bytes);
+  // The block for a typed layout (nullptr when out of memory or when the
+  // layout overflowed); its arrays are found with ScratchArray's operator().
+  void* Scratch(const ScratchLayout& layout) {
+    return layout.bytes() == SIZE_MAX ? nullptr : Scratch(layout.bytes());
+  }
 
   // Reports "<op name>: <message>" through the runtime and returns
   // kTfLiteError, so kernels write `return ctx.Fail("...", ...)`.

@@ -61,11 +61,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import attention_operands as operands
 from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
 from fusekit.passes.fusion.pattern import Capture, NearMiss, Op, match, only_reader
 from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
-from fusekit.passes.graph import OP, Graph
 
 HEADS_FIRST = [0, 2, 1, 3]
 KEYS_LAST = [0, 2, 3, 1]

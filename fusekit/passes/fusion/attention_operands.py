@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion.pattern import Capture, Const, Op, match
 from fusekit.passes.fusion.values import no_activation, scalar
-from fusekit.passes.graph import OP, Graph
 
 # The permutation giving the op [B, S, H, D] from a tensor in each layout.
 PERMS: dict[str, list[int] | None] = {

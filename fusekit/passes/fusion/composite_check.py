@@ -19,9 +19,9 @@ import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import DTYPES, OP, Graph
 from fusekit.passes.fusion.emit import AttrValue, custom_options
 from fusekit.passes.fusion.subgraphs import called_subgraphs
-from fusekit.passes.graph import DTYPES, OP, Graph
 from fusekit.run.interpreter import Interpreter
 
 # Outputs must agree within TOLERANCE * max(1, largest reference value).

@@ -11,10 +11,10 @@ This pass replaces a composite by the fusekit op computing the same thing:
   LayerNorm, whose decomposition normalizes the LAST axis whatever its
   channel_axis attr says -> ``fusekit_layer_norm``; with more groups and
   the channels last -> ``fusekit_group_norm``;
-* ``odml.scaled_dot_product_attention`` {scale} (q [B, Sq, H, D],
+* ``odml.scaled_dot_product_attention`` {scale, logit_cap} (q [B, Sq, H, D],
   k and v [B, Skv, Hkv, D], optional additive mask) -> ``fusekit_attention``
   (already its layout: no transposes); without a mask the decomposition is
-  causal.
+  causal; a logit_cap becomes fusekit_attention's softcap.
 
 Attributes only propose the mapping.  It is made when the decomposition
 subgraph and the fused op agree on random inputs at the composite's own
@@ -38,6 +38,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from flatbuffers import flexbuffers
 
+from fusekit.model.graph import OP, Graph, ModelView
 from fusekit.passes.fusion.composite_check import (
     Checker,
     decomposition_model,
@@ -46,7 +47,6 @@ from fusekit.passes.fusion.composite_check import (
 )
 from fusekit.passes.fusion.emit import AttrValue, replace_with_custom
 from fusekit.passes.fusion.subgraphs import remove_subgraphs
-from fusekit.passes.graph import OP, Graph, ModelView
 from fusekit.passes.registry import PassOptions
 
 FLOAT32 = schema.TensorType.FLOAT32
@@ -134,12 +134,11 @@ def _group_norm(graph: Graph, op, attrs: dict) -> Mapping | str:
 
 
 def _attention(graph: Graph, op, attrs: dict) -> Mapping | list[Mapping] | str:
-    logit_cap = attrs.get("logit_cap")
-    if logit_cap is not None and logit_cap != 0:
-        return (
-            f"logit_cap={logit_cap} (tanh soft-capping of the scores): fusekit_attention has no "
-            "softcap"
-        )
+    softcap = None
+    if attrs.get("logit_cap") not in (None, 0):
+        softcap = _float_attr(attrs, "logit_cap")
+        if softcap is None or softcap <= 0:
+            return f"its logit_cap attr ({attrs.get('logit_cap')!r}) is not a number > 0"
     count = len(op.inputs)
     if count not in (3, 4) or len(op.outputs) != 1:
         return "expected q, k, v (and a mask) and one result"
@@ -158,6 +157,10 @@ def _attention(graph: Graph, op, attrs: dict) -> Mapping | list[Mapping] | str:
     if scale is None:
         scale = 1.0 / math.sqrt(q[3])
     mapped: dict[str, AttrValue] = {"scale": scale, "causal": False}
+    if softcap is not None:
+        # scores = logit_cap * tanh(scores / logit_cap), after the scale and
+        # before the mask, as the decomposition (and fusekit's softcap) does.
+        mapped["softcap"] = softcap
     positions = [0, 1, 2]
     if count == 4 and int(op.inputs[3]) >= 0:
         mask = int(op.inputs[3])

@@ -15,8 +15,8 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from flatbuffers import flexbuffers
 
-from fusekit.conversion.flatbuffer_edit import set_custom_options
-from fusekit.passes.graph import OP, Graph
+from fusekit.model.flatbuffer_edit import set_custom_options
+from fusekit.model.graph import OP, Graph
 
 AttrValue = bool | float | int
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion.quantized import dequantized, quantization, type_name
 from fusekit.passes.fusion.values import FLOAT16
-from fusekit.passes.graph import OP, Graph
 
 SMALLEST_SUBNORMAL = float(np.finfo(np.float16).smallest_subnormal)  # 5.96e-8
 SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)  # 6.10e-5

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import poly
 from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
 from fusekit.passes.fusion.values import (
@@ -36,7 +37,6 @@ from fusekit.passes.fusion.values import (
     reduction_axes,
     scalar,
 )
-from fusekit.passes.graph import OP, Graph
 
 
 @dataclass

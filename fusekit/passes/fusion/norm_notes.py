@@ -10,9 +10,9 @@ from collections.abc import Iterable
 
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, Graph, ModelView
 from fusekit.passes.fusion import views
 from fusekit.passes.fusion.values import reduction_axes, scalar
-from fusekit.passes.graph import OP, Graph, ModelView
 from fusekit.passes.registry import PassOptions
 
 _REDUCTIONS = (OP.MEAN, OP.SUM)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import poly, views
 from fusekit.passes.fusion.group_norm_nchw import find_nchw_group_norms
 from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
@@ -47,7 +48,6 @@ from fusekit.passes.fusion.values import (
     reduction_axes,
     scalar,
 )
-from fusekit.passes.graph import OP, Graph
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Generic, TypeVar
 
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import Graph, ModelView
+from fusekit.model.graph import Graph, ModelView
 from fusekit.passes.registry import PassOptions
 
 Operator = schema.OperatorT

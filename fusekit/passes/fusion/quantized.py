@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import OP, PURE_OPS, Graph, ModelView
+from fusekit.model.graph import OP, Graph, ModelView
+from fusekit.model.op_properties import DEAD_AFTER_FUSION, WEIGHT_READERS
 
 INT_TYPES = {
     schema.TensorType.INT8: np.int8,
@@ -44,15 +45,6 @@ _TYPE_NAMES = {
     schema.TensorType.UINT8: "uint8",
     schema.TensorType.INT16: "int16",
 }
-# Operators whose quantized constants are weights (4x their size in
-# float32 if dequantized): the matchers never read them.
-_WEIGHT_READERS = frozenset(
-    (OP.FULLY_CONNECTED, OP.CONV_2D, OP.DEPTHWISE_CONV_2D, OP.TRANSPOSE_CONV, OP.GATHER)
-)
-# A view's dead operators: the float passes' own extra pure operators too.
-_DEAD = PURE_OPS | frozenset(
-    (OP.TILE, OP.PACK, OP.LOGICAL_AND, OP.SELECT_V2, OP.BROADCAST_TO, OP.SHAPE)
-)
 
 
 def quantization(graph: Graph, tensor: int) -> tuple[np.ndarray, np.ndarray, int] | None:
@@ -152,7 +144,7 @@ def float_view(graph: Graph) -> FloatView:
             continue
         if graph.is_constant(index):
             readers = graph.consumers(index)
-            if readers and all(graph.builtin(r) in _WEIGHT_READERS for r in readers):
+            if readers and all(graph.builtin(r) in WEIGHT_READERS for r in readers):
                 continue  # weights no matcher reads: not copied in float
             value = dequantized(graph, index)
             tensor.buffer = model.add_buffer(value.tobytes())
@@ -178,7 +170,7 @@ def remove_dead(graph: Graph) -> None:
         dead = [
             op
             for op in graph.ops
-            if graph.builtin(op) in _DEAD
+            if graph.builtin(op) in DEAD_AFTER_FUSION
             and not any(int(t) in outputs or graph.consumers(int(t)) for t in op.outputs)
         ]
         if not dead:

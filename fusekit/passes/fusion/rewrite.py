@@ -7,25 +7,21 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, OPTIONS, Graph, ModelView
+from fusekit.model.op_properties import DEAD_AFTER_FUSION
 from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, match_attention
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.pattern import Fusion, NearMiss, run_fusion
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
 from fusekit.passes.fusion.values import FLOAT32
-from fusekit.passes.graph import OP, OPTIONS, Graph, ModelView
 from fusekit.passes.registry import PassOptions
-
-# Side-effect free operators a fused pattern leaves dead that graph.finish
-# does not know as pure (GQA's head repeat, RoPE's PACK, Keras' mask AND, the
-# SHAPE a dynamic-batch group norm reshapes back with).  Kept out of
-# PURE_OPS: the other passes leave such operators as they found them.
-_ALSO_PURE = frozenset((OP.TILE, OP.PACK, OP.LOGICAL_AND, OP.SELECT_V2, OP.BROADCAST_TO, OP.SHAPE))
 
 
 def finish(graph: Graph) -> None:
-    """``graph.finish()``, also dropping dead operators of _ALSO_PURE."""
-    graph.finish(also_pure=_ALSO_PURE)
+    """``graph.finish()``, also dropping the dead operators a fused pattern
+    leaves behind (``op_properties.Dead.BY_FUSION``)."""
+    graph.finish(also_pure=DEAD_AFTER_FUSION)
 
 
 def vector_view(graph: Graph, tensor: int) -> int:

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import rotary_forms
 from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
-from fusekit.passes.graph import OP, Graph
 
 
 @dataclass

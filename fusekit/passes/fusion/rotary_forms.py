@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion.values import FLOAT32, no_activation
-from fusekit.passes.graph import OP, Graph
 
 
 def _static_last(graph: Graph, x: int) -> int | None:

@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterator
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import ModelView
+from fusekit.model.graph import ModelView
 
 # Option fields (of builtinOptions and builtinOptions2 tables) naming the
 # subgraphs an operator runs: control flow, StableHLO reduce / sort /

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.passes.graph import OP, Graph
+from fusekit.model.graph import OP, Graph
 
 FLOAT32 = schema.TensorType.FLOAT32
 FLOAT16 = schema.TensorType.FLOAT16

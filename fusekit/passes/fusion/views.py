@@ -7,7 +7,7 @@ holds one value per row of ``x`` in row order, and a RESHAPE of it to
 
 from __future__ import annotations
 
-from fusekit.passes.graph import OP, Graph
+from fusekit.model.graph import OP, Graph
 
 
 def strip_leading_ones(shape: list[int]) -> list[int]:

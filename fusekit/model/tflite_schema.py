@@ -23,7 +23,7 @@ from __future__ import annotations
 import mmap
 import struct
 
-from fusekit.run._tflite_fields import DEFAULTS, ENUMS, TABLES, UNIONS
+from fusekit.model._tflite_fields import DEFAULTS, ENUMS, TABLES, UNIONS
 
 #: What the accessors read: anything with the buffer protocol and slicing.
 ModelBuffer = bytes | bytearray | memoryview | mmap.mmap
@@ -110,6 +110,12 @@ class Table:
         """A vector field's length (0 when absent)."""
         at, _ = self._at(name)
         return _U32(self.buf, self._target(at))[0] if at else 0
+
+    def vector_start(self, name: str) -> int | None:
+        """Byte position of a vector field's first element in the buffer,
+        None when the field is absent."""
+        at, _ = self._at(name)
+        return self._target(at) + 4 if at else None
 
     def values(self, name: str) -> tuple:
         """A vector of scalars as a tuple (empty when absent)."""

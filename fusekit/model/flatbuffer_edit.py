@@ -12,7 +12,8 @@ which every rewrite here keeps:
   vector and such an operator no ``custom_options`` vector;
 * a buffer offset of 0 or 1 means "no blob" (1 is the converter's
   placeholder while it writes);
-* the converter starts each blob at a multiple of 16 bytes.
+* the converter starts each blob at a multiple of 16 bytes (``pack_model``
+  takes another alignment: LiteRT's CompiledModel wants 64).
 
 The object API keeps those uint64 fields but not the blobs, so packing it
 alone would give a flatbuffer whose offsets point past its end (the
@@ -32,7 +33,7 @@ import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.run.model_check import MODEL_CONTENT, ModelBuffer, verify_model
+from fusekit.model.model_check import MODEL_CONTENT, ModelBuffer, verify_model
 
 # (op name, custom options) -> new options, or None to keep them.
 OptionsRewrite = Callable[[str, bytes], "bytes | None"]
@@ -40,9 +41,11 @@ OptionsRewrite = Callable[[str, bytes], "bytes | None"]
 _BLOB_ALIGNMENT = 16
 # Any offset > 1 reads as "a blob here"; only the packed size matters.
 _PLACEHOLDER = 2**40
-# Attribute of an OperatorT holding its new large custom options until
-# pack_model places them.
+# Attribute of an OperatorT holding its new large custom options, or of a
+# BufferT holding data moved out of the flatbuffer, until pack_model places
+# them.
 _NEW_LARGE_OPTIONS = "_fusekit_new_large_options"
+_NEW_BLOB = "_fusekit_new_blob"
 
 
 def read_model(model: ModelBuffer, source: str = MODEL_CONTENT) -> schema.ModelT:
@@ -53,6 +56,11 @@ def read_model(model: ModelBuffer, source: str = MODEL_CONTENT) -> schema.ModelT
       InvalidModelError: the model is malformed.
     """
     verify_model(model, source)
+    return read_verified_model(model)
+
+
+def read_verified_model(model: ModelBuffer) -> schema.ModelT:
+    """``read_model`` for a buffer that ``verify_model`` has accepted."""
     return schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
 
 
@@ -76,6 +84,16 @@ def set_custom_options(op: schema.OperatorT, options: bytes) -> None:
         op.customOptions = np.frombuffer(options, np.uint8) if options else None
 
 
+def weights_to_blobs(m: schema.ModelT) -> None:
+    """Moves every buffer's data out of the flatbuffer into a blob after it
+    (placed by ``pack_model``)."""
+    for buffer in m.buffers or []:
+        if buffer.offset <= 1 and buffer.data is not None and len(buffer.data):
+            setattr(buffer, _NEW_BLOB, buffer.data.tobytes())
+            buffer.data = None
+            buffer.offset, buffer.size = _PLACEHOLDER, len(getattr(buffer, _NEW_BLOB))
+
+
 # A blob kept after the flatbuffer: the object-API tables locating it
 # (BufferTs or an OperatorT; tables sharing one blob keep sharing it), and
 # its bytes (a view of the original model, or new options).
@@ -83,12 +101,16 @@ _Blob = tuple[list[Any], "bytes | memoryview"]
 
 
 def _blobs(m: schema.ModelT, model: ModelBuffer) -> list[_Blob]:
-    """Every blob the model keeps after its flatbuffer, in the original's
-    file order."""
+    """Every blob the model keeps after its flatbuffer: the original's in its
+    file order, then weights moved out of the flatbuffer in buffer order."""
     view = memoryview(model).cast("B") if not isinstance(model, memoryview) else model
     found: dict[tuple, tuple[int, list[Any], bytes | memoryview]] = {}
+    moved = []
     for buffer in m.buffers or []:
-        if buffer.offset > 1:
+        data = getattr(buffer, _NEW_BLOB, None)
+        if data is not None:
+            moved.append(([buffer], data))
+        elif buffer.offset > 1:
             key = ("buffer", buffer.offset, buffer.size)
             if key not in found:
                 found[key] = (buffer.offset, [], view[buffer.offset : buffer.offset + buffer.size])
@@ -102,7 +124,7 @@ def _blobs(m: schema.ModelT, model: ModelBuffer) -> list[_Blob]:
                     data = view[start : start + op.largeCustomOptionsSize]
                 found[("op", id(op))] = (op.largeCustomOptionsOffset, [op], data)
     ordered = sorted(found.values(), key=lambda blob: blob[0])
-    return [(tables, data) for _, tables, data in ordered]
+    return [(tables, data) for _, tables, data in ordered] + moved
 
 
 def _place(tables: list[Any], offset: int) -> None:
@@ -119,9 +141,10 @@ def _pack(m: schema.ModelT, size_hint: int) -> bytes:
     return bytes(builder.Output())
 
 
-def pack_model(m: schema.ModelT, original: ModelBuffer) -> bytes:
+def pack_model(m: schema.ModelT, original: ModelBuffer, alignment: int = _BLOB_ALIGNMENT) -> bytes:
     """Serializes ``m`` (read from ``original``), with the blobs the model
-    keeps after its flatbuffer appended and their offsets updated."""
+    keeps after its flatbuffer appended, each at a multiple of ``alignment``
+    bytes from the start, and their offsets updated."""
     blobs = _blobs(m, original)
     if not blobs:
         return _pack(m, len(original))
@@ -130,7 +153,7 @@ def pack_model(m: schema.ModelT, original: ModelBuffer) -> bytes:
     first = _pack(m, len(original))
     layout, end = [], len(first)
     for _, data in blobs:
-        start = -(-end // _BLOB_ALIGNMENT) * _BLOB_ALIGNMENT
+        start = -(-end // alignment) * alignment
         layout.append(start)
         end = start + len(data)
     for (tables, _), start in zip(blobs, layout, strict=True):

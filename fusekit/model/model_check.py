@@ -31,15 +31,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fusekit.errors import InvalidModelError
-from fusekit.run._tflite_fields import TABLES, UNIONS
-from fusekit.run.tflite_schema import (
+from fusekit.model._tflite_fields import TABLES, UNIONS
+from fusekit.model.tflite_schema import (
     BUILTIN_OPERATORS,
     CUSTOM,
     TENSOR_TYPES,
     ModelBuffer,
     Table,
+    builtin_code,
 )
-from fusekit.run.tflite_schema import model as root_table
+from fusekit.model.tflite_schema import model as root_table
 
 #: ``source`` of a model passed as bytes, in InvalidModelError messages.
 MODEL_CONTENT = "<model_content>"
@@ -386,7 +387,7 @@ class _Graph:
         """Checks an operator code; returns its name (``CUSTOM:<name>`` for
         custom ops) and whether it is a builtin."""
         code = self.model.item("operator_codes", index)
-        builtin = max(code.scalar("builtin_code"), code.scalar("deprecated_builtin_code"))
+        builtin = builtin_code(code)
         if builtin == CUSTOM:
             # The walker checked that custom codes are UTF-8.
             return "CUSTOM:" + (code.string("custom_code") or b"").decode(), False
