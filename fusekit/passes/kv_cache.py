@@ -47,9 +47,9 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from flatbuffers import flexbuffers
 
-from fusekit.conversion.flatbuffer_edit import set_custom_options
+from fusekit.model.flatbuffer_edit import set_custom_options
+from fusekit.model.graph import OP, Graph, ModelView
 from fusekit.passes.fusion.emit import custom_opcode_index
-from fusekit.passes.graph import OP, Graph, ModelView
 from fusekit.passes.registry import PassOptions, register
 from fusekit.passes.strided_slice import shrunk_axes, slice_bounds
 
