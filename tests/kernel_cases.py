@@ -521,6 +521,27 @@ def genai_kv_cache_models(workdir: Path) -> list[Model]:
     return models
 
 
+@kernel_cases("fusekit_kv_cache_update")
+def kv_cache_update_models(workdir: Path) -> list[Model]:
+    """The in-place KV cache update: a decode row in a middle block, a
+    prefill block of 9 rows in the last block, a start past the end
+    (clamped), a long cache with an odd depth."""
+    import kv_cache_models as kv
+
+    plan = [
+        ((1, 2, 2, 32, 2, 16), 1, 1, 7),
+        ((1, 3, 2, 40, 2, 8), 5, 9, 0),
+        ((1, 1, 2, 16, 1, 5), 0, 2, 99),
+        ((1, 2, 2, 700, 2, 33), 2, 1, 699),
+    ]
+    models = []
+    for shape, block, rows, position in plan:
+        blob, inputs, want = kv.case(shape, block, rows, position, seed=position)
+        name = f"kv cache update {shape} block={block} rows={rows} at {position}"
+        models.append(Model(name, blob, [inputs], [want]))
+    return models
+
+
 @functools.cache
 def control_model() -> bytes:
     """A builtin-only model (x * 2 + 1): runs on any runtime without fusekit."""

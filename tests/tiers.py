@@ -45,6 +45,10 @@ MARKED: dict[str, str] = {
         "slow"  # 5
     ),
     "tests/passes/test_fuse_keras_hub.py": "slow",  # 200: a dozen keras-hub backbones
+    "tests/passes/test_kv_cache_pass.py::test_keras_hub_decode_step_in_place": "slow",  # 40
+    "tests/ops/test_kv_cache_update.py::test_update_on_tflite_runtime": "slow",  # 4
+    "tests/ops/test_kv_cache_update.py::"
+    "test_compiled_model_computes_the_same_values_functionally": "slow",  # 2
     "tests/passes/test_cleanup.py::test_models_with_resource_variables_are_read": "slow",  # 16
     "tests/passes/test_space_to_depth.py::"
     "test_resnet_stem_becomes_a_stride_1_conv_over_12_channels": "slow",  # 13

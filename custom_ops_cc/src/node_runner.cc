@@ -327,8 +327,29 @@ TfLiteStatus PrepareNode(TfLiteContext* context, NodeState* state) {
   // Threads start here, once, not in the first Invoke.
   if (state->resources->num_threads > 1) state->resources->Pool();
   state->output_override.assign(state->outputs.size(), nullptr);
+  // A view from an earlier Prepare becomes an ordinary tensor again until
+  // the kernel asks anew (the runtime resizes only tensors it plans).
+  for (size_t i = 0; i < state->alias_input.size() && i < state->outputs.size(); ++i) {
+    if (state->alias_input[i] >= 0) {
+      context->tensors[state->outputs[i]].allocation_type = kTfLiteArenaRw;
+    }
+  }
+  state->alias_input.assign(state->outputs.size(), -1);
+  state->alias_offset.assign(state->outputs.size(), 0);
   OpContext ctx(context, state);
-  return variant->prepare(state->kernel, ctx);
+  const TfLiteStatus status = variant->prepare(state->kernel, ctx);
+  if (status != kTfLiteOk) return status;
+  for (size_t i = 0; i < state->outputs.size(); ++i) {
+    if (state->alias_input[i] < 0) continue;
+    // The arena planner allocates only kTfLiteArenaRw tensors: a custom
+    // one gets no memory of its own, and InvokeNode points it at its input.
+    // Until then it has none (a read before the first Invoke is refused by
+    // the runtime instead of reading a stale pointer).
+    TfLiteTensor& t = context->tensors[state->outputs[i]];
+    t.allocation_type = kTfLiteCustom;
+    FusekitSetTensorData(&t, nullptr);
+  }
+  return kTfLiteOk;
 }
 
 TfLiteStatus InvokeNode(TfLiteContext* context, NodeState* state) {
@@ -360,14 +381,32 @@ TfLiteStatus InvokeNode(TfLiteContext* context, NodeState* state) {
   size_t sink_bytes = 0;
   std::vector<size_t> sink_offset(state->outputs.size(), SIZE_MAX);
   for (size_t i = 0; i < state->outputs.size(); ++i) {
-    const TfLiteTensor& t = context->tensors[state->outputs[i]];
-    const int64_t n = Tensor(const_cast<TfLiteTensor*>(&t), 0).num_elements();
+    TfLiteTensor& t = context->tensors[state->outputs[i]];
+    const int64_t n = Tensor(&t, 0).num_elements();
     if (n < 0) {
       ReportError(context, "%s: output '%s' has an invalid shape", op,
                   state->def->output_names[i].c_str());
       return kTfLiteError;
     }
     const size_t need = static_cast<size_t>(n) * TypeSize(t.type);
+    const int alias = i < state->alias_input.size() ? state->alias_input[i] : -1;
+    if (alias >= 0) {
+      // A view of an input: re-pointed every Invoke, since the runtime may
+      // have moved the input's buffer (a resize, a new allocation).
+      const int source = state->inputs[alias];
+      const TfLiteTensor& in = context->tensors[source];
+      const size_t offset = state->alias_offset[i];
+      if (FusekitTensorData(&in) == nullptr || offset > in.bytes || in.bytes - offset < need) {
+        ReportError(context,
+                    "%s: output '%s' views input '%s' from byte %zu on, %zu bytes, but "
+                    "the input has %zu bytes",
+                    op, state->def->output_names[i].c_str(),
+                    state->def->input_names[alias].c_str(), offset, need, in.bytes);
+        return kTfLiteError;
+      }
+      FusekitSetTensorData(&t, static_cast<uint8_t*>(FusekitTensorData(&in)) + offset);
+      continue;
+    }
     const bool unread = i < state->output_unread.size() && state->output_unread[i];
     if (unread || FusekitTensorData(&t) == nullptr) {
       // Nothing reads this output (the runtime allocates only what is

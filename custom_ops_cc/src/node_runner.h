@@ -37,6 +37,15 @@ struct NodeState {
   const KernelVariant* variant = nullptr;
   void* kernel = nullptr;
 
+  // Whether outputs are the runtime's own tensors, which a kernel may turn
+  // into views of an input (the interpreters' delegate and op-resolver
+  // paths); false where outputs are buffers handed in (LiteRT).
+  bool outputs_can_alias = false;
+  // Per output, set by OpContext::AliasOutput in Prepare: the input position
+  // whose memory it views (-1: none) and the byte offset into it.
+  std::vector<int> alias_input;
+  std::vector<size_t> alias_offset;
+
   std::shared_ptr<InterpreterResources> resources;
   // Per Invoke: where each output's data goes when the runtime left it
   // without memory (nullptr: the tensor's own data).

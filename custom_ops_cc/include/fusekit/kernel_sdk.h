@@ -430,6 +430,17 @@ class OpContext {
     return ResizeOutput(out.position(), dims);
   }
 
+  // Makes output `out` a view of input `in`'s memory from `byte_offset` on,
+  // for kernels that update a buffer in place (a KV cache): the runtime
+  // then gives the output no memory of its own, and before every Invoke the
+  // SDK points it at the input's data + byte_offset (checked to fit).  Call
+  // in Prepare, after ResizeOutput.  Returns false where a runtime hands
+  // kernels output buffers of their own (LiteRT's CompiledModel) and for a
+  // constant input (read-only model memory): the kernel must then write the
+  // output itself.  In Invoke, `out.raw() ==
+  // in.raw() + byte_offset` tells which case holds.
+  bool AliasOutput(const Tensor& out, const Tensor& in, size_t byte_offset);
+
   // Scratch memory shared by every fusekit node of the interpreter (only one
   // node runs at a time), 64-byte aligned, grown on demand and kept.  The
   // contents do not survive to the next Invoke.  Ask in Prepare to allocate
