@@ -58,6 +58,9 @@ MOVES = {
 }
 
 
+IN_PLACE_OP = b"fusekit_kv_cache_update"
+
+
 def written_bytes(model: bytes, signature: str, block_bytes: int) -> dict[str, Any]:
     """Output bytes per call of one signature's operators: all, and those
     of the operators that move cache data (by type)."""
@@ -74,7 +77,10 @@ def written_bytes(model: bytes, signature: str, block_bytes: int) -> dict[str, A
         code = m.operatorCodes[op.opcodeIndex]
         name = names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
         size = 0
-        for index in op.outputs:
+        # An in-place update writes only its update's rows: its outputs are
+        # views of the cache input.
+        in_place = code.customCode is not None and bytes(code.customCode) == IN_PLACE_OP
+        for index in op.inputs[1:2] if in_place else op.outputs:
             tensor = graph.tensors[index]
             itemsize = (
                 4
@@ -92,7 +98,9 @@ def written_bytes(model: bytes, signature: str, block_bytes: int) -> dict[str, A
     return {"all_ops": total, "cache_moves": sum(moves.values()), "by_op": dict(moves)}
 
 
-def candidates(model: bytes, position: int) -> tuple[dict[str, Any], dict[str, int]]:
+def candidates(
+    model: bytes, position: int, in_place_model: bytes
+) -> tuple[dict[str, Any], dict[str, int]]:
     """The timed callables and the bytes each writes from Python per step."""
 
     def interpreter() -> Any:
@@ -149,17 +157,29 @@ def candidates(model: bytes, position: int) -> tuple[dict[str, Any], dict[str, i
     def step() -> None:
         loop.step(position, token=token, index=index)
 
+    # fusekit.DecodeLoop on the model whose cache is updated in place.
+    in_place = fusekit.DecodeLoop(
+        fusekit.Interpreter(model_content=in_place_model, num_threads=1), position_axis=3
+    )
+    in_place.set_cache("cache", cache0)
+
+    def step_in_place() -> None:
+        in_place.step(position, token=token, index=index)
+
+    step_in_place()
     timed = {
         "invoke": invoke,
         "get/set": get_set,
         "runner": runner_call,
         "DecodeLoop": step,
         "cache get+set": cache_get_set,
+        "in place: DecodeLoop": step_in_place,
     }
     python_bytes = {
         "get/set": 2 * cache0.nbytes,
         "runner": 2 * cache0.nbytes,
         "DecodeLoop": loop.row_bytes(),
+        "in place: DecodeLoop": in_place.copied_bytes,
     }
     return timed, python_bytes
 
@@ -195,16 +215,21 @@ def main() -> None:
     lm = generate.build_lm(config)
     rows = []
     for cache_len in args.cache:
-        model = fusekit.optimize(generate.export_generation_model(lm, config, 16, cache_len)).model
+        plain = generate.export_generation_model(lm, config, 16, cache_len)
+        model = fusekit.optimize(plain).model
+        in_place_model = fusekit.optimize(
+            plain, passes=[*fusekit.passes.DEFAULT_PASSES, "kv_cache_in_place"]
+        ).model
         head_dim = config.hidden // config.heads
         block = cache_len * config.kv_heads * head_dim * 4
         cache_bytes = block * 2 * config.layers
-        timed, python_bytes = candidates(model, cache_len - 1)
+        timed, python_bytes = candidates(model, cache_len - 1, in_place_model)
         timings = suite.time_interleaved(timed, rounds=args.rounds, batch_seconds=0.05)
         row = {
             "cache_len": cache_len,
             "cache_bytes": cache_bytes,
             "model_bytes_written": written_bytes(model, "decode", block),
+            "in_place_model_bytes_written": written_bytes(in_place_model, "decode", block),
             "python_bytes_written": python_bytes,
             "median_us": {k: t.median_us for k, t in timings.items()},
             "cpu_median_us": thread_cpu_medians(timed, args.rounds),
@@ -226,8 +251,10 @@ def main() -> None:
         "",
         "| L | cache MiB | model writes MiB (cache moves / all ops) "
         "| Python writes per step: get/set, DecodeLoop "
-        "| invoke | get/set | runner | DecodeLoop | cache get+set (no invoke) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| invoke | get/set | runner | DecodeLoop | cache get+set (no invoke) "
+        "| in place: model writes MiB (cache moves / all ops), Python writes | "
+        "in place: DecodeLoop |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     mib = 1 / 2**20
     for r in rows:
@@ -237,10 +264,12 @@ def main() -> None:
             f"{c[k]:,.0f} ({t[k]:,.0f})"
             for k in ("invoke", "get/set", "runner", "DecodeLoop", "cache get+set")
         )
+        wi, k = r["in_place_model_bytes_written"], "in place: DecodeLoop"
         lines.append(
             f"| {r['cache_len']} | {r['cache_bytes'] * mib:.1f} | {w['cache_moves'] * mib:.1f} / "
             f"{w['all_ops'] * mib:.1f} | {p['get/set'] * mib:.1f} MiB, "
-            f"{p['DecodeLoop'] / 1024:.0f} KiB | {cells} |"
+            f"{p['DecodeLoop'] / 1024:.0f} KiB | {cells} | {wi['cache_moves'] * mib:.2f} / "
+            f"{wi['all_ops'] * mib:.2f}, {p[k]} B | {c[k]:,.0f} ({t[k]:,.0f}) |"
         )
     lines.append("")
     lines.append(

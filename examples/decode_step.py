@@ -35,22 +35,32 @@ class DecoderConfig:
     kv_heads: int = 2
     vocabulary: int = 1000
     intermediate: int = 1024
+    # "llama" (LlamaCausalLM) or "gemma" (GemmaCausalLM: tied embeddings,
+    # GeGLU feed-forward, the same cache layout).
+    family: str = "llama"
 
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
 
-def export_decode_step(config: DecoderConfig, cache_len: int, seed: int = 0) -> bytes:
-    """The plain converter's model of one decode step with a cache of
-    ``cache_len`` positions; inputs (token [1, 1] int32, cache
-    [1, layers, 2, L, kv_heads, head_dim] float32, index [] int32), outputs
-    (logits [1, 1, vocabulary], the updated cache)."""
-    import keras
+def build_lm(config: DecoderConfig) -> object:
+    """The keras-hub causal LM of ``config`` (random weights)."""
     import keras_hub
-    import tensorflow as tf
 
-    keras.utils.set_random_seed(seed)
+    if config.family == "gemma":
+        backbone = keras_hub.models.GemmaBackbone(
+            vocabulary_size=config.vocabulary,
+            num_layers=config.layers,
+            num_query_heads=config.heads,
+            num_key_value_heads=config.kv_heads,
+            hidden_dim=config.hidden,
+            intermediate_dim=config.intermediate,
+            head_dim=config.head_dim,
+        )
+        return keras_hub.models.GemmaCausalLM(backbone=backbone, preprocessor=None)
+    if config.family != "llama":
+        raise ValueError(f"family must be 'llama' or 'gemma', got {config.family!r}")
     backbone = keras_hub.models.LlamaBackbone(
         vocabulary_size=config.vocabulary,
         num_layers=config.layers,
@@ -59,7 +69,27 @@ def export_decode_step(config: DecoderConfig, cache_len: int, seed: int = 0) -> 
         hidden_dim=config.hidden,
         intermediate_dim=config.intermediate,
     )
-    lm = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+    return keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+
+
+def export_decode_step(
+    config: DecoderConfig,
+    cache_len: int,
+    seed: int = 0,
+    tokens: int = 1,
+    float16: bool = False,
+) -> bytes:
+    """The plain converter's model of one decode step with a cache of
+    ``cache_len`` positions; inputs (token [1, tokens] int32, cache
+    [1, layers, 2, L, kv_heads, head_dim] float32, index [] int32), outputs
+    (logits [1, tokens, vocabulary], the updated cache).  ``tokens`` > 1 is
+    a prefill step (the tokens written from ``index`` on); ``float16``
+    stores the weights in float16 (the converter's float16 quantization)."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(seed)
+    lm = build_lm(config)
     rng = np.random.default_rng(seed)
     # Small random weights keep the logits in a range where 1e-4 is a fair
     # tolerance (the defaults' unit gammas would hide swapped operands).
@@ -76,14 +106,18 @@ def export_decode_step(config: DecoderConfig, cache_len: int, seed: int = 0) -> 
         "serve",
         step,
         input_signature=[
-            tf.TensorSpec((1, 1), tf.int32, name="token"),
+            tf.TensorSpec((1, tokens), tf.int32, name="token"),
             tf.TensorSpec(cache_shape, tf.float32, name="cache"),
             tf.TensorSpec((), tf.int32, name="index"),
         ],
     )
     with tempfile.TemporaryDirectory() as folder:
         archive.write_out(folder, verbose=False)
-        return tf.lite.TFLiteConverter.from_saved_model(folder).convert()
+        converter = tf.lite.TFLiteConverter.from_saved_model(folder)
+        if float16:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.target_spec.supported_types = [tf.float16]
+        return converter.convert()
 
 
 def step_inputs(model: bytes, position: int, seed: int = 0) -> list[np.ndarray]:

@@ -5,10 +5,13 @@ The Llama causal LM is built from a config with seeded random weights (no
 downloads).  Its ``call_with_cache`` is exported twice into one model: a
 ``prefill`` signature (the padded prompt at cache index 0) and a ``decode``
 signature (one token at a given index), both taking and returning the whole
-KV cache.  ``fusekit.optimize`` fuses the model; ``fusekit.DecodeLoop`` then
-runs prefill and the decode steps on one interpreter, keeping the cache in
-the decode step's input buffer (one position written per token instead of
-two copies of the cache through get_tensor/set_tensor).
+KV cache.  ``fusekit.optimize`` fuses the model and, with the opt-in
+``kv_cache_in_place`` pass, turns the functional cache into
+``fusekit_kv_cache_update`` ops that write the new token's K and V rows into
+the cache input's own buffer; ``fusekit.DecodeLoop`` then runs prefill and
+the decode steps on one interpreter without copying the cache at all
+(``--functional`` keeps the functional cache: DecodeLoop then copies one
+position per token).
 
     .venv/bin/python examples/generate.py                       # hidden 512, 4 layers
     .venv/bin/python examples/generate.py --small --tokens 8    # the test's size
@@ -140,6 +143,7 @@ def tflite_generate(
 
     interp = fusekit.Interpreter(model_content=model, num_threads=threads)
     loop = fusekit.DecodeLoop(interp, position_axis=3)
+    copied = 0
     width = interp.get_signature_runner("prefill").get_input_details()["tokens"]["shape"][1]
     tokens = np.zeros((1, width), np.int32)
     tokens[0, : len(prompt)] = prompt
@@ -153,7 +157,10 @@ def tflite_generate(
             position, token=np.array([[generated[-1]]], np.int32), index=np.int32(position)
         )
         generated.append(int(np.argmax(out["logits"][0, -1])))
-    return generated, (time.perf_counter() - start) / max(count - 1, 1)
+        copied += loop.copied_bytes
+    seconds = (time.perf_counter() - start) / max(count - 1, 1)
+    print(f"cache bytes copied in Python: {copied} over {count - 1} decode steps")
+    return generated, seconds
 
 
 def main() -> None:
@@ -163,6 +170,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32, help="tokens to generate")
     parser.add_argument("--small", action="store_true", help="hidden 64, 2 layers (fast)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--functional", action="store_true", help="keep the functional cache (default passes)"
+    )
     args = parser.parse_args()
     config = SMALL if args.small else LlamaConfig()
     prompt = [1, 17, 42, 7, 99, 3, 58, 23]
@@ -171,7 +181,8 @@ def main() -> None:
     plain = export_generation_model(
         lm, config, prompt_width=16, cache_len=len(prompt) + args.tokens
     )
-    result = fusekit.optimize(plain)
+    passes = None if args.functional else [*fusekit.passes.DEFAULT_PASSES, "kv_cache_in_place"]
+    result = fusekit.optimize(plain, passes=passes)
     fused = {
         k.removeprefix("CUSTOM:"): n for k, n in result.report.ops_after.items() if "fusekit_" in k
     }

@@ -11,6 +11,12 @@ class CompositeDefinitionError(FusekitError, ValueError):
     """A composite's name or attrs cannot be expressed in a TFLite model."""
 
 
+class OpSpecError(FusekitError, ValueError):
+    """Attrs or operands an op's spec (declared by its kernel) refuses: an
+    unknown or missing attr, a value of the wrong type or out of range, an
+    input of the wrong rank; the message names the op."""
+
+
 class ConversionError(FusekitError):
     """Conversion failed, or (strict mode) a planned composite was not fused."""
 

@@ -11,6 +11,11 @@ input only at its own position moves one row per cache (a few KB), not the
 cache.  That property is checked on the first step of every generation, so a
 model for which it does not hold is refused instead of decoded wrongly.
 
+A model optimized with the ``kv_cache_in_place`` pass needs not even that:
+its cache output is a view of its cache input's buffer, which the step
+updates in place, so :meth:`DecodeLoop.step` finds the two at the same
+address and copies nothing (``copied_bytes`` stays 0).
+
 Runtime side: no TensorFlow import.
 """
 
@@ -31,6 +36,9 @@ class _Signature:
     subgraph: int
     inputs: dict[str, int]
     outputs: dict[str, int]
+    # (shape, dtype) by name, inputs and outputs: an output that views an
+    # input has no memory before the first run, so it is not read for this.
+    layouts: dict[tuple[str, str], tuple[tuple[int, ...], np.dtype]]
 
 
 def _signature(interp: Any, key: str) -> _Signature:
@@ -38,10 +46,20 @@ def _signature(interp: Any, key: str) -> _Signature:
     if key not in signatures:
         raise DecodeLoopError(f"the model has no signature {key!r} (it has {sorted(signatures)})")
     runner = interp.get_signature_runner(key)
-    inputs = {name: int(d["index"]) for name, d in runner.get_input_details().items()}
-    outputs = {name: int(d["index"]) for name, d in runner.get_output_details().items()}
+    details = {"inputs": runner.get_input_details(), "outputs": runner.get_output_details()}
+    inputs = {name: int(d["index"]) for name, d in details["inputs"].items()}
+    outputs = {name: int(d["index"]) for name, d in details["outputs"].items()}
+    layouts = {
+        (role, name): (tuple(int(n) for n in d["shape"]), np.dtype(d["dtype"]))
+        for role, entries in details.items()
+        for name, d in entries.items()
+    }
     subgraph = int(interp._interpreter.GetSubgraphIndexFromSignature(key))
-    return _Signature(key, subgraph, inputs, outputs)
+    return _Signature(key, subgraph, inputs, outputs, layouts)
+
+
+def _address(view: np.ndarray) -> int:
+    return int(view.__array_interface__["data"][0])
 
 
 class DecodeLoop:
@@ -103,21 +121,29 @@ class DecodeLoop:
                 wrapper.AllocateTensors(sig.subgraph)
         self._axis: dict[str, int] = {}
         for name in self.caches:
-            view = self._view(self._decode, self._decode.inputs[name])
+            shape, dtype = self._decode.layouts[("inputs", name)]
             axis = position_axis[name] if isinstance(position_axis, Mapping) else position_axis
-            if not -view.ndim <= axis < view.ndim:
-                raise DecodeLoopError(f"cache {name!r} {view.shape}: no axis {axis}")
-            self._axis[name] = axis % view.ndim
-            for sig, role in ((self._decode, "outputs"), (self._prefill, "inputs")):
+            if not -len(shape) <= axis < len(shape):
+                raise DecodeLoopError(f"cache {name!r} {shape}: no axis {axis}")
+            self._axis[name] = axis % len(shape)
+            for sig, role in (
+                (self._decode, "outputs"),
+                (self._prefill, "inputs"),
+                (self._prefill, "outputs"),
+            ):
                 if sig is None:
                     continue
-                other = self._view(sig, getattr(sig, role)[name])
-                if other.shape != view.shape or other.dtype != view.dtype:
+                other_shape, other_dtype = sig.layouts[(role, name)]
+                if other_shape != shape or other_dtype != dtype:
                     raise DecodeLoopError(
-                        f"cache {name!r}: {sig.key} {role[:-1]} is {other.dtype}{other.shape}, "
-                        f"decode input is {view.dtype}{view.shape}"
+                        f"cache {name!r}: {sig.key} {role[:-1]} is {other_dtype}{other_shape}, "
+                        f"decode input is {dtype}{shape}"
                     )
         self._checked = False
+        #: Bytes the last :meth:`step` copied between the caches' buffers in
+        #: Python: one position of every cache, or 0 when the model updates
+        #: its caches in place (the ``kv_cache_in_place`` pass).
+        self.copied_bytes = 0
 
     # Views are taken afresh for every call: a resize or allocation by the
     # caller may move the buffers, and the runtime's own calls refuse to run
@@ -203,21 +229,30 @@ class DecodeLoop:
             set_cache) the step changed a cache outside ``position``.
         """
         sig = self._decode
+        for name in self.caches:
+            length = sig.layouts[("inputs", name)][0][self._axis[name]]
+            if not 0 <= position < length:
+                raise DecodeLoopError(
+                    f"position {position} is outside cache {name!r} "
+                    f"({length} positions on axis {self._axis[name]})"
+                )
         self._feed(sig, inputs)
         self._interp._interpreter.Invoke(sig.subgraph)
+        copied = 0
         for name in self.caches:
             axis = self._axis[name]
             source = self._view(sig, sig.outputs[name])
             target = self._view(sig, sig.inputs[name])
-            if not 0 <= position < target.shape[axis]:
-                raise DecodeLoopError(
-                    f"position {position} is outside cache {name!r} "
-                    f"({target.shape[axis]} positions on axis {axis})"
-                )
+            if _address(source) == _address(target):
+                # The step updated its cache input in place: the output is
+                # that buffer, nothing to carry over.
+                continue
             if not self._checked:
                 self._check(name, source, target, axis, position)
             row = (slice(None),) * axis + (position,)
             target[row] = source[row]
+            copied += target[row].nbytes
+        self.copied_bytes = copied
         self._checked = True
         return self._results(sig)
 

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 MARKER = "fusekit-typed-attr:v1:"
+# A composite whose op leaves optional inputs out (a layer norm without
+# gamma) lists their positions in the op's inputs under this attr (ints):
+# a composite's tensor arguments are the ones it has, so the flatbuffer pass
+# puts tensor index -1 at those positions and drops the attr.
+ABSENT_INPUTS = "fusekit_absent_inputs"
 # Arrays bigger than this belong in a tensor input, not in op options.
 MAX_ELEMENTS = 4096
 

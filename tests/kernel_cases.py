@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,17 +48,12 @@ from runtimes import (  # noqa: E402
 )
 
 import fusekit  # noqa: E402
+from fusekit.testing import OpCase, rel_err  # noqa: E402, F401 - rel_err: for the tests
 
-
-@dataclass
-class Model:
-    """One converted model: its runs (inputs in the model's input order, one
-    resize + invoke each) and the float64 reference outputs of each run."""
-
-    name: str
-    model: bytes
-    runs: list[list[np.ndarray]]
-    expected: list[list[np.ndarray]]
+# One converted model: its runs (inputs in the model's input order, one
+# resize + invoke each) and the float64 reference outputs of each run; the
+# public harness's case type, so the table feeds fusekit.testing.opcheck.
+Model = OpCase
 
 
 Builder = Callable[[Path], list[Model]]
@@ -89,18 +83,6 @@ def built_models() -> dict[str, list[Model]]:
         workdir.mkdir()
         out[op] = build(workdir)
     return out
-
-
-def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
-    """Largest difference relative to the largest magnitude of the reference
-    (element-wise relative error is meaningless where outputs cross zero)."""
-    got = np.asarray(got, np.float64)
-    ref = np.asarray(ref, np.float64)
-    if got.shape != ref.shape:
-        return float("inf")
-    if got.size == 0:
-        return 0.0
-    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
 def thread_differences(cases, one, two) -> list[str]:
@@ -481,6 +463,9 @@ def attention_models(workdir: Path) -> list[Model]:
         (4, 1, 8, "bool", False, [(2, 1, 9), (1, 2, 1300)]),
         # Soft-capped scores (Gemma 2): prefill and a split decode step.
         (4, 2, 16, "float", True, [(1, 40, 45), (1, 1, 700)], {"softcap": 5.0}),
+        # A padding mask, the same for every query: whole blocks of keys
+        # skipped, batch entry 1 without any key (zeros).
+        (4, 2, 64, "pad", False, [(2, 70, 400)]),
         # KV cache layouts read in place: K [B, Hkv, Skv, D] with V
         # transposed [B, Hkv, Dv, Skv] (litert-torch's), and V [B, Hkv, Skv, Dv];
         # prefill, streamed and packed decode items, ragged D.
@@ -495,18 +480,21 @@ def attention_models(workdir: Path) -> list[Model]:
         ),
         (16, 1, 12, "bool", False, [(1, 2, 700), (2, 20, 33)], {"v_layout": "bhsd"}),
         (4, 4, 9, None, True, [(1, 1, 600), (1, 66, 66)], {"k_layout": "bhsd", "v_layout": "bhds"}),
+        # A padding mask with litert-torch's layouts (dropped key blocks).
+        (4, 2, 64, "pad", False, [(2, 70, 400)], {"k_layout": "bhsd", "v_layout": "bhds"}),
     ]
     models = []
     for i, (h, hkv, d, mask, causal, shapes, *more) in enumerate(plan):
         extra = more[0] if more else {}
         softcap = extra.get("softcap")
         layouts = {key: extra.get(key, "bshd") for key in ("q_layout", "k_layout", "v_layout")}
-        dtype = None if mask is None else (np.float32 if mask == "float" else np.bool_)
+        dtype = None if mask is None else (np.bool_ if mask == "bool" else np.float32)
+        signature = [None, 1, 1, None] if mask == "pad" else [None, 1, None, None]
         module = attention_module(
             h,
             hkv,
             d,
-            None if mask is None else [None, 1, None, None],
+            None if mask is None else signature,
             dtype,
             causal=causal,
             **extra,
@@ -519,7 +507,13 @@ def attention_models(workdir: Path) -> list[Model]:
                 "k": rng.standard_normal((b, skv, hkv, d)).astype(np.float32),
                 "v": rng.standard_normal((b, skv, hkv, d)).astype(np.float32),
             }
-            if dtype is np.bool_:
+            if mask == "pad":
+                keep = np.ones((b, 1, 1, skv), bool)
+                keep[0, ..., skv - 150 :] = False
+                keep[0, ..., :130] = False
+                keep[1:] = False
+                named["mask"] = np.where(keep, 0.0, -np.inf).astype(np.float32)
+            elif dtype is np.bool_:
                 named["mask"] = rng.random((b, 1, sq, skv)) > 0.3
             elif dtype is np.float32:
                 named["mask"] = np.where(
@@ -576,6 +570,27 @@ def genai_kv_cache_models(workdir: Path) -> list[Model]:
         feeds = g.kv_feeds(length, positions, heads, depth, seed=length)
         name = f"genai kv cache L={length} positions={len(positions)} H={heads} D={depth}"
         models.append(Model(name, model, [feeds], [g.kv_reference(feeds)]))
+    return models
+
+
+@kernel_cases("fusekit_kv_cache_update")
+def kv_cache_update_models(workdir: Path) -> list[Model]:
+    """The in-place KV cache update: a decode row in a middle block, a
+    prefill block of 9 rows in the last block, a start past the end
+    (clamped), a long cache with an odd depth."""
+    import kv_cache_models as kv
+
+    plan = [
+        ((1, 2, 2, 32, 2, 16), 1, 1, 7),
+        ((1, 3, 2, 40, 2, 8), 5, 9, 0),
+        ((1, 1, 2, 16, 1, 5), 0, 2, 99),
+        ((1, 2, 2, 700, 2, 33), 2, 1, 699),
+    ]
+    models = []
+    for shape, block, rows, position in plan:
+        blob, inputs, want = kv.case(shape, block, rows, position, seed=position)
+        name = f"kv cache update {shape} block={block} rows={rows} at {position}"
+        models.append(Model(name, blob, [inputs], [want]))
     return models
 
 

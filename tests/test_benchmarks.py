@@ -185,8 +185,18 @@ def test_generate_benchmark_quick_run(tmp_path):
         "CUSTOM:fusekit_rms_norm": 5,
         "CUSTOM:fusekit_rotary_embedding": 4,
     }
+    assert row["fused_in_place"] == {
+        **row["fused"],
+        "CUSTOM:fusekit_kv_cache_update": 4,
+    }
     assert row["max_abs_diff"] < 1e-4
-    assert all(row["median_ms"][v] > 0 for v in ("plain", "optimized", "floor"))
+    assert all(row["median_ms"][v] > 0 for v in ("plain", "optimized", "in_place", "floor"))
+    # The functional cache moves several caches per step; in place, the
+    # operators write less than one cache (the rows, the activations).
+    written = row["written_mib"]
+    assert written["optimized"] >= 3 * row["cache_mib"]
+    assert written["in_place"] < row["cache_mib"]
+    assert (tmp_path / "generate.png").stat().st_size > 0
 
 
 def test_decode_loop_benchmark_quick_run(tmp_path):
@@ -199,7 +209,11 @@ def test_decode_loop_benchmark_quick_run(tmp_path):
     # One position of the [1, 2, 2, 64, 2, 16] cache.
     assert row["python_bytes_written"]["DecodeLoop"] == row["cache_bytes"] // 64
     assert row["model_bytes_written"]["cache_moves"] >= 3 * row["cache_bytes"]
-    timed = {"invoke", "get/set", "runner", "DecodeLoop", "cache get+set"}
+    # In place: no cache-sized operator output, nothing copied in Python.
+    assert row["in_place_model_bytes_written"]["cache_moves"] == 0
+    assert row["in_place_model_bytes_written"]["all_ops"] < row["cache_bytes"]
+    assert row["python_bytes_written"]["in place: DecodeLoop"] == 0
+    timed = {"invoke", "get/set", "runner", "DecodeLoop", "cache get+set", "in place: DecodeLoop"}
     assert set(row["cpu_median_us"]) == timed
 
 

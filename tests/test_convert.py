@@ -23,7 +23,8 @@ def test_plan_counts_call_sites_and_types(session_dir):
     by_eps = {round(c.attrs["epsilon"], 8): c for c in plan.composites}
     assert by_eps[1e-5].call_sites == 2 and by_eps[1e-3].call_sites == 1
     entry = by_eps[1e-3]
-    assert entry.attr_types == {"epsilon": "float"}
+    # The layer norm's options are version 2 (absent gamma/beta are -1).
+    assert entry.attr_types == {"epsilon": "float", "options_version": "int"}
     assert entry.arg_types == ["tensor<?x?x12xf32>", "tensor<12xf32>", "tensor<12xf32>"]
     assert entry.result_types == ["tensor<?x?x12xf32>"]
     assert entry.kernel_available and entry.fusable

@@ -25,6 +25,21 @@ def fused_decoder() -> bytes:
     return fusekit.optimize(DECODER.read_bytes()).model
 
 
+@pytest.fixture(scope="module")
+def in_place_decoder() -> bytes:
+    """The same decoder with its caches updated in place (every cache of
+    both signatures rewritten)."""
+    passes = [*fusekit.passes.DEFAULT_PASSES, "kv_cache_in_place"]
+    result = fusekit.optimize(DECODER.read_bytes(), passes=passes)
+    assert len(result.report.line("kv_cache_in_place").changes) == 8
+    return result.model
+
+
+@pytest.fixture(scope="module")
+def decoders(fused_decoder: bytes, in_place_decoder: bytes) -> dict[str, bytes]:
+    return {"functional": fused_decoder, "in_place": in_place_decoder}
+
+
 def _feed_inputs(position: int, token: int) -> dict[str, np.ndarray]:
     return {"tokens": np.array([[token]], np.int32), "input_pos": np.array([position], np.int32)}
 
@@ -61,24 +76,44 @@ def _loop_generate(loop: fusekit.DecodeLoop, count: int) -> list[int]:
     return generated
 
 
+@pytest.mark.parametrize("form", ["functional", "in_place"])
 @pytest.mark.parametrize("runtime", ["litert", "tf"])
-def test_decode_loop_equals_the_copying_loop(fused_decoder: bytes, runtime: str) -> None:
+def test_decode_loop_equals_the_copying_loop(
+    decoders: dict[str, bytes], runtime: str, form: str
+) -> None:
     """Same tokens and, after the last step, the same cache bits as the loop
-    that copies every cache through get_tensor/set_tensor; a second
-    generation on the same loop starts afresh."""
+    that copies every cache of the functional model through
+    get_tensor/set_tensor; a second generation on the same loop starts
+    afresh.  The in-place model copies nothing between steps."""
     count = 12
-    want, want_cache = _reference(fused_decoder, runtime, count)
-    interp = fusekit.Interpreter(model_content=fused_decoder, runtime=runtime, num_threads=1)
+    want, want_cache = _reference(decoders["functional"], runtime, count)
+    interp = fusekit.Interpreter(model_content=decoders[form], runtime=runtime, num_threads=1)
     loop = fusekit.DecodeLoop(interp, decode="decode", prefill="prefill_16", position_axis=1)
     assert sorted(loop.caches) == sorted(want_cache)
     assert _loop_generate(loop, count) == want
-    # The last step's row was copied into the input; the reference's outputs
-    # hold the same cache.
+    # The last step's row is in the input (copied there, or written there by
+    # the step); the reference's outputs hold the same cache.
     for name, value in want_cache.items():
         np.testing.assert_array_equal(loop.cache(name), value)
     assert _loop_generate(loop, count) == want
     # One position of 4 caches of [1, 32, 2, 16] float32.
     assert loop.row_bytes() == 4 * 2 * 16 * 4
+    assert loop.copied_bytes == (0 if form == "in_place" else loop.row_bytes())
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tf"])
+def test_in_place_model_through_the_signature_runner(
+    decoders: dict[str, bytes], runtime: str
+) -> None:
+    """The in-place model run the ordinary way (every cache through the
+    signature runner's inputs and outputs) gives the functional model's
+    tokens and cache bits: its cache output is its cache input's buffer,
+    which the runner copies out."""
+    want = _reference(decoders["functional"], runtime, 10)
+    got = _reference(decoders["in_place"], runtime, 10)
+    assert got[0] == want[0]
+    for name, value in want[1].items():
+        np.testing.assert_array_equal(got[1][name], value)
 
 
 def test_decode_loop_refuses_a_wrong_position_axis(fused_decoder: bytes) -> None:
@@ -109,13 +144,16 @@ def test_decode_loop_refuses_bad_calls(fused_decoder: bytes) -> None:
         fusekit.DecodeLoop(interp, prefill=None, position_axis=4)
 
 
-def test_decode_loop_on_tflite_runtime(fused_decoder: bytes, tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["functional", "in_place"])
+def test_decode_loop_on_tflite_runtime(
+    decoders: dict[str, bytes], fused_decoder: bytes, tmp_path: Path, form: str
+) -> None:
     """On tflite-runtime (its own venv): the same tokens as the copying loop
     and the same cache bits, and the same tokens as ai-edge-litert."""
     from runtimes import tflite_runtime_python
 
     model = tmp_path / "decoder.tflite"
-    model.write_bytes(fused_decoder)
+    model.write_bytes(decoders[form])
     proc = subprocess.run(
         [
             str(tflite_runtime_python()),
@@ -147,7 +185,8 @@ def test_generate_example_equals_keras() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert (
-        "fused ops: {'fusekit_attention': 4, 'fusekit_rms_norm': 10, 'fusekit_rotary_embedding': 8}"
+        "fused ops: {'fusekit_attention': 4, 'fusekit_kv_cache_update': 8, 'fusekit_rms_norm': 10, "
+        "'fusekit_rotary_embedding': 8}"
         in proc.stdout
     )
     assert "same 32 tokens" in proc.stdout

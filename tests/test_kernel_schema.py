@@ -9,7 +9,9 @@ import tensorflow as tf
 
 import fusekit
 from fusekit.conversion.kernel_match import Reason, element_dtype
-from fusekit.run.kernel_schema import kernel_schemas, library_schemas
+from fusekit.run.op_spec import VectorOf
+from fusekit.run.op_spec import kernel_specs as kernel_schemas
+from fusekit.run.op_spec import library_specs as library_schemas
 
 
 def test_every_library_kernel_exports_a_schema():
@@ -19,11 +21,14 @@ def test_every_library_kernel_exports_a_schema():
     assert [o.name for o in ln.inputs] == ["x", "gamma", "beta"]
     assert [o.optional for o in ln.inputs] == [False, True, True]
     assert ln.min_inputs == 1
-    assert {a.name: (a.type, a.default) for a in ln.attrs} == {
-        "epsilon": ("float", pytest.approx(1e-5)),
-        "scale": ("bool", True),
-        "center": ("bool", True),
+    assert {a.name: (a.type, a.default, a.min) for a in ln.attrs} == {
+        "epsilon": ("float", pytest.approx(1e-5), 0),
     }
+    # Version 2: gamma and beta are absent inputs; version 1 named them by
+    # the bool attrs scale and center.
+    assert ln.options_version == 2
+    assert ln.v1_presence == (("gamma", "scale"), ("beta", "center"))
+    assert ln.input("gamma").vector_of == VectorOf("x", -1)
     assert ("float32", "float32", "float32") in {s.inputs for s in ln.signatures}
 
 

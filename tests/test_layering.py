@@ -23,12 +23,16 @@ ALLOWED = {
     "fusekit.wire": {"fusekit.errors"},
     "fusekit.toolchain": SHARED | {"fusekit.run"},
     "fusekit.author": SHARED,
-    "fusekit.ops": SHARED | {"fusekit.author"},
+    # Ready composites and Keras layers read the op specs the kernel library
+    # exports (fusekit.run.op_spec).
+    "fusekit.ops": SHARED | {"fusekit.author", "fusekit.run"},
     # Conversion runs the graph passes after the converter; passes never
     # import conversion.
     "fusekit.conversion": SHARED | {"fusekit.model", "fusekit.run", "fusekit.passes"},
     "fusekit.passes": SHARED | {"fusekit.model", "fusekit.run"},
-    "fusekit.keras": SHARED | {"fusekit.author", "fusekit.ops"},
+    "fusekit.keras": SHARED | {"fusekit.author", "fusekit.ops", "fusekit.run"},
+    # The kernel test harness runs models; composite_cases converts them.
+    "fusekit.testing": SHARED | {"fusekit.model", "fusekit.run", "fusekit.conversion"},
 }
 
 

@@ -58,6 +58,15 @@ def test_every_fusekit_error_lives_in_fusekit_errors_and_old_paths_still_work():
     assert PluginBuildError is fusekit.errors.PluginBuildError is fusekit.PluginBuildError
 
 
+def test_the_custom_op_guide_shows_the_example_kernel_as_it_is():
+    """docs/custom_op.md shows examples/custom_op/my_custom_fused_op.cc whole;
+    the example is what tests build and run, so the two must not drift."""
+    root = README.parent
+    doc = (root / "docs" / "custom_op.md").read_text()
+    kernel = (root / "examples" / "custom_op" / "my_custom_fused_op.cc").read_text()
+    assert f"```cpp\n{kernel}```" in doc
+
+
 def test_the_model_layer_s_documented_old_paths_still_work():
     import fusekit.model.graph
     import fusekit.model.model_ops

@@ -2,10 +2,10 @@
 
 Kernels pick their Highway target at run time, so a machine with AVX-512
 only ever runs the AVX-512 code unless told otherwise; most users' CPUs take
-the AVX2 or baseline paths.  Each level runs in a subprocess of its own with
-FUSEKIT_SIMD set (the level is read once per process), on the models of
-tests/kernel_cases.py, and every output must match the float64 reference and
-the other levels' outputs.
+the AVX2 or baseline paths.  fusekit.testing.opcheck runs each level in a
+subprocess of its own with FUSEKIT_SIMD set (the level is read once per
+process), on the models of tests/kernel_cases.py, and every output must
+match the float64 reference and the other levels' outputs.
 
 On aarch64 the levels are neon, sve and sve2.  This x86 machine runs them
 under qemu user-mode emulation when FUSEKIT_ARM64_PYTHON names an emulated
@@ -36,6 +36,8 @@ from kernel_cases import (
 from runtimes import unpack_runs
 
 import fusekit
+from fusekit.testing import opcheck
+from fusekit.testing.runner import machine_levels
 
 # The levels of the machine running the tests, lowest first.
 LEVELS = (
@@ -65,55 +67,14 @@ def cpu_level() -> str:
 def levels() -> tuple[str, ...]:
     top = cpu_level()
     assert top in LEVELS, f"fusekit.simd_target() said {top!r}"
-    return LEVELS[: LEVELS.index(top) + 1]
-
-
-@pytest.fixture(scope="module")
-def level_outputs(levels):
-    """level -> op -> per model: (outputs per run, or an error string)."""
-    models = built_models()
-    jobdir = JobDir()
-    jobs, keys = [], []
-    for op, op_models in models.items():
-        for i, m in enumerate(op_models):
-            keys.append((op, i))
-            jobs.append(
-                {
-                    "kind": "run",
-                    "runtime": "litert",
-                    "num_threads": 1,
-                    "model": jobdir.model(m.model),
-                    "inputs": jobdir.arrays(m.runs),
-                    "outputs": "",
-                }
-            )
-    out: dict[str, dict[str, list]] = {}
-    try:
-        for level in levels:
-            for job in jobs:
-                job["outputs"] = jobdir.output_path()
-            env = env_without_simd_override()
-            env["FUSEKIT_SIMD"] = level
-            results = run_worker(jobs, jobdir, sys.executable, env)
-            per_op: dict[str, list] = {op: [] for op in models}
-            for (op, _), job, result in zip(keys, jobs, results, strict=True):
-                if result["error"] is not None:
-                    per_op[op].append(result["error"])
-                    continue
-                if result["simd"] != level:
-                    per_op[op].append(f"ran at {result['simd']}, not {level}")
-                    continue
-                with np.load(job["outputs"]) as data:
-                    per_op[op].append(unpack_runs(data, "o"))
-            out[level] = per_op
-    finally:
-        jobdir.cleanup()
-    return out
+    found = machine_levels()
+    assert found == LEVELS[: LEVELS.index(top) + 1], found
+    return found
 
 
 def test_levels_this_machine_runs(levels):
-    # The subprocesses confirmed each level took effect (result["simd"]);
-    # here: a lower level is always reachable from a higher one.
+    # opcheck confirms each level took effect (the worker reports it); here:
+    # a lower level is always reachable from a higher one.
     assert levels[0] == LEVELS[0]
 
 
@@ -128,37 +89,21 @@ def test_every_kernel_is_in_the_table():
 
 
 @pytest.mark.parametrize("op", KERNELS)
-def test_kernel_at_every_simd_level(op, levels, level_outputs):
+def test_kernel_at_every_simd_level(op, levels):
+    """The public harness (fusekit.testing.opcheck): every level within
+    TOLERANCE of float64 and of the top level, 2 threads giving the bits of
+    1 at each level."""
     if op not in BUILDERS:
         pytest.fail(f"{op} has no cases in tests/kernel_cases.py (add a @kernel_cases builder)")
-    models = built_models()[op]
-    failures = []
-    for i, m in enumerate(models):
-        first = None
-        for level in levels:
-            got = level_outputs[level][op][i]
-            if isinstance(got, str):
-                failures.append(f"{m.name} at {level}: {got}")
-                continue
-            for r, (outs, want) in enumerate(zip(got, m.expected, strict=True)):
-                for k, (g, w) in enumerate(zip(outs, want, strict=True)):
-                    err = rel_err(g, w)
-                    if not err <= TOLERANCE:
-                        failures.append(
-                            f"{m.name} at {level}, run {r} output {k}: {err:.2e} from float64"
-                        )
-            if first is None:
-                first = (level, got)
-                continue
-            for r, (outs, base) in enumerate(zip(got, first[1], strict=True)):
-                for k, (g, b) in enumerate(zip(outs, base, strict=True)):
-                    err = rel_err(g, b)
-                    if not err <= TOLERANCE:
-                        failures.append(
-                            f"{m.name}, run {r} output {k}: {level} vs {first[0]} differ "
-                            f"by {err:.2e}"
-                        )
-    assert not failures, "\n".join(failures)
+    result = opcheck(
+        None,
+        op,
+        built_models()[op],
+        checks=("parity", "threads", "simd"),
+        levels=levels,
+        tolerance=TOLERANCE,
+    )
+    assert result.checks["simd"].passed
 
 
 # ------------------------------------------------------------ aarch64 (emulated)

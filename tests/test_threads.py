@@ -24,12 +24,12 @@ from kernel_cases import (
     built_models,
     control_model,
     python_for,
-    rel_err,
     run_worker,
 )
-from runtimes import RUNTIMES, Job, run_jobs
+from runtimes import RUNTIMES
 
 import fusekit
+from fusekit.testing import opcheck
 
 KERNELS = sorted(fusekit.kernel_names())
 
@@ -44,27 +44,21 @@ def models_by_kernel() -> dict:
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_two_threads_match_one(runtime):
-    jobs, labels = [], []
-    for models in models_by_kernel().values():
-        for m in models:
-            for threads in (1, 2):
-                jobs.append(Job(m.model, m.runs, num_threads=threads))
-                labels.append(m)
-    outcomes = run_jobs(runtime, jobs)
+    """The public harness (fusekit.testing.opcheck) on each runtime: 2
+    threads give the bits of 1, both within 1e-5 of float64."""
+    python = python_for(runtime) if runtime == "tflite_runtime" else None
     failures = []
-    for i in range(0, len(jobs), 2):
-        m = labels[i]
-        one, two = outcomes[i], outcomes[i + 1]
-        if one.error or two.error:
-            failures.append(f"{m.name}: {one.error or two.error}")
-            continue
-        for r, (a, b, want) in enumerate(zip(one.outputs, two.outputs, m.expected, strict=True)):
-            for k in range(len(want)):
-                err = rel_err(b[k], a[k])
-                if not err <= 1e-6:
-                    failures.append(f"{m.name} run {r} output {k}: 2 threads vs 1 {err:.2e}")
-                if not rel_err(a[k], want[k]) <= 1e-5:
-                    failures.append(f"{m.name} run {r} output {k}: wrong vs float64")
+    for op, models in models_by_kernel().items():
+        result = opcheck(
+            None,
+            op,
+            models,
+            checks=("parity", "threads"),
+            runtime=runtime,
+            python=python,
+            raise_on_failure=False,
+        )
+        failures += [f"{op}: {line}" for line in result.failures()]
     assert not failures, "\n".join(failures)
 
 

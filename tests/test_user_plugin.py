@@ -65,6 +65,15 @@ def user_model(session_dir, user_plugin):
     return module, result
 
 
+def example_source(file_name: str) -> str:
+    """The example kernel's text for a copy named ``file_name``: Highway's
+    foreach_target re-includes the file by the name HWY_TARGET_INCLUDE gives."""
+    text = (EXAMPLE / "my_custom_fused_op.cc").read_text()
+    old = '#define HWY_TARGET_INCLUDE "my_custom_fused_op.cc"'
+    assert old in text
+    return text.replace(old, f'#define HWY_TARGET_INCLUDE "{file_name}"')
+
+
 def test_build_is_cached_and_lists_kernels(user_plugin):
     assert sorted(fusekit.kernel_names(user_plugin)) == ["my_custom_fused_op", "weighted_sum"]
     again = fusekit.build_plugin(
@@ -123,7 +132,7 @@ def test_compiler_errors_point_at_file_and_line(tmp_path, cache):
 
 def test_a_plugin_reusing_a_library_op_name_is_refused(tmp_path, cache, user_model):
     src = tmp_path / "clash.cc"
-    text = (EXAMPLE / "my_custom_fused_op.cc").read_text()
+    text = example_source(src.name)
     src.write_text(text.replace('"my_custom_fused_op"', '"fusekit_layer_norm"'))
     # Built, but not remembered for conversion (it would make every kernel
     # lookup ambiguous); using it is what fails.
@@ -137,7 +146,7 @@ def test_a_rebuilt_plugin_replaces_its_older_build_for_conversion(tmp_path, cach
     from fusekit.run.plugin import registered_plugins
 
     src = tmp_path / "rebuilt.cc"
-    text = (EXAMPLE / "my_custom_fused_op.cc").read_text()
+    text = example_source(src.name)
     text = text.replace('"my_custom_fused_op"', '"rebuilt_op"')
     src.write_text(text)
     first = fusekit.build_plugin("rebuilt", [src])
@@ -179,7 +188,7 @@ def test_editing_an_included_header_rebuilds_the_plugin(tmp_path):
     header = tmp_path / "my op config.h"  # a space: escaped in the dependency file
     header.write_text('#pragma once\n#define HEADER_OP_NAME "header_op"\n')
     src = tmp_path / "header_op.cc"
-    text = (EXAMPLE / "my_custom_fused_op.cc").read_text()
+    text = example_source(src.name)
     text = text.replace('"my_custom_fused_op"', "HEADER_OP_NAME")
     src.write_text('#include "my op config.h"\n' + text)
     first = fusekit.build_plugin("header_ops", [src])
@@ -330,3 +339,17 @@ def test_cross_build_without_the_cross_compiler_says_what_to_install(cache, monk
         fusekit.build_plugin("user_ops", [EXAMPLE / "my_custom_fused_op.cc"], target=other)
     with pytest.raises(fusekit.PluginBuildError, match="unknown build_plugin target 'sparc'"):
         fusekit.build_plugin("user_ops", [EXAMPLE / "my_custom_fused_op.cc"], target="sparc")
+
+
+def test_the_custom_op_example_builds_runs_and_passes_opcheck(cache):
+    """docs/custom_op.md's example, end to end as a user runs it."""
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE / "run.py")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "opcheck my_custom_fused_op" in proc.stdout and ": passed" in proc.stdout, proc.stdout
+    for check in ("parity", "threads", "simd", "bad_inputs", "fuzz"):
+        assert f"  {check}: ok" in proc.stdout, proc.stdout

@@ -33,7 +33,7 @@ MARKED: dict[str, str] = {
     "tests/ops/test_group_norm.py::test_traced_with_dynamic_batch_and_spatial_dims": "slow",  # 7
     "tests/ops/test_layer_norm.py::test_float16_parity": "slow",  # 9
     "tests/ops/test_layer_norm.py::test_one_custom_op_per_call_and_all_runtimes": "slow",  # 4
-    "tests/ops/test_layer_norm_composite.py::test_converts_to_one_op_with_scale_center_attrs": (
+    "tests/ops/test_layer_norm_composite.py::test_converts_to_one_op_with_absent_inputs": (
         "slow"  # 12
     ),
     "tests/ops/test_layer_norm_composite.py::test_traced_with_dynamic_batch": "slow",  # 4
@@ -45,6 +45,10 @@ MARKED: dict[str, str] = {
         "slow"  # 5
     ),
     "tests/passes/test_fuse_keras_hub.py": "slow",  # 200: a dozen keras-hub backbones
+    "tests/passes/test_kv_cache_pass.py::test_keras_hub_decode_step_in_place": "slow",  # 40
+    "tests/ops/test_kv_cache_update.py::test_update_on_tflite_runtime": "slow",  # 4
+    "tests/ops/test_kv_cache_update.py::"
+    "test_compiled_model_computes_the_same_values_functionally": "slow",  # 2
     "tests/passes/test_cleanup.py::test_models_with_resource_variables_are_read": "slow",  # 16
     "tests/passes/test_space_to_depth.py::"
     "test_resnet_stem_becomes_a_stride_1_conv_over_12_channels": "slow",  # 13
@@ -67,6 +71,16 @@ MARKED: dict[str, str] = {
     "tests/test_threads.py": "slow",  # 46 (litert only; 3 runtimes: ~120)
     "tests/test_user_plugin.py": "slow",  # 139: compiles plugins
     "tests/test_sdk_checks.py": "slow",  # 50: compiles a plugin
+    # Compiles two plugins and runs each op in worker processes.
+    "tests/test_opcheck.py::test_a_correct_user_op_passes_every_check": "slow",  # 20
+    "tests/test_opcheck.py::test_a_kernel_whose_threads_change_the_bits_fails_the_thread_check": (
+        "slow"  # 5
+    ),
+    "tests/test_opcheck.py::test_a_kernel_that_crashes_on_a_bad_shape_fails_and_the_caller_lives": (
+        "slow"  # 5
+    ),
+    "tests/test_opcheck.py::test_a_numpy_reference_stands_in_for_tensorflow": "slow",  # 4
+    "tests/test_opcheck.py::test_wrong_arguments_are_named": "slow",  # 3
     "tests/test_plugin_loading.py::test_a_user_plugin_through_symlink_relative_and_hard_link": (
         "slow"  # 15
     ),

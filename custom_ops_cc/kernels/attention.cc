@@ -26,13 +26,16 @@
 // whose every key is dropped (bool mask, causality, -inf mask entries)
 // gives zeros, as the composite defines.
 //
-// Prefill (AttentionQueries): an item is one head and 2 SIMD vectors of
-// queries, held transposed so that the vector lanes are queries.  Q.K^T
-// broadcasts K elements (read in place) against Q^T, P.V broadcasts V
-// elements (in place) against P^T, both register-tiled microkernels with an
-// MR x 2-vector tile of accumulators (MR = 8 with 32 vector registers, 6
-// with 16), and the softmax runs down the key axis with vector max/add only.
-// Causal blocks above the diagonal are never computed.
+// Prefill (AttentionQueries): an item is one head and 4 SIMD vectors of
+// queries on AVX-512 (2 elsewhere), held transposed so that the vector
+// lanes are queries.  Q.K^T broadcasts K elements (read in place) against
+// Q^T, P.V broadcasts V elements (in place) against P^T, both
+// register-tiled microkernels (6 x 4-vector tiles of accumulators on
+// AVX-512; MR x 2 vectors elsewhere, MR = 8 with 32 vector registers, 6
+// with 16), and the softmax runs down the key axis with vector max/add
+// only.  Causal blocks above the diagonal are never computed, and a mask
+// the same for every query (a padding mask) is read once per key, its
+// fully dropped key blocks skipped.
 //
 // Decode (AttentionItem, Sq <= 4): an item is every query head of one kv
 // head, so K and V stream from memory once (dot products per key row, with
@@ -131,10 +134,12 @@ constexpr KvLayout kBshd{"bshd", 0, 1, 2, 3, "[batch, seq, kv_heads, head_dim]"}
 constexpr KvLayout kBhsd{"bhsd", 0, 2, 1, 3, "[batch, kv_heads, seq, head_dim]"};
 constexpr KvLayout kBhds{"bhds", 0, 3, 1, 2, "[batch, kv_heads, head_dim, seq]"};
 
-// The layout named by attr `key` among `allowed`; sets *error otherwise.
+// The layout named by attr `key` among `allowed` (absent: the first,
+// "bshd"); sets *error otherwise.
 template <size_t N>
 KvLayout ParseLayout(const Attrs& attrs, const char* key, const KvLayout (&allowed)[N],
                      std::string* error) {
+  if (!attrs.Has(key)) return allowed[0];
   const std::string name = attrs.String(key);
   std::string names;
   for (const KvLayout& layout : allowed) {
@@ -199,16 +204,12 @@ class Attention {
         k_layout_(ParseLayout(attrs, "k_layout", kKLayouts, error)),
         v_layout_(ParseLayout(attrs, "v_layout", kVLayouts, error)),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
+        query_panel_(FUSEKIT_SIMD_CHOOSE(AttentionQueryPanel)),
         item_(Storage<T>::Item()),
         queries_(Storage<T>::Queries()),
         store_half_(FUSEKIT_SIMD_CHOOSE(AttentionStoreHalf)) {
-    if (!std::isfinite(scale_)) {
-      *error = "attr 'scale' must be a finite number, got " + std::to_string(scale_);
-    }
-    if (!std::isfinite(softcap_) || softcap_ < 0.0f) {
-      *error = "attr 'softcap' must be a finite number > 0 (0 or absent: no capping), got " +
-               std::to_string(softcap_);
-    }
+    // (The SDK refuses a scale or softcap that is not finite, or a negative
+    // softcap; an absent softcap reads 0: no capping.)
     // Score rows are kKeys wide and filled a panel at a time: true for every
     // power-of-two vector length (all SVE hardware; the architecture no
     // longer allows others), refused for the rest rather than overrun.
@@ -356,6 +357,7 @@ class Attention {
     Plan plan;
     att::Layout& l = plan.layout;
     l.panel = panel_();
+    l.query_panel = query_panel_();
     l.value_pad = att::RoundUp(std::max<int64_t>(p.value_depth, 1), l.panel);
     l.value_transposed = p.v_col != 1;
     plan.decode = p.q_len <= kDecodeQueries && p.group * p.q_len <= att::kRows;
@@ -389,9 +391,9 @@ class Attention {
 
   TfLiteStatus Prefill(OpContext& ctx, const Problem& p, const ScratchPlan& mem, void* scratch) {
     const att::Layout& l = plan_.layout;
-    // Items of one panel of queries (2 vectors) of one head; consecutive
-    // items share the head's K and V in cache.
-    const int64_t width = l.panel;
+    // Items of one panel of queries (2 or 4 vectors) of one head;
+    // consecutive items share the head's K and V in cache.
+    const int64_t width = l.query_panel;
     const int64_t blocks = (p.q_len + width - 1) / width;
     const int64_t items = p.batch * p.heads * blocks;
     // Causal items differ in cost; the pool hands out items dynamically.
@@ -498,6 +500,7 @@ class Attention {
   KvLayout k_layout_;
   KvLayout v_layout_;
   PanelFn panel_;
+  PanelFn query_panel_;
   typename Storage<T>::ItemFn item_;
   typename Storage<T>::QueriesFn queries_;
   void (*store_half_)(const float*, int64_t, float, hwy::float16_t*);
@@ -508,9 +511,9 @@ class Attention {
 
 #define FUSEKIT_ATTENTION_OPERANDS \
   Inputs("q", "k", "v", "mask"), Outputs("out"), \
-      AttrSchema(attr::Bool("causal", false), attr::Float("scale", 0.0), \
-                 attr::Float("softcap", 0.0), attr::String("q_layout", "bshd"), \
-                 attr::String("k_layout", "bshd"), attr::String("v_layout", "bshd"))
+      AttrSchema(attr::Bool("causal", false), attr::Float("scale"),    \
+                 attr::Float("softcap").Min(0), attr::String("q_layout"),          \
+                 attr::String("k_layout"), attr::String("v_layout"))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

@@ -63,6 +63,7 @@ struct Problem {
 // Packed layouts (per target: panel = 2 SIMD vectors of keys).
 struct Layout {
   int64_t panel;        // keys per K panel
+  int64_t query_panel;  // queries per prefill item (2 or 4 SIMD vectors)
   bool value_transposed;  // V is [B, Hkv, Dv, Skv] (v_col != 1)
   int64_t value_pad;    // Dv rounded up to a whole number of 2-vector chunks
   bool value_direct;    // V is read in place (Dv is already whole chunks)
@@ -94,13 +95,15 @@ struct Partial {
 // attention_microkernels-inl.h).
 inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
-// A prefill item holds Q^T and O^T one panel (2 vectors) of queries wide:
-// with 2048-bit SVE vectors that is 128 queries, more than kRows.
+// A prefill item holds Q^T and O^T one query panel (2 or 4 vectors) wide:
+// with 2048-bit SVE vectors (2 of them) that is 128 queries, more than kRows.
 template <typename T>
 inline int64_t QueryFloats(const Problem<T>& p, const Layout& l) {
-  return RoundUp(Max(kRows, l.panel) * p.depth, 16);
+  return RoundUp(Max(Max(kRows, l.panel), l.query_panel) * p.depth, 16);
 }
-inline int64_t OutFloats(const Layout& l) { return Max(kRows, l.panel) * l.value_pad; }
+inline int64_t OutFloats(const Layout& l) {
+  return Max(Max(kRows, l.panel), l.query_panel) * l.value_pad;
+}
 // A decode block's K panels: kKeys keys rounded up to whole panels.
 template <typename T>
 inline int64_t KBlockFloats(const Problem<T>& p, const Layout& l) {

@@ -15,6 +15,7 @@
 
 // Keys per K panel (2 SIMD vectors).
 int64_t AttentionPanel();
+int64_t AttentionQueryPanel();
 // out[0, n) = row[0, n) * factor rounded to float16 (the decode merge).
 void AttentionStoreHalf(const float* row, int64_t n, float factor, hwy::float16_t* out);
 // One decode item (attention_decode.cc).

@@ -1,6 +1,6 @@
 // fusekit_attention's prefill path (attention.cc describes the op): an
-// item is one head and 2 SIMD vectors of queries, held transposed so that
-// the vector lanes are queries.
+// item is one head and kQueryVectors SIMD vectors of queries, held
+// transposed so that the vector lanes are queries.
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -37,9 +37,230 @@ static_assert(kKeysT * 2 * hn::MaxLanes(DF()) <= att::kRows * att::kKeys,
 // (kKeys x value_pad floats, value_pad >= Dv).
 static_assert(kKeysT <= att::kKeys, "a V^T block outgrows its buffer");
 
+// Vectors of queries per prefill item: 4 where 32 vector registers hold
+// a 6-row tile of 4-vector accumulators (AVX-512: each K or V element
+// broadcast feeds 4 FMAs, half the loads per FMA of 2 vectors, and a
+// block of K and V, streamed from L2, serves twice the queries), else 2.
+#if HWY_TARGET == HWY_AVX3
+constexpr int kQueryVectors = 4;
+#else
+constexpr int kQueryVectors = 2;
+#endif
+static_assert(kKeysT * kQueryVectors * hn::MaxLanes(DF()) <= att::kRows * att::kKeys,
+              "S^T outgrows its buffer");
+static_assert(kQueryVectors * hn::MaxLanes(DF()) <= att::kRows || kQueryVectors == 2,
+              "Q^T and O^T outgrow their buffers");
+
+int64_t AttentionQueryPanel() {
+  return kQueryVectors * static_cast<int64_t>(hn::Lanes(DF()));
+}
+
+// acc[r] (4 vectors) = init(r, q), then for j < n: acc[r] += a(r, j) *
+// panel(j), for the MR <= 6 rows of a tile; then store(r, acc[r]).  Named
+// accumulators, as TileMulAdd's (only AVX-512 instantiates it).
+#define FUSEKIT_TILE4_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+template <int MR, class Init, class Scalar, class Panel, class Store>
+HWY_INLINE void TileMulAdd4(int64_t n, const Init& init, const Scalar& a, const Panel& panel,
+                            const Store& store) {
+  static_assert(MR >= 1 && MR <= 6, "a 4-vector tile has 1 to 6 rows");
+  const DF d;
+#define FUSEKIT_TILE4_INIT(r)                                                          \
+  [[maybe_unused]] VF acc##r##_0 = hn::Zero(d), acc##r##_1 = acc##r##_0,              \
+                      acc##r##_2 = acc##r##_0, acc##r##_3 = acc##r##_0;                \
+  if constexpr ((r) < MR) {                                                            \
+    acc##r##_0 = init(r, 0);                                                           \
+    acc##r##_1 = init(r, 1);                                                           \
+    acc##r##_2 = init(r, 2);                                                           \
+    acc##r##_3 = init(r, 3);                                                           \
+  }
+  FUSEKIT_TILE4_ROWS(FUSEKIT_TILE4_INIT)
+#undef FUSEKIT_TILE4_INIT
+  for (int64_t j = 0; j < n; ++j) {
+    const VF b0 = panel(j, 0), b1 = panel(j, 1), b2 = panel(j, 2), b3 = panel(j, 3);
+#define FUSEKIT_TILE4_STEP(r)                    \
+  if constexpr ((r) < MR) {                      \
+    const VF x = hn::Set(d, a(r, j));            \
+    acc##r##_0 = hn::MulAdd(x, b0, acc##r##_0);  \
+    acc##r##_1 = hn::MulAdd(x, b1, acc##r##_1);  \
+    acc##r##_2 = hn::MulAdd(x, b2, acc##r##_2);  \
+    acc##r##_3 = hn::MulAdd(x, b3, acc##r##_3);  \
+  }
+    FUSEKIT_TILE4_ROWS(FUSEKIT_TILE4_STEP)
+#undef FUSEKIT_TILE4_STEP
+  }
+#define FUSEKIT_TILE4_STORE(r) \
+  if constexpr ((r) < MR) store(r, acc##r##_0, acc##r##_1, acc##r##_2, acc##r##_3);
+  FUSEKIT_TILE4_ROWS(FUSEKIT_TILE4_STORE)
+#undef FUSEKIT_TILE4_STORE
+}
+#undef FUSEKIT_TILE4_ROWS
+
+// S^T[r][0, 4 vectors) = K[r] . Q^T for MR key rows (K rows k_stride apart).
+template <int MR>
+HWY_INLINE void KqRows4(const float* k, int64_t k_stride, int64_t depth, const float* qt,
+                        float* st, int64_t rows) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t r0 = 0;
+  for (; r0 + MR <= rows; r0 += MR) {
+    const float* kr = k + r0 * k_stride;
+    float* out = st + r0 * 4 * lanes;
+    TileMulAdd4<MR>(
+        depth, [&](int, int) { return hn::Zero(d); },
+        [&](int r, int64_t c) { return kr[r * k_stride + c]; },
+        [&](int64_t c, int q) { return hn::Load(d, qt + (4 * c + q) * lanes); },
+        [&](int r, VF a0, VF a1, VF a2, VF a3) {
+          float* o = out + r * 4 * lanes;
+          hn::Store(a0, d, o);
+          hn::Store(a1, d, o + lanes);
+          hn::Store(a2, d, o + 2 * lanes);
+          hn::Store(a3, d, o + 3 * lanes);
+        });
+  }
+  if constexpr (MR > 1) {
+    if (r0 < rows) KqRows4<MR - 1>(k + r0 * k_stride, k_stride, depth, qt, st + r0 * 4 * lanes,
+                                   rows - r0);
+  }
+}
+
+// O^T[r][0, 4 vectors) += sum_j V[j][r] * P^T[j] for MR value columns r
+// (V[j][r] at v[j * v_stride + r * col_stride], as VpTile).
+template <int MR>
+HWY_INLINE void VpRows4(const float* v, int64_t v_stride, int64_t col_stride, int64_t n,
+                        const float* pt, float* ot, int64_t cols) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t c0 = 0;
+  for (; c0 + MR <= cols; c0 += MR) {
+    const float* vc = v + c0 * col_stride;
+    float* out = ot + c0 * 4 * lanes;
+    TileMulAdd4<MR>(
+        n, [&](int r, int q) { return hn::Load(d, out + (4 * r + q) * lanes); },
+        [&](int r, int64_t j) { return vc[j * v_stride + r * col_stride]; },
+        [&](int64_t j, int q) { return hn::Load(d, pt + (4 * j + q) * lanes); },
+        [&](int r, VF a0, VF a1, VF a2, VF a3) {
+          float* o = out + r * 4 * lanes;
+          hn::Store(a0, d, o);
+          hn::Store(a1, d, o + lanes);
+          hn::Store(a2, d, o + 2 * lanes);
+          hn::Store(a3, d, o + 3 * lanes);
+        });
+  }
+  if constexpr (MR > 1) {
+    if (c0 < cols) {
+      VpRows4<MR - 1>(v + c0 * col_stride, v_stride, col_stride, n, pt, ot + c0 * 4 * lanes,
+                      cols - c0);
+    }
+  }
+}
+
+// Asks for the `count` floats from `row` on (a prefetch past the end of a
+// tensor is harmless: it never faults).
+HWY_INLINE void PrefetchFloats(const float* row, int64_t count) {
+  for (int64_t c = 0; c < count; c += 16) __builtin_prefetch(row + c, 0, 3);
+}
+
+// The two matmuls of a block, out of line: inlined into AttentionQueriesT,
+// whose online-softmax state is live around them, a tile's accumulators
+// no longer fit in the 32 registers and one was spilled, which put a
+// store-to-load round trip on every key of P.V.  K rows, read in place
+// Hkv * D floats apart, come from L2: each tile asks for the rows of the
+// next one while it computes.
+HWY_NOINLINE void KqBlock(const float* k, int64_t k_stride, int64_t depth, const float* qt,
+                          float* st, int64_t rows) {
+  constexpr int kRowsPerTile = kQueryVectors == 4 ? 6 : kMaxTile;
+  for (int64_t r = 0; r < rows; r += kRowsPerTile) {
+    const int64_t m = rows - r < kRowsPerTile ? rows - r : kRowsPerTile;
+    for (int64_t t = kRowsPerTile; t < 2 * kRowsPerTile; ++t) {
+      PrefetchFloats(k + (r + t) * k_stride, depth);
+    }
+    float* out = st + r * AttentionQueryPanel();
+    if constexpr (kQueryVectors == 4) {
+      KqRows4<6>(k + r * k_stride, k_stride, depth, qt, out, m);
+    } else {
+      KqRows<kMaxTile>(k + r * k_stride, k_stride, depth, qt, out, m);
+    }
+  }
+}
+
+// P.V goes over the block's keys kVpKeys at a time (every column tile per
+// step, each accumulating in key order as in one pass): V rows Hkv * Dv
+// floats apart (1 KiB with 4 heads of 64) fall on a few L1 sets, and a
+// whole block's rows per column tile evicted each other before the next
+// tile could reuse them.
+constexpr int64_t kVpKeys = 32;
+HWY_NOINLINE void VpBlock(const float* v, int64_t v_stride, int64_t col_stride, int64_t n,
+                          const float* pt, float* ot, int64_t cols) {
+  const int64_t width = AttentionQueryPanel();
+  for (int64_t j = 0; j < n; j += kVpKeys) {
+    const int64_t m = n - j < kVpKeys ? n - j : kVpKeys;
+    if constexpr (kQueryVectors == 4) {
+      VpRows4<6>(v + j * v_stride, v_stride, col_stride, m, pt + j * width, ot, cols);
+    } else {
+      VpRows<kMaxTile>(v + j * v_stride, v_stride, col_stride, m, pt + j * width, ot, cols);
+    }
+  }
+}
+
+// The mask of one (batch, head) when it is the same for every query row (its
+// query stride is 0: a padding mask [B, 1, 1, Skv]): one value per key, an
+// additive float or a bool keep.
+struct KeyRow {
+  const float* add = nullptr;
+  const uint8_t* keep = nullptr;
+  int64_t stride = 0;  // between keys (0: one value for every key)
+
+  bool present() const { return add != nullptr || keep != nullptr; }
+  // Key j is dropped: its weight is an exact 0 (a -inf bias or a false keep).
+  bool Dropped(int64_t j) const {
+    return add != nullptr ? add[j * stride] == -std::numeric_limits<float>::infinity()
+                          : !keep[j * stride];
+  }
+  // [jb, jb + n) narrowed to its first and last kept key (n = 0: none).
+  void Trim(int64_t& jb, int64_t& n) const {
+    int64_t end = jb + n;
+    while (jb < end && Dropped(jb)) ++jb;
+    while (end > jb && Dropped(end - 1)) --end;
+    n = end - jb;
+  }
+  // S^T rows of keys jb.. (n of them, `width` floats each: one value per
+  // query lane) get their key's bias, or -inf when it is dropped.
+  void Apply(DF d, int64_t jb, int64_t n, float* HWY_RESTRICT st, int64_t width) const {
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    if (add != nullptr) {
+      for (int64_t j = 0; j < n; ++j) {
+        const VF m = hn::Set(d, add[(jb + j) * stride]);
+        float* srow = st + j * width;
+        for (int64_t c = 0; c < width; c += lanes) {
+          hn::Store(hn::Add(hn::Load(d, srow + c), m), d, srow + c);
+        }
+      }
+      return;
+    }
+    const VF neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < n; ++j) {
+      if (keep[(jb + j) * stride]) continue;
+      for (int64_t c = 0; c < width; c += lanes) hn::Store(neg_inf, d, st + j * width + c);
+    }
+  }
+};
+
+template <typename T>
+KeyRow KeyRowOf(const att::Problem<T>& p, int64_t b, int64_t h) {
+  KeyRow row;
+  const int64_t* ms = p.mask_stride;
+  if (ms[2] != 0) return row;  // differs across queries
+  const int64_t at = b * ms[0] + h * ms[1];
+  if (p.mask_add != nullptr) row.add = p.mask_add + at;
+  if (p.mask_keep != nullptr) row.keep = p.mask_keep + at;
+  row.stride = ms[3];
+  return row;
+}
+
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
-// most 2 vectors.  Scratch: see Buffers (q holds Q^T, s holds S^T, o O^T;
-// with float16 storage kblock and vblock hold a block of K and V as float).
+// most kQueryVectors vectors.  Scratch: see Buffers (q holds Q^T, s holds
+// S^T, o O^T; with float16 storage kblock and vblock hold a block of K and
+// V as float).
 template <typename T>
 void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i0, int64_t nq,
                        float* scratch, const att::Layout& l) {
@@ -47,7 +268,7 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t width = 2 * lanes;
+  const int64_t width = kQueryVectors * lanes;
   const Buffers buf = Carve(p, l, scratch);
   const int64_t depth = p.depth, dv = p.value_depth;
   // float32 K and V rows are read in place.  (A contiguous copy per head,
@@ -89,11 +310,11 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   } else if (nq == width && width * q_stride <= INT32_MAX) {
     const auto index = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(q_stride)));
     const VF scale = hn::Set(d, p.scale);
-    for (int64_t half = 0; half < 2; ++half) {
-      const float* src = q_rows + half * lanes * q_stride;
+    for (int64_t part = 0; part < kQueryVectors; ++part) {
+      const float* src = q_rows + part * lanes * q_stride;
       for (int64_t c = 0; c < depth; ++c) {
         hn::Store(hn::Mul(hn::GatherIndex(d, src + c, index), scale), d,
-                  qt + c * width + half * lanes);
+                  qt + c * width + part * lanes);
       }
     }
   } else {
@@ -105,91 +326,106 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   }
   float* ot = buf.o;
   std::memset(ot, 0, sizeof(float) * dv * width);
-  VF max0 = hn::Set(d, kNegInf), max1 = max0;
-  VF sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+  // The online softmax's running max and sum of each query lane.
+  HWY_ALIGN float run_max[kQueryVectors * hn::MaxLanes(DF())];
+  HWY_ALIGN float run_sum[kQueryVectors * hn::MaxLanes(DF())];
+  for (int64_t c = 0; c < width; c += lanes) {
+    hn::Store(hn::Set(d, kNegInf), d, run_max + c);
+    hn::Store(hn::Zero(d), d, run_sum + c);
+  }
 
   int64_t key_end = p.kv_len;
   if (p.causal && i0 + nq - 1 + offset + 1 < key_end) key_end = i0 + nq - 1 + offset + 1;
   float* st = buf.s;
   const int64_t* ms = p.mask_stride;
+  // A mask the same for every query (query stride 0: a padding mask) is one
+  // value per key, read once per key for all the item's queries.
+  const KeyRow row = KeyRowOf(p, b, h);
   for (int64_t j0 = 0; j0 < key_end; j0 += kKeysT) {
-    const int64_t n = key_end - j0 < kKeysT ? key_end - j0 : kKeysT;
-    if constexpr (kInPlace) {
-      KqRows<kMaxTile>(k_head + j0 * k_row, k_row, depth, qt, st, n);
-    } else {
-      ConvertRows(k_head + j0 * k_row, k_row, n, depth, buf.kblock, depth);
-      KqRows<kMaxTile>(buf.kblock, depth, depth, qt, st, n);
+    int64_t jb = j0;
+    int64_t n = key_end - j0 < kKeysT ? key_end - j0 : kKeysT;
+    if (row.present()) {
+      // Keys the row drops weigh exactly 0 and move no max: the block
+      // shrinks to its first and last kept key, or is skipped.
+      row.Trim(jb, n);
+      if (n == 0) continue;
     }
+    if constexpr (kInPlace) {
+      KqBlock(k_head + jb * k_row, k_row, depth, qt, st, n);
+    } else {
+      ConvertRows(k_head + jb * k_row, k_row, n, depth, buf.kblock, depth);
+      KqBlock(buf.kblock, depth, depth, qt, st, n);
+    }
+    // The scale is in Q^T; the cap (Gemma 2) comes before the mask.
     if (p.softcap > 0.0f) SoftcapRow(st, n * width, p.softcap);
-    if (p.mask_add != nullptr || p.mask_keep != nullptr) {
+    if (row.present()) {
+      row.Apply(d, jb, n, st, width);
+    } else if (p.mask_add != nullptr || p.mask_keep != nullptr) {
       const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2];
       for (int64_t j = 0; j < n; ++j) {
-        float* row = st + j * width;
-        const int64_t at = base + (j0 + j) * ms[3];
+        float* srow = st + j * width;
+        const int64_t at = base + (jb + j) * ms[3];
         for (int64_t i = 0; i < nq; ++i) {
           if (p.mask_add != nullptr) {
-            row[i] += p.mask_add[at + i * ms[2]];
+            srow[i] += p.mask_add[at + i * ms[2]];
           } else if (!p.mask_keep[at + i * ms[2]]) {
-            row[i] = kNegInf;
+            srow[i] = kNegInf;
           }
         }
       }
     }
-    if (p.causal && j0 + n - 1 > i0 + offset) {
+    if (p.causal && jb + n - 1 > i0 + offset) {
       // Key j is dropped for the queries i < j - offset.
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t first_kept = j0 + j - offset - i0;
-        float* row = st + j * width;
-        for (int64_t i = 0; i < first_kept && i < width; ++i) row[i] = kNegInf;
+        const int64_t first_kept = jb + j - offset - i0;
+        float* srow = st + j * width;
+        for (int64_t i = 0; i < first_kept && i < width; ++i) srow[i] = kNegInf;
       }
     }
-    VF bmax0 = max0, bmax1 = max1;
-    for (int64_t j = 0; j < n; ++j) {
-      bmax0 = hn::Max(bmax0, hn::Load(d, st + j * width));
-      bmax1 = hn::Max(bmax1, hn::Load(d, st + j * width + lanes));
-    }
-    // Lanes without an admissible key so far subtract 0 (their weights are
-    // exact zeros either way).
+    // The online softmax, one vector of query lanes at a time down the
+    // block's keys.
     const VF neg_inf = hn::Set(d, kNegInf);
-    const VF sub0 = hn::IfThenZeroElse(hn::Eq(bmax0, neg_inf), bmax0);
-    const VF sub1 = hn::IfThenZeroElse(hn::Eq(bmax1, neg_inf), bmax1);
-    const VF alpha0 = SoftmaxExpZero(d, hn::Sub(max0, sub0));
-    const VF alpha1 = SoftmaxExpZero(d, hn::Sub(max1, sub1));
-    max0 = bmax0;
-    max1 = bmax1;
-    VF add0 = hn::Zero(d), add1 = hn::Zero(d);
-    for (int64_t j = 0; j < n; ++j) {
-      const VF e0 = SoftmaxExpZero(d, hn::Sub(hn::Load(d, st + j * width), sub0));
-      const VF e1 = SoftmaxExpZero(d, hn::Sub(hn::Load(d, st + j * width + lanes), sub1));
-      hn::Store(e0, d, st + j * width);
-      hn::Store(e1, d, st + j * width + lanes);
-      add0 = hn::Add(add0, e0);
-      add1 = hn::Add(add1, e1);
-    }
-    sum0 = hn::MulAdd(sum0, alpha0, add0);
-    sum1 = hn::MulAdd(sum1, alpha1, add1);
-    for (int64_t c = 0; c < dv; ++c) {
-      hn::Store(hn::Mul(hn::Load(d, ot + c * width), alpha0), d, ot + c * width);
-      hn::Store(hn::Mul(hn::Load(d, ot + c * width + lanes), alpha1), d, ot + c * width + lanes);
+    for (int64_t c = 0; c < width; c += lanes) {
+      float* col = st + c;
+      const VF old_max = hn::Load(d, run_max + c);
+      VF bmax = old_max;
+      for (int64_t j = 0; j < n; ++j) bmax = hn::Max(bmax, hn::Load(d, col + j * width));
+      // Lanes without an admissible key so far subtract 0 (their weights
+      // are exact zeros either way).
+      const VF sub = hn::IfThenZeroElse(hn::Eq(bmax, neg_inf), bmax);
+      const VF alpha = SoftmaxExpZero(d, hn::Sub(old_max, sub));
+      hn::Store(bmax, d, run_max + c);
+      VF add = hn::Zero(d);
+      for (int64_t j = 0; j < n; ++j) {
+        const VF e = SoftmaxExpZero(d, hn::Sub(hn::Load(d, col + j * width), sub));
+        hn::Store(e, d, col + j * width);
+        add = hn::Add(add, e);
+      }
+      hn::Store(hn::MulAdd(hn::Load(d, run_sum + c), alpha, add), d, run_sum + c);
+      for (int64_t x = 0; x < dv; ++x) {
+        float* o = ot + x * width + c;
+        hn::Store(hn::Mul(hn::Load(d, o), alpha), d, o);
+      }
     }
     if constexpr (kInPlace) {
-      VpRows<kMaxTile>(v_head + j0 * v_row, v_row, v_col, n, st, ot, dv);
+      VpBlock(v_head + jb * v_row, v_row, v_col, n, st, ot, dv);
     } else if (l.value_transposed) {
       // The block's V^T rows (dv of them, n keys each) converted as rows.
-      ConvertRows(v_head + j0, v_col, dv, n, buf.vblock, kKeysT);
-      VpRows<kMaxTile>(buf.vblock, 1, kKeysT, n, st, ot, dv);
+      ConvertRows(v_head + jb, v_col, dv, n, buf.vblock, kKeysT);
+      VpBlock(buf.vblock, 1, kKeysT, n, st, ot, dv);
     } else {
-      ConvertRows(v_head + j0 * v_row, v_row, n, dv, buf.vblock, dv);
-      VpRows<kMaxTile>(buf.vblock, dv, 1, n, st, ot, dv);
+      ConvertRows(v_head + jb * v_row, v_row, n, dv, buf.vblock, dv);
+      VpBlock(buf.vblock, dv, 1, n, st, ot, dv);
     }
   }
 
   // out[b, i0 + i, h, c] = O^T[c][i] / sum[i]; no admissible key: zeros.
-  HWY_ALIGN float inv[2 * hn::MaxLanes(DF())];
+  HWY_ALIGN float inv[kQueryVectors * hn::MaxLanes(DF())];
   const VF zero = hn::Zero(d);
-  hn::Store(hn::IfThenElseZero(hn::Gt(sum0, zero), hn::Div(hn::Set(d, 1.0f), sum0)), d, inv);
-  hn::Store(hn::IfThenElseZero(hn::Gt(sum1, zero), hn::Div(hn::Set(d, 1.0f), sum1)), d,
-            inv + lanes);
+  for (int64_t c = 0; c < width; c += lanes) {
+    const VF sum = hn::Load(d, run_sum + c);
+    hn::Store(hn::IfThenElseZero(hn::Gt(sum, zero), hn::Div(hn::Set(d, 1.0f), sum)), d, inv + c);
+  }
   // Column i of O^T gathered a vector of value columns at a time.
   const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(width)));
   for (int64_t i = 0; i < nq; ++i) {

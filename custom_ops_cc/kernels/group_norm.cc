@@ -1,9 +1,11 @@
 // fusekit_group_norm: group normalization of a channels-last tensor.
 //
-//   inputs  x [B, *spatial, C] float32 (rank 2 to 5), then gamma [C] when
-//           attr `scale`, then beta [C] when attr `center`
-//   attrs   groups (int, required, > 0, divides C), epsilon (float, 1e-5),
-//           scale, center (bool, true)
+//   inputs  x [B, *spatial, C] float32 (rank 2 to 5), gamma [C] and beta
+//           [C], each optional (absent: tensor index -1)
+//   attrs   groups (int, required, >= 1, divides C), epsilon (float >= 0,
+//           1e-5).  Options version 2; version 1 packed the present
+//           gamma/beta after x, named by bool attrs `scale` and `center`
+//           (the SDK maps such nodes).
 //   output  y = (x - mean) * rsqrt(var + epsilon) * gamma[c] + beta[c], where
 //           mean/var are taken per batch item and group over every spatial
 //           position and the group's C/groups consecutive channels.
@@ -288,51 +290,20 @@ struct Slot {
 
 class GroupNorm {
  public:
-  GroupNorm(const Attrs& attrs, std::string* error)
+  GroupNorm(const Attrs& attrs, std::string*)
       : groups_(attrs.Int("groups")),
         epsilon_(static_cast<float>(attrs.Float("epsilon"))),
-        scale_(attrs.Bool("scale")),
-        center_(attrs.Bool("center")),
         lanes_(static_cast<int64_t>(FUSEKIT_SIMD_CHOOSE(GroupNormLanes)())),
         stats_(FUSEKIT_SIMD_CHOOSE(GroupNormStats)),
-        apply_(FUSEKIT_SIMD_CHOOSE(GroupNormApply)) {
-    if (groups_ <= 0) {
-      *error = "attr 'groups' must be > 0, got " + std::to_string(groups_);
-    } else if (!(epsilon_ >= 0.0f) || !std::isfinite(epsilon_)) {
-      *error = "attr 'epsilon' must be a finite number >= 0, got " +
-               std::to_string(epsilon_);
-    }
-  }
+        apply_(FUSEKIT_SIMD_CHOOSE(GroupNormApply)) {}
 
-  TfLiteStatus Prepare(OpContext& ctx, In<float> x, Opt<float> in1, Opt<float> in2,
-                       Out<float> y) {
-    const int expected = 1 + scale_ + center_;
-    FUSEKIT_ENSURE(ctx, ctx.num_inputs() == expected,
-                   "expected %d inputs (x%s%s, from attrs scale=%d center=%d), got %d",
-                   expected, scale_ ? ", gamma" : "", center_ ? ", beta" : "", scale_,
-                   center_, ctx.num_inputs());
-    FUSEKIT_ENSURE(ctx, x.rank() >= 2 && x.rank() <= 5,
-                   "input x must have rank 2 to 5 ([batch, *spatial, channels], channels "
-                   "last), got rank %d",
-                   x.rank());
+  // The SDK checked x's rank, groups >= 1 and that gamma and beta, where
+  // present, are vectors of x's channels.
+  TfLiteStatus Prepare(OpContext& ctx, In<float> x, Opt<float>, Opt<float>, Out<float> y) {
     const int channels = x.dim(-1);
     FUSEKIT_ENSURE(ctx, channels % groups_ == 0,
                    "attr groups=%lld does not divide the %d channels of x (last dim)",
                    static_cast<long long>(groups_), channels);
-    const Tensor params[2] = {in1, in2};
-    const char* names[2] = {scale_ ? "gamma" : "beta", "beta"};
-    for (int k = 0; k + 1 < expected; ++k) {
-      const Tensor& p = params[k];
-      FUSEKIT_ENSURE(ctx, p.present(),
-                     "input %s is absent (tensor index -1) but attrs scale=%d center=%d "
-                     "ask for it",
-                     names[k], scale_, center_);
-      FUSEKIT_ENSURE(ctx, p.rank() == 1 && p.dim(0) == channels,
-                     "%s must be a vector of length %d (x's channels, last dim), got "
-                     "%lld elements in rank %d",
-                     names[k], channels, static_cast<long long>(p.num_elements()),
-                     p.rank());
-    }
     // Reserve the scratch now rather than in the first Invoke.
     if (x.num_elements() > 0) {
       const Plan plan = MakePlan(x);
@@ -341,7 +312,7 @@ class GroupNorm {
     return ctx.ResizeOutput(y, x.shape());
   }
 
-  TfLiteStatus Invoke(OpContext& ctx, In<float> x, Opt<float> in1, Opt<float> in2,
+  TfLiteStatus Invoke(OpContext& ctx, In<float> x, Opt<float> gamma_in, Opt<float> beta_in,
                       Out<float> y) {
     if (x.num_elements() == 0) return kTfLiteOk;
     const Plan plan = MakePlan(x);
@@ -350,8 +321,8 @@ class GroupNorm {
     void* scratch = ctx.Scratch(layout.scratch);
     FUSEKIT_ENSURE(ctx, scratch != nullptr, "out of memory (%zu bytes of scratch)",
                    layout.scratch.bytes());
-    const float* gamma = scale_ ? in1.data() : nullptr;
-    const float* beta = center_ ? (scale_ ? in2.data() : in1.data()) : nullptr;
+    const float* gamma = gamma_in.data();
+    const float* beta = beta_in.data();
     const float* xs = x.data();
     float* ys = y.data();
     const int64_t item_floats = plan.positions * plan.channels;
@@ -487,7 +458,6 @@ class GroupNorm {
 
   int64_t groups_;
   float epsilon_;
-  bool scale_, center_;
   int64_t lanes_;
   StatsFn stats_;
   ApplyFn apply_;
@@ -495,11 +465,13 @@ class GroupNorm {
 
 }  // namespace
 
-FUSEKIT_REGISTER_KERNEL("fusekit_group_norm", GroupNorm, Inputs("x", "gamma", "beta"),
-                        Outputs("y"),
-                        AttrSchema(attr::Required(attr::Int("groups", 0)),
-                                   attr::Float("epsilon", 1e-5), attr::Bool("scale", true),
-                                   attr::Bool("center", true)));
+FUSEKIT_REGISTER_KERNEL(
+    "fusekit_group_norm", GroupNorm,
+    Inputs(OperandSpec("x").Rank(2, 5), OperandSpec("gamma").VectorOf("x", -1),
+           OperandSpec("beta").VectorOf("x", -1)),
+    Outputs("y"),
+    AttrSchema(attr::Required(attr::Int("groups").Min(1)), attr::Float("epsilon", 1e-5).Min(0)),
+    OptionsFormat(2).V1Presence("gamma", "scale").V1Presence("beta", "center"));
 
 }  // namespace fusekit
 

@@ -1,8 +1,10 @@
 // fusekit_layer_norm: y = (x - mean) / sqrt(var + epsilon) * gamma + beta
 // over the last axis of x.  Inputs: x [..., D] float32 or float16 (all
-// operands one dtype; float16 is computed in float32), then gamma [D] when
-// attr `scale`, then beta [D] when attr `center` (Keras' scale=False /
-// center=False drop them).  Attrs: epsilon (float, 1e-5), scale, center.
+// operands one dtype; float16 is computed in float32), gamma [D] and beta
+// [D], each optional (absent: tensor index -1; Keras' scale=False /
+// center=False).  Attrs: epsilon (float >= 0, 1e-5).  Options version 2;
+// version 1 packed the present ones after x, named by bool attrs `scale` and
+// `center` (the SDK maps such nodes).
 //
 // One read pass gathers the row's statistics and one pass writes the output
 // (the row is still in L1).  The sums are taken around a first estimate of
@@ -156,46 +158,20 @@ struct RowsFn<Half> {
 template <typename T>
 class LayerNorm {
  public:
-  LayerNorm(const Attrs& attrs, std::string* error)
-      : epsilon_(static_cast<float>(attrs.Float("epsilon"))),
-        scale_(attrs.Bool("scale")),
-        center_(attrs.Bool("center")),
-        compute_(RowsFn<T>::Choose()) {
-    if (!(epsilon_ >= 0.0f) || !std::isfinite(epsilon_)) {
-      *error = "attr 'epsilon' must be a finite number >= 0, got " +
-               std::to_string(epsilon_);
-    }
-  }
+  LayerNorm(const Attrs& attrs, std::string*)
+      : epsilon_(static_cast<float>(attrs.Float("epsilon"))), compute_(RowsFn<T>::Choose()) {}
 
-  TfLiteStatus Prepare(OpContext& ctx, In<T> x, Opt<T> in1, Opt<T> in2, Out<T> y) {
-    const int expected = 1 + scale_ + center_;
-    FUSEKIT_ENSURE(ctx, ctx.num_inputs() == expected,
-                   "expected %d inputs (x%s%s, from attrs scale=%d center=%d), got %d",
-                   expected, scale_ ? ", gamma" : "", center_ ? ", beta" : "", scale_,
-                   center_, ctx.num_inputs());
-    FUSEKIT_ENSURE(ctx, x.rank() >= 1, "input x must have rank >= 1, got rank 0");
-    const int depth = x.dim(-1);
-    const Tensor params[2] = {in1, in2};
-    const char* names[2] = {scale_ ? "gamma" : "beta", "beta"};
-    for (int k = 0; k + 1 < expected; ++k) {
-      const Tensor& p = params[k];
-      FUSEKIT_ENSURE(ctx, p.present(),
-                     "input %s is absent (tensor index -1) but attrs scale=%d center=%d "
-                     "ask for it",
-                     names[k], scale_, center_);
-      FUSEKIT_ENSURE(ctx, p.num_elements() == depth && p.rank() <= 1,
-                     "%s must be a vector of length %d (x's last dim), got %lld "
-                     "elements in rank %d",
-                     names[k], depth, static_cast<long long>(p.num_elements()), p.rank());
-    }
+  // The SDK checked x's rank and that gamma and beta, where present, are
+  // vectors of x's last dim.
+  TfLiteStatus Prepare(OpContext& ctx, In<T> x, Opt<T>, Opt<T>, Out<T> y) {
     return ctx.ResizeOutput(y, x.shape());
   }
 
-  TfLiteStatus Invoke(OpContext& ctx, In<T> x, Opt<T> in1, Opt<T> in2, Out<T> y) {
+  TfLiteStatus Invoke(OpContext& ctx, In<T> x, Opt<T> gamma_in, Opt<T> beta_in, Out<T> y) {
     const int64_t depth = x.dim(-1);
     if (depth == 0 || x.num_elements() == 0) return kTfLiteOk;
-    const T* gamma = scale_ ? in1.data() : nullptr;
-    const T* beta = center_ ? (scale_ ? in2.data() : in1.data()) : nullptr;
+    const T* gamma = gamma_in.data();
+    const T* beta = beta_in.data();
     const T* xs = x.data();
     T* ys = y.data();
     const int64_t rows = x.num_elements() / depth;
@@ -210,7 +186,6 @@ class LayerNorm {
 
  private:
   float epsilon_;
-  bool scale_, center_;
   typename RowsFn<T>::Fn compute_;
 };
 
@@ -219,10 +194,11 @@ using LayerNormF16 = LayerNorm<Half>;
 
 }  // namespace
 
-#define FUSEKIT_LAYER_NORM_SCHEMA                                            \
-  Inputs("x", "gamma", "beta"), Outputs("y"),                                \
-      AttrSchema(attr::Float("epsilon", 1e-5), attr::Bool("scale", true),    \
-                 attr::Bool("center", true))
+#define FUSEKIT_LAYER_NORM_SCHEMA                                              \
+  Inputs(OperandSpec("x").MinRank(1), OperandSpec("gamma").VectorOf("x", -1), \
+         OperandSpec("beta").VectorOf("x", -1)),                                 \
+      Outputs("y"), AttrSchema(attr::Float("epsilon", 1e-5).Min(0)),            \
+      OptionsFormat(2).V1Presence("gamma", "scale").V1Presence("beta", "center")
 FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNormF32, FUSEKIT_LAYER_NORM_SCHEMA);
 FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNormF16, FUSEKIT_LAYER_NORM_SCHEMA);
 

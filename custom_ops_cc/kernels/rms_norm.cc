@@ -93,22 +93,12 @@ using RowsFn = void (*)(const float*, const float*, float*, int64_t, int64_t, fl
 
 class RmsNorm {
  public:
-  RmsNorm(const Attrs& attrs, std::string* error)
+  RmsNorm(const Attrs& attrs, std::string*)
       : epsilon_(static_cast<float>(attrs.Float("epsilon"))),
-        compute_(FUSEKIT_SIMD_CHOOSE(RmsNormRows)) {
-    if (!(epsilon_ >= 0.0f) || !std::isfinite(epsilon_)) {
-      *error = "attr 'epsilon' must be a finite number >= 0, got " +
-               std::to_string(epsilon_);
-    }
-  }
+        compute_(FUSEKIT_SIMD_CHOOSE(RmsNormRows)) {}
 
-  TfLiteStatus Prepare(OpContext& ctx, In<float> x, In<float> gamma, Out<float> y) {
-    FUSEKIT_ENSURE(ctx, x.rank() >= 1, "input x must have rank >= 1, got rank 0");
-    const int depth = x.dim(-1);
-    FUSEKIT_ENSURE(ctx, gamma.rank() == 1 && gamma.dim(0) == depth,
-                   "gamma must be a vector of length %d (x's last dim), got %lld "
-                   "elements in rank %d",
-                   depth, static_cast<long long>(gamma.num_elements()), gamma.rank());
+  // The SDK checked x's rank and that gamma is a vector of x's last dim.
+  TfLiteStatus Prepare(OpContext& ctx, In<float> x, In<float>, Out<float> y) {
     return ctx.ResizeOutput(y, x.shape());
   }
 
@@ -135,8 +125,9 @@ class RmsNorm {
 
 }  // namespace
 
-FUSEKIT_REGISTER_KERNEL("fusekit_rms_norm", RmsNorm, Inputs("x", "gamma"), Outputs("y"),
-                        AttrSchema(attr::Float("epsilon", 1e-6)));
+FUSEKIT_REGISTER_KERNEL("fusekit_rms_norm", RmsNorm,
+                        Inputs(OperandSpec("x").MinRank(1), OperandSpec("gamma").VectorOf("x", -1)),
+                        Outputs("y"), AttrSchema(attr::Float("epsilon", 1e-6).Min(0)));
 
 }  // namespace fusekit
 

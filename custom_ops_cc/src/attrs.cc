@@ -1,5 +1,7 @@
 // Attrs: a node's flexbuffer custom options, validated against the kernel's
 // declared attr schema.
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "flatbuffers/flexbuffers.h"
@@ -119,6 +121,26 @@ bool Fits(const flexbuffers::Reference& r, AttrType type, std::string* why) {
   return false;
 }
 
+std::string Shown(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.9g", v);
+  return text;
+}
+
+// Is a number attr finite (floats) and within its declared range?  Sets
+// *why ("a finite number >= 0, got -1") when not.
+bool InRange(const AttrSpec& spec, const flexbuffers::Reference& r, std::string* why) {
+  if (spec.type != AttrType::kInt && spec.type != AttrType::kFloat) return true;
+  const double v = spec.type == AttrType::kInt ? static_cast<double>(r.AsInt64()) : r.AsDouble();
+  const bool is_float = spec.type == AttrType::kFloat;
+  if ((!is_float || std::isfinite(v)) && v >= spec.min && v <= spec.max) return true;
+  std::string want = is_float ? "a finite number" : "an int";
+  if (!std::isinf(spec.min)) want += " >= " + Shown(spec.min);
+  if (!std::isinf(spec.max)) want += std::string(std::isinf(spec.min) ? "" : " and") + " <= " + Shown(spec.max);
+  *why = want + ", got " + Shown(v);
+  return false;
+}
+
 }  // namespace
 
 bool Attrs::Validate(const std::vector<AttrSpec>* schema) {
@@ -140,8 +162,31 @@ bool Attrs::Validate(const std::vector<AttrSpec>* schema) {
                AttrTypeName(spec.type) + ", " + why;
       return false;
     }
+    if (!InRange(spec, r, &why)) {
+      error_ = std::string("attr '") + spec.name + "' must be " + why;
+      return false;
+    }
+  }
+  const auto version = Lookup(buffer_, kOptionsVersionKey);
+  if (!version.IsNull() && !IsInt(version)) {
+    error_ = std::string("'") + kOptionsVersionKey + "' must be int, got " + Describe(version);
+    return false;
   }
   return true;
+}
+
+int64_t Attrs::FormatVersion() const {
+  const auto r = valid_ ? Lookup(buffer_, kOptionsVersionKey) : flexbuffers::Reference();
+  return IsInt(r) ? r.AsInt64() : 1;
+}
+
+bool Attrs::LegacyBool(const char* key, bool fallback, std::string* error) const {
+  const auto r = valid_ ? Lookup(buffer_, key) : flexbuffers::Reference();
+  if (IsBoolish(r)) return r.AsInt64() != 0;
+  if (!r.IsNull() && error != nullptr) {
+    *error = std::string("attr '") + key + "' must be bool, got " + Describe(r);
+  }
+  return fallback;
 }
 
 bool Attrs::Has(const char* key) const {

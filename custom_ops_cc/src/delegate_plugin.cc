@@ -138,6 +138,7 @@ void* KernelInit(TfLiteContext* context, const char* buffer, size_t) {
                             captured.options.size());
   state->inputs = captured.inputs;
   state->outputs = captured.outputs;
+  state->outputs_can_alias = true;
   // The delegate node lists only the outputs something reads; the runtime
   // never allocates the others, so the kernel must not write them.
   state->output_unread.resize(captured.outputs.size());

@@ -46,9 +46,110 @@ std::unique_ptr<NodeState> NewNodeState(const KernelDef* def,
                           " bytes)";
   } else if (!state->attrs.Validate(&def->attrs)) {
     state->create_error = state->attrs.error();
+  } else {
+    const int64_t version = state->attrs.FormatVersion();
+    if (version < 1 || version > def->format.version) {
+      state->create_error = "custom options of format version " + std::to_string(version) +
+                            "; this kernel reads versions 1 to " +
+                            std::to_string(def->format.version) +
+                            " (a model written by a newer fusekit?)";
+    } else if (version == 1 && !def->format.v1_presence.empty()) {
+      int packed = 0;
+      for (const std::string& name : def->input_names) {
+        bool present = true;
+        for (const auto& [input, attr] : def->format.v1_presence) {
+          if (input == name) {
+            present = state->attrs.LegacyBool(attr.c_str(), true, &state->create_error);
+          }
+        }
+        state->v1_layout.push_back(present ? packed++ : -1);
+      }
+    }
   }
   return state;
 }
+
+namespace {
+
+// Version-1 nodes listed only the optional inputs they had: put each at its
+// position, absent ones as -1.  False (with *error) when the node's input
+// count is not what its attrs announce.
+bool MapV1Inputs(const KernelDef& def, NodeState* state, std::string* error) {
+  if (state->v1_layout.empty() || state->inputs == state->mapped_inputs) return true;
+  int packed = 0;
+  std::string announced;
+  for (size_t i = 0; i < state->v1_layout.size(); ++i) {
+    if (state->v1_layout[i] < 0) continue;
+    ++packed;
+    announced += (announced.empty() ? "" : ", ") + def.input_names[i];
+  }
+  if (static_cast<int>(state->inputs.size()) != packed) {
+    std::string flags;
+    for (const auto& [input, attr] : def.format.v1_presence) {
+      flags += " " + attr + "=" + (state->attrs.LegacyBool(attr.c_str(), true) ? "1" : "0");
+    }
+    *error = "expected " + std::to_string(packed) + " inputs (" + announced +
+             ", from the version-1 attrs" + flags + "), got " +
+             std::to_string(state->inputs.size());
+    return false;
+  }
+  std::vector<int> mapped;
+  for (int position : state->v1_layout) {
+    mapped.push_back(position < 0 ? -1 : state->inputs[position]);
+  }
+  state->inputs = mapped;
+  state->mapped_inputs = std::move(mapped);
+  return true;
+}
+
+// The shape rules the schema declares for each present input.
+bool CheckShapeRules(TfLiteContext* context, const KernelDef& def, const NodeState& state,
+                     std::string* error) {
+  auto view = [&](size_t i) {
+    return i < state.inputs.size() && state.inputs[i] >= 0
+               ? Tensor(&context->tensors[state.inputs[i]], static_cast<int>(i))
+               : Tensor(nullptr, static_cast<int>(i));
+  };
+  for (size_t i = 0; i < def.inputs.size(); ++i) {
+    const OperandSpec& rule = def.inputs[i];
+    const Tensor t = view(i);
+    if (!t.present()) continue;
+    const bool low = rule.min_rank >= 0 && t.rank() < rule.min_rank;
+    const bool high = rule.max_rank >= 0 && t.rank() > rule.max_rank;
+    if (low || high) {
+      std::string want;
+      if (rule.max_rank < 0) {
+        want = ">= " + std::to_string(rule.min_rank);
+      } else if (rule.min_rank < 0) {
+        want = "<= " + std::to_string(rule.max_rank);
+      } else if (rule.min_rank == rule.max_rank) {
+        want = std::to_string(rule.min_rank);
+      } else {
+        want = std::to_string(rule.min_rank) + " to " + std::to_string(rule.max_rank);
+      }
+      *error = "input " + rule.name + " must have rank " + want + ", got rank " +
+               std::to_string(t.rank());
+      return false;
+    }
+    if (rule.length_of.empty()) continue;
+    size_t of = 0;
+    while (def.input_names[of] != rule.length_of) ++of;  // the registry checked it exists
+    const Tensor base = view(of);
+    const int length = base.dim(rule.length_dim);
+    if (!base.present() || (t.rank() == 1 && t.dim(0) == length)) continue;
+    const std::string where = rule.length_dim == -1
+                                  ? rule.length_of + "'s last dim"
+                                  : "dim " + std::to_string(rule.length_dim) + " of " +
+                                        rule.length_of;
+    *error = rule.name + " must be a vector of length " + std::to_string(length) + " (" +
+             where + "), got " + std::to_string(t.num_elements()) + " elements in rank " +
+             std::to_string(t.rank());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 namespace {
 
@@ -170,6 +271,11 @@ TfLiteStatus PrepareNode(TfLiteContext* context, NodeState* state) {
     ReportError(context, "%s: %s", op, state->create_error.c_str());
     return kTfLiteError;
   }
+  std::string error;
+  if (!MapV1Inputs(def, state, &error)) {
+    ReportError(context, "%s: %s", op, error.c_str());
+    return kTfLiteError;
+  }
   const int max_in = static_cast<int>(def.input_names.size());
   const int n_in = static_cast<int>(state->inputs.size());
   if (n_in < def.min_inputs || n_in > max_in) {
@@ -187,7 +293,6 @@ TfLiteStatus PrepareNode(TfLiteContext* context, NodeState* state) {
                 def.output_names.size(), n_out);
     return kTfLiteError;
   }
-  std::string error;
   const std::vector<bool>& optional = def.variants.front().input_optional;
   for (int i = 0; i < n_in; ++i) {
     if (!CheckOperand(context, def, "input", i, state->inputs[i], optional[i], &error)) {
@@ -202,7 +307,7 @@ TfLiteStatus PrepareNode(TfLiteContext* context, NodeState* state) {
     }
   }
   const KernelVariant* variant = ChooseVariant(context, def, *state, &error);
-  if (variant == nullptr) {
+  if (variant == nullptr || !CheckShapeRules(context, def, *state, &error)) {
     ReportError(context, "%s: %s", op, error.c_str());
     return kTfLiteError;
   }
@@ -222,8 +327,29 @@ TfLiteStatus PrepareNode(TfLiteContext* context, NodeState* state) {
   // Threads start here, once, not in the first Invoke.
   if (state->resources->num_threads > 1) state->resources->Pool();
   state->output_override.assign(state->outputs.size(), nullptr);
+  // A view from an earlier Prepare becomes an ordinary tensor again until
+  // the kernel asks anew (the runtime resizes only tensors it plans).
+  for (size_t i = 0; i < state->alias_input.size() && i < state->outputs.size(); ++i) {
+    if (state->alias_input[i] >= 0) {
+      context->tensors[state->outputs[i]].allocation_type = kTfLiteArenaRw;
+    }
+  }
+  state->alias_input.assign(state->outputs.size(), -1);
+  state->alias_offset.assign(state->outputs.size(), 0);
   OpContext ctx(context, state);
-  return variant->prepare(state->kernel, ctx);
+  const TfLiteStatus status = variant->prepare(state->kernel, ctx);
+  if (status != kTfLiteOk) return status;
+  for (size_t i = 0; i < state->outputs.size(); ++i) {
+    if (state->alias_input[i] < 0) continue;
+    // The arena planner allocates only kTfLiteArenaRw tensors: a custom
+    // one gets no memory of its own, and InvokeNode points it at its input.
+    // Until then it has none (a read before the first Invoke is refused by
+    // the runtime instead of reading a stale pointer).
+    TfLiteTensor& t = context->tensors[state->outputs[i]];
+    t.allocation_type = kTfLiteCustom;
+    FusekitSetTensorData(&t, nullptr);
+  }
+  return kTfLiteOk;
 }
 
 TfLiteStatus InvokeNode(TfLiteContext* context, NodeState* state) {
@@ -255,14 +381,32 @@ TfLiteStatus InvokeNode(TfLiteContext* context, NodeState* state) {
   size_t sink_bytes = 0;
   std::vector<size_t> sink_offset(state->outputs.size(), SIZE_MAX);
   for (size_t i = 0; i < state->outputs.size(); ++i) {
-    const TfLiteTensor& t = context->tensors[state->outputs[i]];
-    const int64_t n = Tensor(const_cast<TfLiteTensor*>(&t), 0).num_elements();
+    TfLiteTensor& t = context->tensors[state->outputs[i]];
+    const int64_t n = Tensor(&t, 0).num_elements();
     if (n < 0) {
       ReportError(context, "%s: output '%s' has an invalid shape", op,
                   state->def->output_names[i].c_str());
       return kTfLiteError;
     }
     const size_t need = static_cast<size_t>(n) * TypeSize(t.type);
+    const int alias = i < state->alias_input.size() ? state->alias_input[i] : -1;
+    if (alias >= 0) {
+      // A view of an input: re-pointed every Invoke, since the runtime may
+      // have moved the input's buffer (a resize, a new allocation).
+      const int source = state->inputs[alias];
+      const TfLiteTensor& in = context->tensors[source];
+      const size_t offset = state->alias_offset[i];
+      if (FusekitTensorData(&in) == nullptr || offset > in.bytes || in.bytes - offset < need) {
+        ReportError(context,
+                    "%s: output '%s' views input '%s' from byte %zu on, %zu bytes, but "
+                    "the input has %zu bytes",
+                    op, state->def->output_names[i].c_str(),
+                    state->def->input_names[alias].c_str(), offset, need, in.bytes);
+        return kTfLiteError;
+      }
+      FusekitSetTensorData(&t, static_cast<uint8_t*>(FusekitTensorData(&in)) + offset);
+      continue;
+    }
     const bool unread = i < state->output_unread.size() && state->output_unread[i];
     if (unread || FusekitTensorData(&t) == nullptr) {
       // Nothing reads this output (the runtime allocates only what is

@@ -23,6 +23,12 @@ struct NodeState {
   // to the delegate adapter); they write into the shared sink instead.
   std::vector<bool> output_unread;
   Attrs attrs;
+  // A version-1 node of a kernel whose optional inputs used to be packed:
+  // for each input position, the node's packed position or -1 (absent);
+  // empty otherwise.  `mapped_inputs` is what `inputs` became, so that a
+  // second Prepare does not map twice.
+  std::vector<int> v1_layout;
+  std::vector<int> mapped_inputs;
   // Set when the options or attrs are unusable; init cannot report errors,
   // so Prepare does.
   std::string create_error;
@@ -30,6 +36,15 @@ struct NodeState {
   // The kernel instance of the dtype variant chosen in Prepare.
   const KernelVariant* variant = nullptr;
   void* kernel = nullptr;
+
+  // Whether outputs are the runtime's own tensors, which a kernel may turn
+  // into views of an input (the interpreters' delegate and op-resolver
+  // paths); false where outputs are buffers handed in (LiteRT).
+  bool outputs_can_alias = false;
+  // Per output, set by OpContext::AliasOutput in Prepare: the input position
+  // whose memory it views (-1: none) and the byte offset into it.
+  std::vector<int> alias_input;
+  std::vector<size_t> alias_offset;
 
   std::shared_ptr<InterpreterResources> resources;
   // Per Invoke: where each output's data goes when the runtime left it

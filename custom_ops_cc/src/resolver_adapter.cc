@@ -29,6 +29,7 @@ TfLiteStatus PrepareResolved(TfLiteContext* context, TfLiteNode* node) {
   if (state != nullptr) {
     state->inputs = IntArrayToVector(node->inputs);
     state->outputs = IntArrayToVector(node->outputs);
+    state->outputs_can_alias = true;
   }
   return PrepareNode(context, state);
 }

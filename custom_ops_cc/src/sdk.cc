@@ -136,6 +136,22 @@ TfLiteStatus OpContext::ResizeOutput(int i, const std::vector<int>& dims) {
   return context_->ResizeTensor(context_, out.raw_tensor(), array);
 }
 
+bool OpContext::AliasOutput(const Tensor& out, const Tensor& in, size_t byte_offset) {
+  const int o = out.position();
+  const int i = in.position();
+  // A constant input is read-only memory mapped from the model: never a
+  // buffer to write through.
+  if (!state_->outputs_can_alias || !out.present() || !in.present() || in.is_constant() ||
+      o < 0 || o >= num_outputs() || i < 0 || i >= num_inputs()) {
+    return false;
+  }
+  state_->alias_input.resize(state_->outputs.size(), -1);
+  state_->alias_offset.resize(state_->outputs.size(), 0);
+  state_->alias_input[o] = i;
+  state_->alias_offset[o] = byte_offset;
+  return true;
+}
+
 void* OpContext::Scratch(size_t bytes) {
   if (!state_->resources) return nullptr;
   return state_->resources->scratch.Get(bytes);

@@ -2,7 +2,10 @@
 
 1. build the kernel plugin from my_custom_fused_op.cc,
 2. save the guide's TestModel and convert it (one fused op, checked),
-3. run it on every TFLite runtime installed and compare with TensorFlow.
+3. run it on every TFLite runtime installed and compare with TensorFlow,
+4. check the kernel with fusekit.testing.opcheck: parity with the
+   composite's TensorFlow body, 1 vs 2 threads, every SIMD level of this
+   CPU, bad inputs and a short fuzz run.
 
     .venv/bin/python examples/custom_op/run.py
 """
@@ -24,7 +27,9 @@ import fusekit  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from model import TestModel  # noqa: E402
+from model import TestModel, my_custom_fused_op  # noqa: E402
+
+from fusekit.testing import composite_cases, opcheck  # noqa: E402
 
 # tflite-runtime needs numpy<2; scripts/setup.sh gives it its own venv.
 TFLITE_RUNTIME_PYTHON = HERE.parent.parent / ".venv-tflite-runtime" / "bin" / "python"
@@ -100,6 +105,18 @@ def main() -> None:
             + ", ".join(f"{err:.2e}" for err in errors)
         )
         assert max(errors) < 1e-5, runtime
+
+    print("4. opcheck: the kernel's own tests")
+    # Sizes that leave a partial vector at every SIMD width, one large
+    # enough for two threads, and values past the clip limit and exp's range.
+    runs = []
+    for shape in [(1, 1, 7), (3, 5, 33), (4, 64, 300)]:
+        x = rng.standard_normal(shape).astype(np.float32) * 4
+        y = rng.standard_normal(shape).astype(np.float32) * 4
+        y.flat[0] = -100.0
+        runs.append((x, y))
+    cases = composite_cases(my_custom_fused_op, runs, attrs={"example_option": 2})
+    print(opcheck(plugin, "my_custom_fused_op", cases))
 
 
 if __name__ == "__main__":

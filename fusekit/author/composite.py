@@ -53,7 +53,9 @@ class Composite:
     def __init__(self, name: str, body: Callable[..., Any], attr_defaults: dict[str, Any]):
         self.name = validate_name(name)
         self.body = body
-        self.attr_defaults = {k: validate_attr(name, k, v) for k, v in attr_defaults.items()}
+        self.attr_defaults = {
+            k: None if v is None else validate_attr(name, k, v) for k, v in attr_defaults.items()
+        }
         self._signature = inspect.signature(body)
         params = self._signature.parameters
         takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -94,8 +96,12 @@ class Composite:
             )
         attrs = dict(self.attr_defaults)
         for key, value in overrides.items():
-            value = validate_attr(self.name, key, value)
             default = self.attr_defaults[key]
+            if value is None or default is None:
+                # An optional attr (declared with None): absent unless given.
+                attrs[key] = None if value is None else validate_attr(self.name, key, value)
+                continue
+            value = validate_attr(self.name, key, value)
             if (
                 isinstance(default, float)
                 and isinstance(value, int)
@@ -155,7 +161,9 @@ def composite(name: str, **attr_defaults: Any) -> Callable[[Callable[..., Any]],
 
     Args:
       name: the custom op's name in the model; a kernel of the same name runs it.
-      **attr_defaults: attrs with their defaults.  An attr is an int
+      **attr_defaults: attrs with their defaults; None declares an optional
+        attr, absent from the op unless a call gives it (never a sentinel
+        value: the kernel checks ``attrs.Has``).  An attr is an int
         (int64), a finite float, a bool, a str, or a list of one of those
         (a tuple or list of same-typed items; the kernel reads it with
         ``attrs.Ints``/``Floats``/``Bools``/``Strings``), or a numpy array
@@ -169,7 +177,8 @@ def composite(name: str, **attr_defaults: Any) -> Callable[[Callable[..., Any]],
     """
     validate_name(name)
     for key, value in attr_defaults.items():
-        validate_attr(name, key, value)
+        if value is not None:
+            validate_attr(name, key, value)
 
     def wrap(body: Callable[..., Any]) -> Composite:
         return Composite(name, body, attr_defaults)

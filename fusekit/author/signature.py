@@ -103,12 +103,15 @@ def _format_value(value: AttrValue) -> str:
     return f's: "{_escape(value)}"'
 
 
-def implements_signature(name: str, attrs: Mapping[str, AttrValue], fusable: bool = True) -> str:
-    """The NameAttrList text for ``tf.function(experimental_implements=...)``."""
+def implements_signature(
+    name: str, attrs: Mapping[str, AttrValue | None], fusable: bool = True
+) -> str:
+    """The NameAttrList text for ``tf.function(experimental_implements=...)``
+    (an attr whose value is None is absent)."""
     parts = [f'name: "{validate_name(name)}"']
     if fusable:
         parts.append('attr { key: "tfl_fusable_op" value { b: true } }')
-    for key in sorted(attrs):
+    for key in sorted(k for k in attrs if attrs[k] is not None):
         value = validate_attr(name, key, attrs[key])
         parts.append(f'attr {{ key: "{key}" value {{ {_format_value(value)} }} }}')
     return " ".join(parts)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fusekit import wire
 from fusekit.conversion import function_library, kernel_match
 from fusekit.conversion.kernel_match import Reason
 from fusekit.errors import ConversionError
@@ -181,7 +182,7 @@ def inspect(saved_model_dir: str | Path, plugins: Sequence[str | os.PathLike] = 
         counts.update(by_signature[signature])
 
     try:
-        from fusekit.run.kernel_schema import kernel_schemas
+        from fusekit.run.op_spec import kernel_specs as kernel_schemas
         from fusekit.run.plugin import registered_plugins
 
         schemas = kernel_schemas(tuple(registered_plugins()))
@@ -214,7 +215,8 @@ def inspect(saved_model_dir: str | Path, plugins: Sequence[str | os.PathLike] = 
         op = fn.implements or ""
         attr_types = {k: t for k, (_, t) in attrs.items()}
         schema = schemas.get(op)
-        mismatch = kernel_match.check(schema, op, fn.arg_types, fn.result_types, attr_types)
+        absent = tuple(attrs.get(wire.ABSENT_INPUTS, ((), ""))[0])
+        mismatch = kernel_match.check(schema, op, fn.arg_types, fn.result_types, attr_types, absent)
         plan.composites.append(
             PlannedComposite(
                 op=op,

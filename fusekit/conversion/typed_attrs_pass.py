@@ -4,17 +4,25 @@
   become flexbuffer typed vectors (int64, float32/64, bool) or vectors of
   strings; an array of rank >= 2 also gets ``<name>_shape``;
 * attrs that were bools in TensorFlow (the converter writes -1/0 integers)
-  become flexbuffer bools.
+  become flexbuffer bools;
+* the positions a composite lists under ``wire.ABSENT_INPUTS`` become
+  absent inputs (tensor index -1; trailing ones left off) and the attr goes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from flatbuffers import flexbuffers
 
 from fusekit import wire
-from fusekit.model.flatbuffer_edit import rewrite_custom_options
+from fusekit.model.flatbuffer_edit import (
+    custom_options,
+    pack_model,
+    read_model,
+    set_custom_options,
+)
 from fusekit.model.model_ops import list_ops
 
 
@@ -85,11 +93,37 @@ def _add_typed(builder: flexbuffers.Builder, key: str, value: wire.TypedList) ->
                 builder.Int(int(dim), 8)
 
 
+def absent_inputs(options: bytes) -> tuple[int, ...]:
+    """The input positions a composite's options list as absent."""
+    entries = _read_map(options) or {}
+    ref = entries.get(wire.ABSENT_INPUTS)
+    if ref is None or not ref.IsString:
+        return ()
+    try:
+        decoded = wire.decode(ref.AsString)
+    except (UnicodeDecodeError, ValueError):
+        return ()
+    return tuple(int(i) for i in decoded.values) if decoded is not None else ()
+
+
+def with_absent(inputs: list[int], absent: tuple[int, ...]) -> list[int]:
+    """The op's inputs with -1 at the ``absent`` positions (its present
+    inputs in order around them), trailing -1 left off."""
+    present = iter(inputs)
+    width = len(inputs) + len(absent)
+    out = [-1 if i in absent else next(present) for i in range(width)]
+    while out and out[-1] == -1:
+        out.pop()
+    return out
+
+
 def restore_options(options: bytes, bool_keys: set[str]) -> bytes | None:
-    """New custom options with typed attrs restored, or None if unchanged."""
+    """New custom options with typed attrs restored (and the absent-input
+    list dropped), or None if unchanged."""
     entries = _read_map(options)
     if entries is None:
         return None
+    dropped = entries.pop(wire.ABSENT_INPUTS, None) is not None
     typed = {}
     for key, ref in entries.items():
         if ref.IsString:
@@ -100,7 +134,7 @@ def restore_options(options: bytes, bool_keys: set[str]) -> bytes | None:
             if decoded is not None:
                 typed[key] = decoded
     bools = {k for k in bool_keys if k in entries and entries[k].IsInt}
-    if not typed and not bools:
+    if not typed and not bools and not dropped:
         return None
     builder = flexbuffers.Builder()
     with builder.Map():
@@ -118,11 +152,28 @@ def restore_options(options: bytes, bool_keys: set[str]) -> bytes | None:
 def restore_typed_attrs(model: bytes, bool_attrs: dict[str, set[str]]) -> tuple[bytes, int]:
     """Runs the pass over every custom op, wherever the model keeps its
     custom options (inside the flatbuffer, or after it in models written
-    with buffer offsets).  ``bool_attrs`` maps an op name to the attrs that
-    were bools in the TensorFlow signature."""
-    return rewrite_custom_options(
-        model, lambda op, options: restore_options(options, bool_attrs.get(op, set()))
-    )
+    with buffer offsets); returns the model and how many ops changed.
+    ``bool_attrs`` maps an op name to the attrs that were bools in the
+    TensorFlow signature."""
+    m = read_model(model)
+    changed = 0
+    for subgraph in m.subgraphs or []:
+        for op in subgraph.operators or []:
+            code = m.operatorCodes[op.opcodeIndex]
+            if not code.customCode:
+                continue
+            options = custom_options(model, op)
+            absent = absent_inputs(options)
+            new = restore_options(options, bool_attrs.get(code.customCode.decode(), set()))
+            if new is None:
+                continue
+            set_custom_options(op, new)
+            if absent:
+                op.inputs = np.array(with_absent([int(i) for i in op.inputs], absent), np.int32)
+            changed += 1
+    if not changed:
+        return model, 0
+    return pack_model(m, model), changed
 
 
 def smuggled_attrs(model: bytes) -> list[tuple[str, str]]:

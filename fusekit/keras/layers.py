@@ -18,6 +18,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from fusekit.run.op_spec import op_spec
+
 _F32 = "float32"
 
 
@@ -184,8 +186,9 @@ class GroupNormalization(FusedMixin, keras.layers.GroupNormalization):
     def why_not_fused(self, input_shape: Any = None, dtype: Any = None) -> str | None:
         rank = rank_of(input_shape)
         reason = backend_reason() or _last_axis_reason(self.axis, rank)
-        if reason is None and rank is not None and not 2 <= rank <= 5:
-            reason = f"input rank {rank}; the fused op takes rank 2 to 5 (0 to 3 spatial dims)"
+        x_rule = op_spec("fusekit_group_norm").input("x")
+        if reason is None and rank is not None and not x_rule.rank_ok(rank):
+            reason = f"input rank {rank}; the fused op takes rank {x_rule.rank_text()}"
         if reason is None and self.groups == -1 and not self.built:
             reason = "groups=-1 before the layer is built; the channel count is not known yet"
         return reason or dtype_reason(self, dtype)

@@ -26,7 +26,6 @@ again with the final ones: both packs have the same layout.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import flatbuffers
@@ -34,9 +33,6 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.model_check import MODEL_CONTENT, ModelBuffer, verify_model
-
-# (op name, custom options) -> new options, or None to keep them.
-OptionsRewrite = Callable[[str, bytes], "bytes | None"]
 
 _BLOB_ALIGNMENT = 16
 # Any offset > 1 reads as "a blob here"; only the packed size matters.
@@ -167,24 +163,3 @@ def pack_model(m: schema.ModelT, original: ModelBuffer, alignment: int = _BLOB_A
         pieces += [bytes(start - at), data]
         at = start + len(data)
     return b"".join(pieces)
-
-
-def rewrite_custom_options(model: bytes, rewrite: OptionsRewrite) -> tuple[bytes, int]:
-    """Applies ``rewrite`` to every custom op; returns the model and how many
-    ops changed (the input bytes unchanged when none did).  Options stay
-    where the model keeps them (see the module docstring)."""
-    m = read_model(model)
-    changed = 0
-    for subgraph in m.subgraphs or []:
-        for op in subgraph.operators or []:
-            code = m.operatorCodes[op.opcodeIndex]
-            if not code.customCode:
-                continue
-            options = custom_options(model, op)
-            new = rewrite(code.customCode.decode(), options)
-            if new is not None and new != options:
-                set_custom_options(op, new)
-                changed += 1
-    if not changed:
-        return model, 0
-    return pack_model(m, model), changed

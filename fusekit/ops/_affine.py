@@ -1,37 +1,54 @@
-"""One fused op, four composites: the norms whose gamma and/or beta may be
+"""One fused op, three composites: the norms whose gamma and/or beta may be
 absent (Keras ``scale=False`` / ``center=False``).
 
 A composite's tensor arguments are fixed by its body's signature, so each
 combination of present operands is its own composite under the same op
-name.  The kernel tells them apart by the bool attrs ``scale`` and
-``center``: they are written only when an operand is missing (both of them
-then), so the op with gamma and beta keeps exactly the options it always
-had, and an absent attr means True.
+name.  The op declares gamma and beta optional: a composite without one
+lists its position under ``wire.ABSENT_INPUTS`` and the converted op gets
+tensor index -1 there (trailing ones left off; a missing gamma before a
+present beta is written as ones, see ``ones_before_present``).  The attrs, their defaults
+and the options version come from the op's spec (the kernel's declaration).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
+from fusekit import wire
 from fusekit.author.composite import Composite, composite
+from fusekit.run.op_spec import OPTIONS_VERSION, OpSpec, op_spec
 
 Reference = Callable[..., tf.Tensor]
 Variants = dict[tuple[bool, bool], Composite]
 
 
-def affine_variants(name: str, reference: Reference, **attr_defaults: Any) -> Variants:
-    """The composites of op ``name`` keyed by (has gamma, has beta).
+def composite_attrs(spec: OpSpec, absent: tuple[int, ...] = ()) -> dict[str, Any]:
+    """A composite's attr declaration from the op's spec: each attr with its
+    default (None: given at the call, or absent), the options version, and
+    the positions of the inputs the composite leaves out."""
+    attrs: dict[str, Any] = {a.name: a.default for a in spec.attrs}
+    attrs.update(spec.version_attrs())
+    if absent:
+        attrs[wire.ABSENT_INPUTS] = list(absent)
+    return attrs
+
+
+def affine_variants(name: str, reference: Reference) -> Callable[[], Variants]:
+    """The composites of op ``name`` keyed by (has gamma, has beta), built on
+    first use (the spec is read from the kernel library); a norm with beta
+    but no gamma is the full one with ones (``ones_before_present``).
 
     ``reference(x, gamma, beta, **attrs)`` is the math with gamma/beta None
-    where absent; it is the body of all four composites.
+    where absent; it is the body of all the composites.
     """
 
     def math(x, gamma, beta, attrs):
-        # scale/center only tell the kernel which operands it got.
-        attrs = {k: v for k, v in attrs.items() if k not in ("scale", "center")}
+        # The version and the absent positions describe the op, not the math.
+        attrs = {k: v for k, v in attrs.items() if k not in (wire.ABSENT_INPUTS, OPTIONS_VERSION)}
         return reference(x, gamma, beta, **attrs)
 
     def full(x, gamma, beta, **attrs):
@@ -40,48 +57,56 @@ def affine_variants(name: str, reference: Reference, **attr_defaults: Any) -> Va
     def scale_only(x, gamma, **attrs):
         return math(x, gamma, None, attrs)
 
-    def center_only(x, beta, **attrs):
-        return math(x, None, beta, attrs)
-
     def neither(x, **attrs):
         return math(x, None, None, attrs)
 
-    variants: Variants = {(True, True): composite(name, **attr_defaults)(full)}
-    for (scale, center), body in {
-        (True, False): scale_only,
-        (False, True): center_only,
-        (False, False): neither,
-    }.items():
-        variants[(scale, center)] = composite(name, **attr_defaults, scale=scale, center=center)(
-            body
-        )
-    return variants
+    @functools.cache
+    def build() -> Variants:
+        spec = op_spec(name)
+        variants: Variants = {}
+        for (scale, center), body in {
+            (True, True): full,
+            (True, False): scale_only,
+            (False, False): neither,
+        }.items():
+            absent = spec.absent_positions({"gamma": scale, "beta": center})
+            variants[(scale, center)] = composite(name, **composite_attrs(spec, absent))(body)
+        return variants
+
+    return build
 
 
 def call_variant(
-    variants: Variants,
+    variants: Callable[[], Variants],
     x: Any,
     gamma: Any | None,
     beta: Any | None,
     **attrs: Any,
 ) -> tf.Tensor:
-    """Calls the composite for the operands given; the reference gets the
-    attrs of the call, the op also ``scale``/``center`` where one is None."""
-    chosen = variants[(gamma is not None, beta is not None)]
+    """Checks the attrs and operand shapes against the op's spec and calls
+    the composite for the operands given."""
+    spec = op_spec(variants()[(True, True)].name)
+    attrs = spec.check_attrs(attrs)
+    spec.check_shapes({"x": shape_of(x), "gamma": shape_of(gamma), "beta": shape_of(beta)})
+    if gamma is None and beta is not None:
+        gamma = ones_before_present(beta)
+    chosen = variants()[(gamma is not None, beta is not None)]
     operands = [t for t in (gamma, beta) if t is not None]
     return chosen(x, *operands, **attrs)
 
 
-def check_vector(op: str, what: str, vector: Any | None, channels: int | None) -> None:
-    """A ValueError at trace time when gamma/beta's static shape cannot be
-    [channels] (the converted op would only fail when the model runs)."""
-    if vector is None:
-        return
-    shape = tf.TensorShape(getattr(vector, "shape", None))
-    if shape.rank is None:
-        return
-    if shape.rank != 1 or (channels is not None and shape[0] is not None and shape[0] != channels):
-        raise ValueError(
-            f"{op}: {what} must be a vector of length {channels if channels else 'C'} "
-            f"(x's last dim), got shape {shape.as_list()}"
-        )
+def ones_before_present(beta: Any) -> tf.Tensor:
+    """The gamma written for a norm without gamma but with beta: ones (y * 1
+    is exact).  An absent input before a present one would be tensor index
+    -1 in the middle of the op's inputs, which LiteRT's CompiledModel reads
+    as a tensor and crashes on; absent inputs at the end it takes.  The
+    fusion passes write the same (fusion/rewrite.py)."""
+    return tf.ones_like(tf.convert_to_tensor(beta))
+
+
+def shape_of(t: Any | None) -> list[int | None] | None:
+    """A tensor's static shape; None when absent or of unknown rank."""
+    if t is None:
+        return None
+    shape = tf.TensorShape(getattr(t, "shape", None))
+    return None if shape.rank is None else shape.as_list()

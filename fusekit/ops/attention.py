@@ -9,7 +9,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from fusekit.author.composite import composite
+from fusekit.author.composite import Composite, composite
+from fusekit.ops._affine import composite_attrs
+from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_attention"
 
@@ -60,14 +62,18 @@ def _attention_body(
     v: tf.Tensor,
     mask: tf.Tensor | None = None,
     causal: bool = False,
-    scale: float = 1.0,
-    softcap: float = 0.0,
-    q_layout: str = "bshd",
-    k_layout: str = "bshd",
-    v_layout: str = "bshd",
+    scale: float | None = None,
+    softcap: float | None = None,
+    q_layout: str | None = None,
+    k_layout: str | None = None,
+    v_layout: str | None = None,
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
+    if scale is None:  # the op without a scale attr: the kernel's 1/sqrt(D)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    # An absent layout attr is the default layout.
+    q_layout, k_layout, v_layout = (x or "bshd" for x in (q_layout, k_layout, v_layout))
     mask = None if mask is None else tf.convert_to_tensor(mask)
     # float16 is storage only, as in the kernel: the math runs in float32
     # and the result is rounded to float16 once.
@@ -121,21 +127,10 @@ def _attention_body(
 
 
 @functools.cache
-def _composite(optional: frozenset[str]) -> Any:
-    """The composite carrying attrs causal, scale and the `optional` ones
-    (softcap, q_layout, k_layout, v_layout): an op without softcap or with the
-    default layouts carries no such attr, so its options stay as before."""
-    defaults: dict[str, Any] = {"causal": False, "scale": 1.0}
-    optional_attrs = (
-        ("softcap", 1.0),
-        ("q_layout", "bshd"),
-        ("k_layout", "bshd"),
-        ("v_layout", "bshd"),
-    )
-    for key, value in optional_attrs:
-        if key in optional:
-            defaults[key] = value
-    return composite(_OP, **defaults)(_attention_body)
+def _attention() -> Composite:
+    # causal (default False), scale (absent: 1/sqrt(D)), softcap (absent: no
+    # capping) and the layouts (absent: "bshd") as the kernel declares them.
+    return composite(_OP, **composite_attrs(op_spec(_OP)))(_attention_body)
 
 
 _DIMS = {
@@ -228,9 +223,10 @@ def attention(
     [B, H, Sq, D] and gives the result as [B, H, Sq, Dv].
 
     One fused op ``fusekit_attention`` with inputs (q, k, v[, mask]) as
-    given and attrs ``causal`` (bool), ``scale`` (float) and, when given,
-    ``softcap`` (float), ``q_layout``, ``k_layout`` and ``v_layout`` (str;
-    absent when "bshd").
+    given and attrs ``causal`` (bool), ``scale`` (float; absent when None,
+    and the kernel then takes 1/sqrt(D)) and, when given, ``softcap``
+    (float), ``q_layout``, ``k_layout`` and ``v_layout`` (str; absent when
+    "bshd").
 
     Args:
       q: float32 or float16 [B, Sq, H, D]; D must be static.
@@ -310,9 +306,9 @@ def attention(
                     f"{_OP}: mask {m_shape.as_list()} does not broadcast to the scores "
                     f"[B, H, Sq, Skv] = {target}"
                 )
-    if scale is None:
-        scale = 1.0 / math.sqrt(depth)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
+    ):
         raise ValueError(f"{_OP}: scale must be a finite number or None, got {scale!r}")
     if softcap is not None and (
         isinstance(softcap, bool)
@@ -321,14 +317,17 @@ def attention(
         or softcap <= 0
     ):
         raise ValueError(f"{_OP}: softcap must be a finite number > 0 or None, got {softcap!r}")
+    attrs = op_spec(_OP).check_attrs(
+        {
+            "causal": bool(causal),
+            "scale": None if scale is None else float(scale),
+            "softcap": None if softcap is None else float(softcap),
+            # A default layout is no attr at all.
+            **{
+                f"{name}_layout": None if layout == "bshd" else layout
+                for name, layout in (("q", q_layout), ("k", k_layout), ("v", v_layout))
+            },
+        }
+    )
     tensors = (q, k, v) if mask is None else (q, k, v, mask)
-    attrs: dict[str, Any] = {"causal": bool(causal), "scale": float(scale)}
-    if softcap is not None:
-        attrs["softcap"] = float(softcap)
-    if q_layout != "bshd":
-        attrs["q_layout"] = q_layout
-    if k_layout != "bshd":
-        attrs["k_layout"] = k_layout
-    if v_layout != "bshd":
-        attrs["v_layout"] = v_layout
-    return _composite(frozenset(attrs) - {"causal", "scale"})(*tensors, **attrs)
+    return _attention()(*tensors, **attrs)

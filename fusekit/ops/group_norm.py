@@ -6,7 +6,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from fusekit.ops._affine import affine_variants, call_variant, check_vector
+from fusekit.errors import OpSpecError
+from fusekit.ops._affine import affine_variants, call_variant
+from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_group_norm"
 
@@ -32,7 +34,7 @@ def _reference(
     return y
 
 
-_VARIANTS = affine_variants(_OP, _reference, groups=1, epsilon=1e-5)
+_VARIANTS = affine_variants(_OP, _reference)
 
 
 def group_norm(
@@ -52,10 +54,9 @@ def group_norm(
     ``groups=C`` is instance normalization, ``groups=1`` normalizes each
     batch item as a whole.
 
-    One fused op ``fusekit_group_norm`` with attrs ``groups`` (int) and
-    ``epsilon`` (float).  Its inputs are x, then gamma if given, then beta if
-    given; when gamma or beta is None the op also carries the bool attrs
-    ``scale`` and ``center`` saying which of them it got.
+    One fused op ``fusekit_group_norm`` with inputs (x, gamma, beta) and
+    attrs ``groups`` (int) and ``epsilon`` (float); a gamma or beta that is
+    None is an absent input (tensor index -1).
 
     Args:
       x: float32 tensor [B, *spatial, C], rank 2 to 5; C must be static.
@@ -68,18 +69,18 @@ def group_norm(
       A tensor of x's shape and dtype.
     """
     shape = tf.TensorShape(getattr(x, "shape", None))
-    if shape.rank is None or not 2 <= shape.rank <= 5:
-        raise ValueError(
-            f"{_OP}: x must have rank 2 to 5 ([batch, *spatial, channels], channels last), "
-            f"got {'unknown rank' if shape.rank is None else f'shape {shape.as_list()}'}"
+    rank_rule = op_spec(_OP).input("x")
+    if shape.rank is None or not rank_rule.rank_ok(shape.rank):
+        raise OpSpecError(
+            f"{_OP}: x must have rank {rank_rule.rank_text()} ([batch, *spatial, channels], "
+            f"channels last), got "
+            f"{'unknown rank' if shape.rank is None else f'shape {shape.as_list()}'}"
         )
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
+    if isinstance(groups, bool) or not isinstance(groups, int):
         raise ValueError(f"{_OP}: groups must be a positive int, got {groups!r}")
     channels = shape[-1]
     if channels is None:
         raise ValueError(f"{_OP}: x's channel dim (last) must be static, got {shape.as_list()}")
-    if channels % groups:
+    if groups > 0 and channels % groups:
         raise ValueError(f"{_OP}: groups={groups} does not divide the {channels} channels")
-    check_vector(_OP, "gamma", gamma, channels)
-    check_vector(_OP, "beta", beta, channels)
     return call_variant(_VARIANTS, x, gamma, beta, groups=groups, epsilon=epsilon)

@@ -7,7 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from fusekit.ops._affine import affine_variants, call_variant, check_vector
+from fusekit.ops._affine import affine_variants, call_variant
 
 
 def _reference(
@@ -22,28 +22,26 @@ def _reference(
     return y
 
 
-_VARIANTS = affine_variants("fusekit_layer_norm", _reference, epsilon=1e-5)
+_VARIANTS = affine_variants("fusekit_layer_norm", _reference)
 
 
 def layer_norm(x: Any, gamma: Any | None, beta: Any | None, epsilon: float = 1e-5) -> tf.Tensor:
     """``(x - mean) / sqrt(var + epsilon) * gamma + beta`` over the last axis.
 
-    One fused op ``fusekit_layer_norm``.  Its inputs are x, then gamma if
-    given, then beta if given; when gamma or beta is None (Keras
-    ``scale=False`` / ``center=False``) the op carries the bool attrs
-    ``scale`` and ``center`` saying which of them it got.
+    One fused op ``fusekit_layer_norm`` with inputs (x, gamma, beta); a
+    gamma or beta that is None (Keras ``scale=False`` / ``center=False``) is
+    an absent input (tensor index -1).
 
     Args:
       x: float32 (or float16) tensor [..., D].
       gamma: vector [D] multiplying the normalized x, or None (no scale).
       beta: vector [D] added after, or None (no offset).
-      epsilon: added to the variance (attr ``epsilon``).
+      epsilon: added to the variance (attr ``epsilon``, a finite number >= 0).
 
     Returns:
       A tensor of x's shape and dtype.
+
+    Raises:
+      OpSpecError (a ValueError): epsilon or a static shape the op refuses.
     """
-    depth = tf.TensorShape(getattr(x, "shape", None))
-    channels = depth[-1] if depth.rank else None
-    check_vector("fusekit_layer_norm", "gamma", gamma, channels)
-    check_vector("fusekit_layer_norm", "beta", beta, channels)
     return call_variant(_VARIANTS, x, gamma, beta, epsilon=epsilon)

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import tensorflow as tf
 
-from fusekit.author.composite import composite
-from fusekit.ops._affine import check_vector
+from fusekit.author.composite import Composite, composite
+from fusekit.ops._affine import composite_attrs, shape_of
+from fusekit.run.op_spec import op_spec
+
+_OP = "fusekit_rms_norm"
 
 
-@composite("fusekit_rms_norm", epsilon=1e-6)
-def _rms_norm(x: tf.Tensor, gamma: tf.Tensor, epsilon: float) -> tf.Tensor:
+def _body(x: tf.Tensor, gamma: tf.Tensor, epsilon: float) -> tf.Tensor:
     mean_square = tf.reduce_mean(tf.square(x), axis=-1, keepdims=True)
     return x * tf.math.rsqrt(mean_square + epsilon) * gamma
+
+
+@functools.cache
+def _composite() -> Composite:
+    return composite(_OP, **composite_attrs(op_spec(_OP)))(_body)
 
 
 def rms_norm(x: Any, gamma: Any, epsilon: float = 1e-6) -> tf.Tensor:
@@ -37,6 +45,7 @@ def rms_norm(x: Any, gamma: Any, epsilon: float = 1e-6) -> tf.Tensor:
     """
     if gamma is None:
         raise ValueError("fusekit_rms_norm: gamma is required (pass ones for no scale)")
-    shape = tf.TensorShape(getattr(x, "shape", None))
-    check_vector("fusekit_rms_norm", "gamma", gamma, shape[-1] if shape.rank else None)
-    return _rms_norm(x, gamma, epsilon=epsilon)
+    spec = op_spec(_OP)
+    attrs = spec.check_attrs({"epsilon": epsilon})
+    spec.check_shapes({"x": shape_of(x), "gamma": shape_of(gamma)})
+    return _composite()(x, gamma, **attrs)

@@ -3,17 +3,19 @@ custom_ops_cc/kernels/rotary_embedding.cc, op ``fusekit_rotary_embedding``)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import tensorflow as tf
 
-from fusekit.author.composite import composite
+from fusekit.author.composite import Composite, composite
+from fusekit.ops._affine import composite_attrs
+from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_rotary_embedding"
 
 
-@composite(_OP, interleaved=False, rotary_dim=0)
-def _rotary(
+def _body(
     x: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor, interleaved: bool, rotary_dim: int
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
@@ -36,6 +38,11 @@ def _rotary(
     if x.shape[-1] is None or rotary < x.shape[-1]:
         out = tf.concat([out, x[..., rotary:]], axis=-1)
     return out
+
+
+@functools.cache
+def _rotary() -> Composite:
+    return composite(_OP, **composite_attrs(op_spec(_OP)))(_body)
 
 
 def rotary_embedding(
@@ -109,4 +116,7 @@ def rotary_embedding(
         # The body slices by the static R; give cos/sin that static dim.
         cos = tf.ensure_shape(cos, cos_shape[:-1].concatenate([rotary]))
         sin = tf.ensure_shape(sin, sin_shape[:-1].concatenate([rotary]))
-    return _rotary(x, cos, sin, interleaved=bool(interleaved), rotary_dim=rotary_dim or 0)
+    attrs = op_spec(_OP).check_attrs(
+        {"interleaved": bool(interleaved), "rotary_dim": rotary_dim or 0}
+    )
+    return _rotary()(x, cos, sin, **attrs)

@@ -5,7 +5,8 @@
 passes: ``cleanup``, ``fuse_composites`` (litert-torch's StableHLO composites),
 ``fuse_quantized`` (int8 regions), ``fuse`` (``fuse_group_norm``, ``fuse_layer_norm``,
 ``fuse_rms_norm``, ``fuse_rotary``, ``fuse_attention``), ``layout``, ``fold_affine``,
-``space_to_depth``.  Your own::
+``space_to_depth``; opt-in: ``kv_cache_in_place`` (a functional KV cache
+updated in place, see ``fusekit/passes/kv_cache.py``).  Your own::
 
     @fusekit.passes.register("my_pass")
     def my_pass(model: fusekit.passes.ModelView, options) -> tuple[ModelView, list[str]]:
@@ -30,6 +31,7 @@ from fusekit.passes import (  # noqa: F401 - register the built-ins
     fuse_quantized,
     fuse_rms_norm,
     fuse_rotary,
+    kv_cache,
     layout,
     space_to_depth,
 )

@@ -4,8 +4,6 @@ norms, rotary embeddings, attention), reporting under one name; in the default p
 
 from __future__ import annotations
 
-from flatbuffers import flexbuffers
-
 from fusekit.model.graph import ModelView
 from fusekit.passes.fusion.norm_notes import note_unfused_norms
 from fusekit.passes.fusion.quantized import BY_FUSE_QUANTIZED, leftover_notes
@@ -15,6 +13,7 @@ from fusekit.passes.fusion.rewrite import (
     fuse_rotary_pass,
 )
 from fusekit.passes.registry import PassOptions, register
+from fusekit.run.op_spec import op_spec
 
 NAME = "fuse"
 
@@ -58,19 +57,24 @@ _WHY_NO_AFFINE = {
 
 
 def _without_affine(model: ModelView) -> dict[int, tuple[str, list[str], object]]:
-    """Fused layer and group norms without beta or gamma, read from their
-    custom options: id(op) -> (op name, ["center"] / ["scale"] / both, the
-    operator, held so that its id is not reused)."""
+    """Fused layer and group norms without beta or gamma (absent inputs):
+    id(op) -> (op name, ["center"] / ["scale"] / both, the operator, held
+    so that its id is not reused)."""
     found = {}
     for graph in model.graphs():
         for op in graph.ops:
             name = model.op_name(op).removeprefix("CUSTOM:")
             if name not in ("fusekit_layer_norm", "fusekit_group_norm"):
                 continue
-            if op.customOptions is None or len(op.customOptions) == 0:
-                continue
-            attrs = flexbuffers.Loads(bytes(bytearray(op.customOptions)))
-            missing = [k for k in ("center", "scale") if attrs.get(k) is False]
+            inputs = [int(t) for t in op.inputs]
+            # As Keras names the operands: gamma is scale, beta center.
+            flags = dict(op_spec(name).v1_presence)
+            names = [o.name for o in op_spec(name).inputs]
+            missing = [
+                flags[n]
+                for i, n in enumerate(names)
+                if n in flags and (i >= len(inputs) or inputs[i] < 0)
+            ]
             if missing:
-                found[id(op)] = (name, missing, op)
+                found[id(op)] = (name, sorted(missing), op)
     return found

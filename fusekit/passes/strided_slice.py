@@ -25,7 +25,7 @@ SLICE_TYPES = frozenset((_T.FLOAT32, _T.INT8, _T.UINT8, _T.INT16, _T.INT32, _T.I
 GATHER_TYPES = SLICE_TYPES - {_T.BOOL}
 
 
-def _bounds(graph: Graph, op: schema.OperatorT) -> tuple[list[int], list[int]] | None:
+def slice_bounds(graph: Graph, op: schema.OperatorT) -> tuple[list[int], list[int]] | None:
     """(begin, size) of the unit-stride slice ``op`` takes of its input, size
     -1 for a dynamic axis read whole; None when it is not such a slice."""
     options = op.builtinOptions
@@ -69,7 +69,7 @@ def _bounds(graph: Graph, op: schema.OperatorT) -> tuple[list[int], list[int]] |
     return starts, sizes
 
 
-def _shrunk(op: schema.OperatorT, rank: int) -> list[bool]:
+def shrunk_axes(op: schema.OperatorT, rank: int) -> list[bool]:
     mask = op.builtinOptions.shrinkAxisMask
     return [bool(mask & (1 << axis)) for axis in range(rank)]
 
@@ -85,7 +85,7 @@ def _composed(
     while (inner := graph.producer(source)) is not None and graph.builtin(
         inner
     ) == OP.STRIDED_SLICE:
-        bounds = _bounds(graph, inner)
+        bounds = slice_bounds(graph, inner)
         if bounds is None or -1 in sizes:
             break
         inner_starts, inner_sizes = bounds
@@ -93,7 +93,7 @@ def _composed(
             break
         kept = iter(zip(starts, sizes, strict=True))
         new_starts, new_sizes = [], []
-        for shrink, b in zip(_shrunk(inner, len(inner_starts)), inner_starts, strict=True):
+        for shrink, b in zip(shrunk_axes(inner, len(inner_starts)), inner_starts, strict=True):
             if shrink:
                 new_starts.append(b)
                 new_sizes.append(1)
@@ -173,7 +173,7 @@ def strided_slices_as_slices(graph: Graph) -> int:
             continue
         if not graph.consumers(int(op.outputs[0])) and not graph.is_output(int(op.outputs[0])):
             continue
-        bounds = _bounds(graph, op)
+        bounds = slice_bounds(graph, op)
         if bounds is None:
             continue
         output = int(op.outputs[0])

@@ -68,7 +68,7 @@ class CompiledModel:
         if num_threads < 1:
             raise ValueError(f"num_threads must be at least 1, got {num_threads}")
         abi_versions.check_runtime_version("litert")
-        libraries = model_gate.checked_libraries(None, model_data, plugins)
+        libraries = model_gate.checked_libraries(None, model_data, plugins, custom_gaps=False)
         compat.check_loadable(model_data, "litert")
         model_data = aligned_model.align_weights(model_data)
         lib = litert_c.lib()

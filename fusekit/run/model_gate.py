@@ -9,13 +9,14 @@ from pathlib import Path
 
 from fusekit.errors import MissingKernelError
 from fusekit.model import model_check, model_ops
-from fusekit.run import kernel_schema, plugin
+from fusekit.run import op_spec, plugin
 
 
 def checked_libraries(
     model_path: str | Path | None,
     model_content: bytes | None,
     plugins: Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = (),
+    custom_gaps: bool = True,
 ) -> list[str]:
     """fusekit's library followed by the user's plugins (canonical paths, each
     once), after checking the model against them.
@@ -37,14 +38,16 @@ def checked_libraries(
     # verifier refuses -1 elsewhere.
     optional = {
         op: {i for i, operand in enumerate(schema.inputs) if operand.optional}
-        for op, schema in kernel_schema.kernel_schemas(libraries[1:]).items()
+        for op, schema in op_spec.kernel_specs(libraries[1:]).items()
     }
     if model_content is not None:
-        model_check.verify_model(model_content, custom_optional_inputs=optional)
+        model_check.verify_model(
+            model_content, custom_optional_inputs=optional, custom_gaps=custom_gaps
+        )
         ops = model_ops.list_verified_ops(model_content)
     else:
         with model_check.mapped_model(model_path) as mapped:
-            model_check.verify_model(mapped, str(model_path), optional)
+            model_check.verify_model(mapped, str(model_path), optional, custom_gaps)
             ops = model_ops.list_verified_ops(mapped)
     custom = sorted({op.custom_code for op in ops if op.custom_code is not None})
     missing = [op for op in custom if op not in provided]

@@ -9,6 +9,8 @@ are cached by the hash of everything that goes into them.
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import json
 import os
@@ -19,15 +21,32 @@ import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from fusekit._compiled import built_path
 from fusekit._version import __version__
 from fusekit.errors import PluginBuildError  # noqa: F401  (also importable from here)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# As in CMakeLists.txt; Highway's targets come from the one header that
-# lists them (fusekit/simd_targets.h), included ahead of every source.
-_DEFINES = ["-DFLATBUFFERS_LOCALE_INDEPENDENT=0", "-include", "fusekit/simd_targets.h"]
+
+
+@functools.cache
+def build_flags() -> dict[str, Any]:
+    """The plugin's compile and link flags, as the library's own build uses
+    them (bazel/build_flags.bzl, installed with the SDK sources): read from
+    the file's syntax tree, the value of its one ``FLAGS = {...}``."""
+    path = _sdk_dir() / "build_flags.bzl"
+    try:
+        tree = ast.parse(path.read_text())
+        (value,) = [
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["FLAGS"]
+        ]
+        return ast.literal_eval(value)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise PluginBuildError(f"fusekit's build flags ({path}) are unreadable: {exc}") from exc
 
 
 def include_dir() -> str:
@@ -92,21 +111,23 @@ def _compiler(target: str) -> str:
 def _arch_flags(target: str) -> list[str]:
     # x86-64: the library's baseline; aarch64 needs nothing (NEON is
     # architectural; SVE/SVE2 code is enabled per function by Highway).
-    return ["-march=x86-64-v2"] if target == "x86_64" else []
+    return [f"-march={build_flags()['x86_64_baseline']}"] if target == "x86_64" else []
 
 
 def _base_flags(target: str) -> list[str]:
+    flags = build_flags()
     return [
-        "-std=c++17",
-        "-O3",
+        f"-std={flags['std']}",
+        *flags["optimize"],
         "-fPIC",
         "-pthread",
-        "-fvisibility=hidden",
-        "-fvisibility-inlines-hidden",
-        "-Wall",
-        "-Wextra",
+        *flags["visibility"],
+        *flags["warnings"],
         *_arch_flags(target),
-        *_DEFINES,
+        *flags["defines"],
+        # Highway's targets come from the one header that lists them.
+        "-include",
+        flags["prelude"],
         f"-I{include_dir()}",
         f"-I{_sdk_dir()}",
     ]
@@ -247,7 +268,7 @@ def build_plugin(
             *map(str, objects),
             *map(str, sdk),
             "-pthread",
-            "-Wl,--no-undefined",
+            *build_flags()["link"],
         ],
         verbose,
         f"linking plugin {name}",

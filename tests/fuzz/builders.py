@@ -57,7 +57,7 @@ def layer_norm_models(work: Path) -> dict[str, bytes]:
             y = fusekit.ops.layer_norm(x, self.gamma, self.beta, epsilon=1e-5)
             return fusekit.ops.layer_norm(y, self.gamma, self.beta, epsilon=1e-3)
 
-    # scale=False: the op carries (x, beta) and the attrs say which is which.
+    # scale=False: the op carries x, ones for gamma and beta.
     class NoScale(tf.Module):
         def __init__(self):
             super().__init__()
@@ -290,6 +290,13 @@ def genai_kv_cache_models(work: Path) -> dict[str, bytes]:
     return {"genai_kv_cache": _genai().kv_model(16, 2, 2, 8)}
 
 
+def kv_cache_update_models(work: Path) -> dict[str, bytes]:
+    _genai()  # puts the tests folder on the path
+    import kv_cache_models
+
+    return {"kv_cache_update": kv_cache_models.case((1, 2, 2, 16, 2, 8), 1, 1, 3)[0]}
+
+
 # Library kernel (fusekit.kernel_names()) -> base models.  One line per kernel.
 LIBRARY: dict[str, Builder] = {
     "fusekit_layer_norm": layer_norm_models,
@@ -299,6 +306,7 @@ LIBRARY: dict[str, Builder] = {
     "fusekit_attention": attention_models,
     "odml.scaled_dot_product_attention": genai_sdpa_models,
     "odml.update_external_kv_cache": genai_kv_cache_models,
+    "fusekit_kv_cache_update": kv_cache_update_models,
 }
 
 # Ops of the user plugin built from USER_PLUGIN_SOURCES -> base models.

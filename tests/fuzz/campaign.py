@@ -20,7 +20,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
-from fuzz import builders, engine, mutate  # noqa: E402
+from fusekit.testing import mutate  # noqa: E402
+from fuzz import builders, engine  # noqa: E402
 
 
 def kernels_and_plugin(extra_cflags: tuple[str, ...] = ()) -> tuple[str, list[str], list[str]]:

@@ -26,11 +26,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fuzz.mutate import CLASSES, Mutant
+from fusekit.testing import runner
+from fusekit.testing.mutate import CLASSES, Mutant
+from fusekit.testing.runner import WORKER, read_progress
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-WORKER = HERE / "worker.py"
 REGRESSIONS = HERE / "regressions"
 RUNTIMES = ("litert", "tf", "tflite_runtime")
 OUTCOMES = ("ok", "error", "crash-fusekit", "crash-runtime", "hang-fusekit", "hang-runtime")
@@ -124,31 +125,19 @@ class Settings:
 
 
 def write_corpus(folder: Path, mutants: list[Mutant]) -> tuple[Path, Path]:
-    """Models in one blob, one manifest line per mutant (what a worker
-    reads); mutants.jsonl keeps descriptions for the report."""
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest, blob = folder / "manifest.jsonl", folder / "models.bin"
-    offset = 0
-    with open(blob, "wb") as b, open(manifest, "w") as m, open(folder / "mutants.jsonl", "w") as d:
+    """The worker's corpus (fusekit.testing.runner.write_corpus), plus
+    mutants.jsonl with the descriptions for the report."""
+    manifest, blob = runner.write_corpus(
+        folder,
+        [
+            (mu.id, mu.cls, mu.model, {"runs": mu.runs, "threads": mu.threads, "input_seed": mu.id})
+            for mu in mutants
+        ],
+    )
+    with open(folder / "mutants.jsonl", "w") as d:
         for mu in mutants:
-            b.write(mu.model)
-            entry = {
-                "id": mu.id,
-                "cls": mu.cls,
-                "offset": offset,
-                "length": len(mu.model),
-                "runs": mu.runs,
-                "threads": mu.threads,
-                "input_seed": mu.id,
-            }
-            m.write(json.dumps(entry) + "\n")
-            d.write(
-                json.dumps(
-                    {"id": mu.id, "cls": mu.cls, "base": mu.base, "desc": mu.desc, "seed": mu.seed}
-                )
-                + "\n"
-            )
-            offset += len(mu.model)
+            record = {"id": mu.id, "cls": mu.cls, "base": mu.base, "desc": mu.desc, "seed": mu.seed}
+            d.write(json.dumps(record) + "\n")
     return manifest, blob
 
 
@@ -258,13 +247,8 @@ class Campaign:
         return Worker(runtime, mode, start, stop, proc, progress, log, since=time.time())
 
     def _read(self, w: Worker, sink: dict[int, dict]) -> None:
-        with open(w.progress) as f:
-            f.seek(w.offset)
-            chunk = f.read()
-        # Only whole lines: the worker may be mid-write.
-        end = chunk.rfind("\n") + 1
-        w.offset += end
-        for line in chunk[:end].splitlines():
+        w.offset, lines = read_progress(w.progress, w.offset)
+        for line in lines:
             if line.startswith("S "):
                 w.current, w.since = int(line[2:]), time.time()
             elif line:

@@ -51,11 +51,30 @@ def _qkv(rng, b, sq, skv, h, hkv, d, dv=None, spread=1.0):
     return q, k, v
 
 
+def _padding(shape) -> np.ndarray:
+    """Dropped keys of a [B, 1, 1, K] padding mask, in whole runs: batch
+    entry 0 drops the last third, 1 the first 140 and the last 150 keys
+    (whole blocks of keys), 2 every key (rows without any key)."""
+    drop = np.zeros(shape, bool)
+    keys = shape[-1]
+    drop[0, ..., keys - keys // 3 :] = True
+    if shape[0] > 1:
+        drop[1, ..., :140] = True
+        drop[1, ..., keys - 150 :] = True
+    if shape[0] > 2:
+        drop[2] = True
+    return drop
+
+
 def _mask(rng, kind: str | None, shape, keep=0.7):
-    """kind: None, "bool" (True keeps), "float" (0, finite or -inf)."""
+    """kind: None, "bool" (True keeps), "float" (0, finite or -inf);
+    "pad bool" / "pad float": runs of dropped keys (_padding)."""
     if kind is None:
         return None
-    drop = rng.random(shape) > keep
+    if kind.startswith("pad "):
+        drop, kind = _padding(shape), kind.removeprefix("pad ")
+    else:
+        drop = rng.random(shape) > keep
     if kind == "bool":
         return ~drop
     values = rng.standard_normal(shape) * 2
@@ -402,6 +421,32 @@ PLAN = [
         [(1, 4, 1030), (2, 1, 9)],
     ),
     ("decode gqa8 D32", 8, 1, 32, None, None, None, True, 1.0, [(1, 3, 1100), (1, 4, 4)]),
+    # Padding masks the same for every query: blocks of dropped keys are
+    # skipped, partly dropped ones trimmed; rows without keys are zeros.
+    (
+        "mha pad float [B,1,1,K]",
+        4,
+        4,
+        64,
+        None,
+        "pad float",
+        ["B", 1, 1, "K"],
+        False,
+        1.0,
+        [(3, 40, 600), (2, 70, 300)],
+    ),
+    (
+        "gqa pad bool [B,1,1,K] causal",
+        4,
+        2,
+        32,
+        None,
+        "pad bool",
+        ["B", 1, 1, "K"],
+        True,
+        1.0,
+        [(3, 300, 300), (2, 1, 290)],
+    ),
     # Soft-capped scores (Gemma 2's logit_cap), with masks, both paths.
     ("softcap prefill", 4, 2, 16, None, None, None, True, 3.0, [(2, 70, 90)], {"softcap": 5.0}),
     (
@@ -509,7 +554,7 @@ def _build(workdir, rng, spec) -> Case:
     extra = more[0] if more else {}
     q_layout, k_layout, v_layout = _layouts(extra)
     signature = None if msig is None else [None if isinstance(x, str) else x for x in msig]
-    dtype = None if kind is None else (np.bool_ if kind == "bool" else np.float32)
+    dtype = None if kind is None else (np.bool_ if kind.endswith("bool") else np.float32)
     module = attention_module(h, hkv, d, signature, dtype, dv, causal=causal, **extra)
     path = workdir / re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
     tf.saved_model.save(module, str(path))
@@ -552,15 +597,15 @@ def test_converts_to_one_fused_op(attention_cases):
         counts = fusekit.model.model_ops.op_counts(case.model)
         assert counts == {f"CUSTOM:{OP}": 1}, (case.name, counts)
         (op,) = fused_ops(case.model, OP)
-        want = {"causal", "scale"} | ({"softcap"} if "softcap" in case.name else set())
-        # A layout attr only when not the default.
+        # scale=None is absent in the op (the kernel takes 1/sqrt(D)), not a
+        # value written for it; softcap is there when given, a layout attr
+        # only when not the default.
+        want = {"causal"} | ({"softcap"} if "softcap" in case.name else set())
         want |= {f"{x}_layout" for x in "qkv" if f"{x}=bh" in case.name}
         assert set(op.attrs) == want, case.name
         for x in "qkv":
             if f"{x}_layout" in want:
                 assert op.attrs[f"{x}_layout"] == case.name.split(f"{x}=")[1][:4], case.name
-        depth = op.input_shapes[1][-1]
-        assert op.attrs["scale"] == pytest.approx(1 / np.sqrt(depth), rel=1e-6)
         for ref, exact in zip(case.reference, case.truth, strict=True):
             tol = 1e-4 if case.name == "large values" else 2e-6
             np.testing.assert_allclose(ref, exact, atol=tol, err_msg=case.name)
@@ -703,7 +748,9 @@ def _half_module(h, hkv, d, dv, mask_kind, mask_sig, causal, **layouts):
         tf.TensorSpec(layout_shape([None, None, hkv, dv], v_layout), tf.float16, name="v"),
     ]
     if mask_kind is not None:
-        dtype = {"bool": tf.bool, "float": tf.float32, "half": tf.float16}[mask_kind]
+        dtype = {"bool": tf.bool, "float": tf.float32, "half": tf.float16, "pad float": tf.float32}[
+            mask_kind
+        ]
         shape = [None if isinstance(x, str) else x for x in mask_sig]
         spec.append(tf.TensorSpec(shape, dtype, name="mask"))
 
@@ -720,6 +767,8 @@ PLAN16 = [
     # Prefill: several query items and key blocks, D and Dv with tails.
     ("f16 mha odd", 3, 3, 17, 17, None, None, False, [(1, 5, 7), (2, 40, 300)]),
     ("f16 gqa2 causal dv24", 4, 2, 16, 24, None, None, True, [(1, 70, 300), (1, 1, 33)]),
+    # A padding mask the same for every query (skipped key blocks).
+    ("f16 pad float", 4, 2, 32, 32, "pad float", ["B", 1, 1, "K"], False, [(3, 40, 400)]),
     # Decode: Sq = 1 against long caches (key splits merged), GQA.
     ("f16 decode gqa4", 32, 8, 128, 128, None, None, False, [(1, 1, 1500), (2, 1, 600)]),
     (
@@ -823,7 +872,7 @@ def half_cases(session_dir) -> list[HalfCase]:
                 dims = {"B": b, "S": sq, "K": skv}
                 mask = _mask(
                     rng,
-                    "bool" if kind == "bool" else "float",
+                    kind if kind in ("bool", "pad float") else "float",
                     tuple(dims[x] if isinstance(x, str) else x for x in msig),
                 )
                 named["mask"] = mask.astype(np.float16) if kind == "half" else mask
@@ -1236,12 +1285,12 @@ BAD = {
     "softcap negative": (
         _options({"causal": False, "scale": 0.25, "softcap": -2.0}),
         {},
-        "attr 'softcap' must be a finite number > 0",
+        "attr 'softcap' must be a finite number >= 0, got ",
     ),
     "softcap not finite": (
         _options({"causal": False, "scale": 0.25, "softcap": float("nan")}),
         {},
-        "attr 'softcap' must be a finite number > 0",
+        "attr 'softcap' must be a finite number >= 0, got ",
     ),
 }
 

@@ -169,7 +169,7 @@ BAD = {
         "rank 2 to 5",
     ),
     "groups not dividing": (lambda: fusekit.ops.group_norm(X, None, None, 3), "does not divide"),
-    "groups 0": (lambda: fusekit.ops.group_norm(X, None, None, 0), "positive int"),
+    "groups 0": (lambda: fusekit.ops.group_norm(X, None, None, 0), "must be an int >= 1"),
     "groups bool": (lambda: fusekit.ops.group_norm(X, None, None, True), "positive int"),
     "gamma length": (
         lambda: fusekit.ops.group_norm(X, np.ones(4, np.float32), None, 2),
@@ -248,12 +248,11 @@ def test_converts_to_one_fused_op(group_cases):
         scale, center = VARIANTS[variant]
         groups = int(case.name.split("groups=")[1].split()[0])
         assert op.attrs["groups"] == groups
-        if scale and center:
-            assert set(op.attrs) == {"epsilon", "groups"}
-        else:
-            assert op.attrs == {**op.attrs, "scale": scale, "center": center}
+        # Options version 2: absent operands are absent inputs, not flags
+        # (without gamma but with beta, gamma is ones: see ops/_affine.py).
+        assert set(op.attrs) == {"epsilon", "groups", "options_version"}
         channels = op.input_shapes[0][-1]
-        assert op.input_shapes[1:] == [[channels]] * (scale + center)
+        assert op.input_shapes[1:] == [[channels]] * (2 if center else int(scale))
         gamma = case.module.weights.get("gamma")
         gamma = None if gamma is None else gamma.numpy()
         for (x,), ref, exact in zip(case.runs, case.reference, case.truth, strict=True):
@@ -482,7 +481,7 @@ def _group_constant(position, value, type_code=None):
 
 def _group_options(**attrs):
     def change(m):
-        options = {"epsilon": 1e-5, "groups": 2, **attrs}
+        options = {"epsilon": 1e-5, "groups": 2, "options_version": 2, **attrs}
         options = {k: v for k, v in options.items() if v is not None}
         _group_op(m).customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
 
@@ -492,6 +491,15 @@ def _group_options(**attrs):
 def _group_drop_beta(m):
     op = _group_op(m)
     op.inputs = op.inputs[:2]
+    # Version-1 options: scale and center (default true) announce gamma and
+    # beta packed after x.
+    options = {"epsilon": 1e-5, "groups": 2}
+    op.customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+
+
+def _group_x_absent(m):
+    op = _group_op(m)
+    op.inputs = np.array([-1, *op.inputs[1:]], np.int32)
 
 
 ONES = np.ones((2, 3, 3, 8), np.float32)
@@ -506,18 +514,18 @@ GROUP_BAD = {
     "x of rank 1": (
         None,
         np.ones(8, np.float32),
-        "input x must have rank 2 to 5 ([batch, *spatial, channels], channels last), got rank 1",
+        "input x must have rank 2 to 5, got rank 1",
     ),
     "x of rank 6": (None, np.ones((1, 2, 1, 2, 1, 8), np.float32), "got rank 6"),
     "gamma of length 5": (
         _group_constant(1, np.ones(5, np.float32)),
         None,
-        "gamma must be a vector of length 8 (x's channels, last dim), got 5 elements in rank 1",
+        "gamma must be a vector of length 8 (x's last dim), got 5 elements in rank 1",
     ),
     "beta [1, 8]": (
         _group_constant(2, np.ones((1, 8), np.float32)),
         None,
-        "beta must be a vector of length 8 (x's channels, last dim), got 8 elements in rank 2",
+        "beta must be a vector of length 8 (x's last dim), got 8 elements in rank 2",
     ),
     "x with 6 channels": (
         None,
@@ -532,10 +540,12 @@ GROUP_BAD = {
     "x's channels not divisible": (
         None,
         np.ones((1, 2, 2, 7), np.float32),
-        "attr groups=2 does not divide the 7 channels of x (last dim)",
+        # The SDK checks the declared rules (gamma is a vector of x's last
+        # dim) before the kernel's own (groups divides it).
+        "gamma must be a vector of length 7 (x's last dim), got 8 elements",
     ),
-    "groups 0": (_group_options(groups=0), None, "attr 'groups' must be > 0, got 0"),
-    "groups -4": (_group_options(groups=-4), None, "attr 'groups' must be > 0, got -4"),
+    "groups 0": (_group_options(groups=0), None, "attr 'groups' must be an int >= 1, got 0"),
+    "groups -4": (_group_options(groups=-4), None, "attr 'groups' must be an int >= 1, got -4"),
     "groups missing": (
         _group_options(groups=None),
         None,
@@ -557,12 +567,22 @@ GROUP_BAD = {
         None,
         "attr 'epsilon' must be a finite number >= 0",
     ),
-    "center false, beta given": (
-        _group_options(scale=True, center=False),
+    "version 1, center false, beta given": (
+        _group_options(options_version=None, scale=True, center=False),
         None,
-        "expected 2 inputs (x, gamma, from attrs scale=1 center=0), got 3",
+        "expected 2 inputs (x, gamma, from the version-1 attrs scale=1 center=0), got 3",
     ),
-    "beta missing": (_group_drop_beta, None, "expected 3 inputs (x, gamma, beta"),
+    "version 1, beta missing": (
+        _group_drop_beta,
+        None,
+        "expected 3 inputs (x, gamma, beta, from the version-1 attrs",
+    ),
+    "x absent": (_group_x_absent, None, "input 0 is -1 (left out), but that input is not optional"),
+    "options version 3": (
+        _group_options(options_version=3),
+        None,
+        "custom options of format version 3; this kernel reads versions 1 to 2",
+    ),
 }
 
 

@@ -213,9 +213,33 @@ def _gamma_len(m):
     set_constant(m, op.inputs[1], np.ones(5, np.float32))
 
 
-def _drop_beta(m):
+def _options(m, options):
+    from flatbuffers import flexbuffers
+
     op = custom_ops(m, "fusekit_layer_norm")[0]
-    op.inputs = op.inputs[:2]
+    op.customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+
+
+def _v1_drop_beta(m):
+    # Version-1 options (no options_version) with scale and center at their
+    # default true announce gamma and beta packed after x.
+    custom_ops(m, "fusekit_layer_norm")[0].inputs = custom_ops(m, "fusekit_layer_norm")[0].inputs[
+        :2
+    ]
+    _options(m, {"epsilon": 1e-5})
+
+
+def _x_absent(m):
+    op = custom_ops(m, "fusekit_layer_norm")[0]
+    op.inputs = np.array([-1, *op.inputs[1:]], np.int32)
+
+
+def _version_3(m):
+    _options(m, {"epsilon": 1e-5, "options_version": 3})
+
+
+def _epsilon_negative(m):
+    _options(m, {"epsilon": -1.0, "options_version": 2})
 
 
 def _garbage_options(m):
@@ -238,12 +262,8 @@ def _string_epsilon(m):
     op.customOptions = np.frombuffer(bytes(flexbuffers.Dumps({"epsilon": "tiny"})), np.uint8)
 
 
-def _string_scale(m):
-    from flatbuffers import flexbuffers
-
-    op = custom_ops(m, "fusekit_layer_norm")[0]
-    options = {"epsilon": 1e-5, "scale": "yes"}
-    op.customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+def _v1_string_scale(m):
+    _options(m, {"epsilon": 1e-5, "scale": "yes"})
 
 
 BAD = {
@@ -258,15 +278,26 @@ BAD = {
         "input dtypes x=float32, gamma=float16, beta=float32 match none of the kernel's",
     ),
     "gamma of length 5": (_gamma_len, None, "gamma must be a vector of length 16"),
-    "two inputs": (
-        _drop_beta,
+    "version 1, two inputs": (
+        _v1_drop_beta,
         None,
-        "expected 3 inputs (x, gamma, beta, from attrs scale=1 center=1), got 2",
+        "expected 3 inputs (x, gamma, beta, from the version-1 attrs scale=1 center=1), got 2",
     ),
+    "x absent": (_x_absent, None, "input 0 is -1 (left out), but that input is not optional"),
+    "options version 3": (
+        _version_3,
+        None,
+        "custom options of format version 3; this kernel reads versions 1 to 2",
+    ),
+    "epsilon negative": (_epsilon_negative, None, "attr 'epsilon' must be a finite number >= 0"),
     "garbage custom options": (_garbage_options, None, "malformed custom options"),
     "options not a map": (_list_options, None, "malformed custom options"),
     "epsilon a string": (_string_epsilon, None, "attr 'epsilon' must be float, got string"),
-    "scale a string": (_string_scale, None, "attr 'scale' must be bool, got string"),
+    "version 1, scale a string": (
+        _v1_string_scale,
+        None,
+        "attr 'scale' must be bool, got string",
+    ),
 }
 
 

@@ -1,7 +1,8 @@
 """fusekit_layer_norm without gamma and/or beta (Keras scale=False /
 center=False), composite reference (composite: fusekit/ops/layer_norm.py):
 the body against float64 numpy, the converted op's inputs and attrs
-(scale/center written exactly when an operand is absent), and the kernel on
+(options version 2: an absent operand is an absent input, never a flag),
+and the kernel on
 ai-edge-litert for each variant.  tests/ops/test_layer_norm.py holds the
 kernel's parity and bad-input tests.
 """
@@ -104,18 +105,16 @@ def variant_cases(session_dir) -> list[OpCase]:
     return cases
 
 
-def test_converts_to_one_op_with_scale_center_attrs(variant_cases):
+def test_converts_to_one_op_with_absent_inputs(variant_cases):
     for case in variant_cases:
         scale, center = VARIANTS[case.name.split()[1]]
         assert fusekit.model.model_ops.op_counts(case.model) == {"CUSTOM:fusekit_layer_norm": 1}
         (op,) = fused_ops(case.model, "fusekit_layer_norm")
-        if scale and center:
-            # unchanged from before optional operands existed
-            assert set(op.attrs) == {"epsilon"}
-        else:
-            assert op.attrs["scale"] is scale and op.attrs["center"] is center
+        assert op.attrs == {"epsilon": pytest.approx(1e-4), "options_version": 2}, case.name
         depth = op.input_shapes[0][-1]
-        assert op.input_shapes[1:] == [[depth]] * (scale + center), case.name
+        # Absent ones left off the end; without gamma but with beta, gamma
+        # is ones (LiteRT's CompiledModel cannot run a -1 before beta).
+        assert op.input_shapes[1:] == [[depth]] * (2 if center else int(scale)), case.name
 
 
 def test_kernel_runs_each_variant_on_litert(variant_cases):

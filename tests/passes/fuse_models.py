@@ -48,6 +48,21 @@ def custom_ops(model: bytes, name: str) -> list:
     return [op for op in list_ops(model) if op.custom_code == name]
 
 
+def present_inputs(model: bytes, name: str) -> list[list[bool]]:
+    """For each custom op ``name``: which of its inputs are present (an
+    input listed as -1 or left off the end is absent), up to three."""
+    from fusekit.passes import ModelView
+
+    view = ModelView(model)
+    found = []
+    for graph in view.graphs():
+        for op in graph.ops:
+            if view.op_name(op) == f"CUSTOM:{name}":
+                inputs = [int(t) for t in op.inputs]
+                found.append([i < len(inputs) and inputs[i] >= 0 for i in range(3)])
+    return found
+
+
 def assert_same_outputs(
     original: bytes,
     optimized: bytes,

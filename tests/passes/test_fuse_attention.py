@@ -64,7 +64,9 @@ def test_keras_mha_without_mask_two_layers():
     result = optimize_twice(original, ["fuse_attention"])
     fused = custom_ops(result.model, ATTENTION)
     assert len(fused) == 2
-    assert fused[0].custom_options == custom_options({"causal": False, "scale": 8**-0.5})
+    assert fused[0].custom_options == custom_options(
+        "fusekit_attention", {"causal": False, "scale": 8**-0.5}
+    )
     assert "TRANSPOSE" not in fusekit.passes.ModelView(result.model).op_counts()
     assert_same_outputs(original, result.model)
 
@@ -81,7 +83,9 @@ def test_keras_mha_causal_self_and_cross_attention():
     original = convert_keras(mha_model(16, 16, causal=True))
     result = optimize_twice(original, ["fuse_attention"])
     (fused,) = custom_ops(result.model, ATTENTION)
-    assert fused.custom_options == custom_options({"causal": True, "scale": 8**-0.5})
+    assert fused.custom_options == custom_options(
+        "fusekit_attention", {"causal": True, "scale": 8**-0.5}
+    )
     counts = fusekit.passes.ModelView(result.model).op_counts()
     assert "SELECT_V2" not in counts
     assert_same_outputs(original, result.model)
@@ -113,7 +117,9 @@ def test_hand_written_matmul_attention_with_additive_mask():
     original = convert_function(attention, *specs)
     result = optimize_twice(original, ["fuse_attention"])
     (fused,) = custom_ops(result.model, ATTENTION)
-    assert fused.custom_options == custom_options({"causal": False, "scale": 0.125})
+    assert fused.custom_options == custom_options(
+        "fusekit_attention", {"causal": False, "scale": 0.125}
+    )
     assert_same_outputs(original, result.model)
 
 

@@ -17,6 +17,7 @@ from fuse_models import (
     convert_keras,
     custom_ops,
     optimize_twice,
+    present_inputs,
     randomize,
 )
 
@@ -55,9 +56,9 @@ def test_keras_group_normalization(shape, options):
     result = optimize_twice(original, ["fuse_group_norm"])
     (op,) = custom_ops(result.model, GN)
     attrs = {"epsilon": options.get("epsilon", 1e-3), "groups": options["groups"]}
-    if not options.get("scale", True) or not options.get("center", True):
-        attrs |= {"scale": options.get("scale", True), "center": options.get("center", True)}
-    assert op.custom_options == custom_options(attrs)
+    assert op.custom_options == custom_options(GN, attrs)
+    presence = [True, options.get("scale", True), options.get("center", True)]
+    assert present_inputs(result.model, GN) == [presence]
     assert set(fusekit.passes.ModelView(result.model).op_counts()) == {"CUSTOM:fusekit_group_norm"}
     assert_same_outputs(original, result.model)
 
@@ -129,9 +130,8 @@ def test_hand_written_group_norm():
     original = convert_function(norm, tf.TensorSpec([2, 5, 6, 16]))
     result = optimize_twice(original, ["fuse_group_norm"])
     (op,) = custom_ops(result.model, GN)
-    assert op.custom_options == custom_options(
-        {"epsilon": 1e-5, "groups": 4, "scale": False, "center": False}
-    )
+    assert op.custom_options == custom_options(GN, {"epsilon": 1e-5, "groups": 4})
+    assert present_inputs(result.model, GN) == [[True, False, False]]
     assert_same_outputs(original, result.model)
 
 

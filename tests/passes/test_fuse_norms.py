@@ -16,6 +16,7 @@ from fuse_models import (
     convert_keras,
     custom_ops,
     optimize_twice,
+    present_inputs,
     randomize,
 )
 
@@ -54,11 +55,15 @@ def test_options_are_the_composites_bytes(tmp_path):
     converted = fusekit.convert(str(tmp_path)).model
     written = [op.custom_options for op in custom_ops(converted, LN) + custom_ops(converted, RMS)]
     assert written == [
-        custom_options({"epsilon": 1e-3}),
-        custom_options({"epsilon": 1e-3, "scale": False, "center": False}),
-        custom_options({"epsilon": 2e-3, "scale": True, "center": False}),
-        custom_options({"epsilon": 1e-5}),
+        custom_options(LN, {"epsilon": 1e-3}),
+        custom_options(LN, {"epsilon": 1e-3}),
+        custom_options(LN, {"epsilon": 2e-3}),
+        custom_options(RMS, {"epsilon": 1e-5}),
     ]
+    # Version 2 of the layer norm's options: gamma and beta, where missing,
+    # are absent inputs, not flags.
+    presence = [[True, True, True], [True, False, False], [True, True, False]]
+    assert present_inputs(converted, LN) == presence
 
     # The same ops found in Keras' decomposed forms carry the same bytes.
     model = keras_model(
@@ -69,6 +74,7 @@ def test_options_are_the_composites_bytes(tmp_path):
     )
     fused = fusekit.optimize(convert_keras(model), passes=NORMS).model
     assert [op.custom_options for op in custom_ops(fused, LN) + custom_ops(fused, RMS)] == written
+    assert present_inputs(fused, LN) == presence
 
 
 @pytest.mark.parametrize("float16", [False, True], ids=["float32", "float16_weights"])
@@ -185,9 +191,8 @@ def test_near_misses_are_left_alone_with_the_reason():
     original = convert_function(near, tf.TensorSpec([2, 16, 32]))
     result = optimize_twice(original, NORMS)
     (fused,) = custom_ops(result.model, LN)
-    assert fused.custom_options == custom_options(
-        {"epsilon": 1e-5, "scale": False, "center": False}
-    )
+    assert fused.custom_options == custom_options(LN, {"epsilon": 1e-5})
+    assert present_inputs(result.model, LN) == [[True, False, False]]
     assert not custom_ops(result.model, RMS)
     notes = result.report.line("fuse_layer_norm").notes + result.report.line("fuse_rms_norm").notes
     text = "\n".join(notes)

@@ -37,7 +37,9 @@ def test_options_are_the_composites_bytes(tmp_path):
 
     tf.saved_model.save(Module(), str(tmp_path))
     (op,) = custom_ops(fusekit.convert(str(tmp_path)).model, ROTARY)
-    assert op.custom_options == custom_options({"interleaved": False, "rotary_dim": 0})
+    assert op.custom_options == custom_options(
+        "fusekit_rotary_embedding", {"interleaved": False, "rotary_dim": 0}
+    )
 
 
 def test_rotate_half_forms_fuse_and_match():
@@ -97,7 +99,9 @@ def test_interleaved_pairs_fuse_and_match(tmp_path):
     fused = custom_ops(result.model, ROTARY)
     assert len(fused) == 2
     assert all(
-        op.custom_options == custom_options({"interleaved": True, "rotary_dim": 0}) for op in fused
+        op.custom_options
+        == custom_options("fusekit_rotary_embedding", {"interleaved": True, "rotary_dim": 0})
+        for op in fused
     )
     assert_same_outputs(original, result.model)
 

@@ -19,9 +19,12 @@
 //
 // From that declaration the SDK checks, before the kernel sees a node: arity,
 // the dtype of every input and output, attrs against their declared types
-// (at init), tensor indices, shapes (no negative dims, no element-count
-// overflow) and, before every Invoke, that each tensor the kernel touches
-// has memory of the right size.  A kernel that trusts its views cannot crash
+// and ranges (at init), the options format version, tensor indices, shapes
+// (no negative dims, no element-count overflow; the rank and vector rules an
+// OperandSpec declares) and, before every Invoke, that each tensor the
+// kernel touches has memory of the right size.  The declaration is exported
+// (fusekit_kernel_schema) and is the op's one spec: Python checks attrs and
+// writes custom options through it.  A kernel that trusts its views cannot crash
 // on a malformed model.  Registering the same name with another template
 // instance (RmsNorm<Half>) adds a dtype variant; the node's dtypes pick one.
 //
@@ -29,6 +32,7 @@
 // and the resolver adapter turn the registry into what each runtime takes.
 #pragma once
 
+#include <cmath>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
@@ -189,13 +193,33 @@ class Out : public Tensor {
 enum class AttrType { kInt, kFloat, kBool, kString, kInts, kFloats, kBools, kStrings };
 const char* AttrTypeName(AttrType type);
 
-// One declared attr: its name, type and default (or required).
+// One declared attr: its name, type, default (or required, or optional
+// without a default) and, for numbers, the range it must lie in.  Every float
+// attr must be finite.
 struct AttrSpec {
   const char* name;
   AttrType type;
   bool required;
   double number_default;       // int, float, bool
   const char* string_default;  // string
+  // False: an optional attr without a default; absent means absent (check
+  // Has() before reading it), never a sentinel value.
+  bool has_default = true;
+  double min = -HUGE_VAL;  // int and float: the inclusive range
+  double max = HUGE_VAL;
+
+  // The attr must be >= / <= the bound (checked at node init, exported with
+  // the schema so that Python checks it before writing a model).
+  AttrSpec Min(double bound) const {
+    AttrSpec spec = *this;
+    spec.min = bound;
+    return spec;
+  }
+  AttrSpec Max(double bound) const {
+    AttrSpec spec = *this;
+    spec.max = bound;
+    return spec;
+  }
 };
 
 namespace attr {
@@ -211,6 +235,23 @@ inline AttrSpec Bool(const char* name, bool default_value) {
 inline AttrSpec String(const char* name, const char* default_value) {
   return {name, AttrType::kString, false, 0.0, default_value};
 }
+// Optional numbers and strings without a default: a node either carries
+// them or not.
+inline AttrSpec Float(const char* name) {
+  AttrSpec spec{name, AttrType::kFloat, false, 0.0, ""};
+  spec.has_default = false;
+  return spec;
+}
+inline AttrSpec Int(const char* name) {
+  AttrSpec spec{name, AttrType::kInt, false, 0.0, ""};
+  spec.has_default = false;
+  return spec;
+}
+inline AttrSpec String(const char* name) {
+  AttrSpec spec{name, AttrType::kString, false, 0.0, ""};
+  spec.has_default = false;
+  return spec;
+}
 // Lists default to empty.
 inline AttrSpec Ints(const char* name) { return {name, AttrType::kInts, false, 0.0, ""}; }
 inline AttrSpec Floats(const char* name) { return {name, AttrType::kFloats, false, 0.0, ""}; }
@@ -219,6 +260,7 @@ inline AttrSpec Strings(const char* name) { return {name, AttrType::kStrings, fa
 // An attr the node must carry.
 inline AttrSpec Required(AttrSpec spec) {
   spec.required = true;
+  spec.has_default = false;
   return spec;
 }
 }  // namespace attr
@@ -242,7 +284,16 @@ class Attrs {
   bool Has(const char* key) const;
   std::vector<std::string> Keys() const;
 
-  // Declared attrs (defaults come from the schema).
+  // The format version of the options (the reserved key "options_version";
+  // 1 when absent).  Read by the SDK, never declared by a kernel.
+  int64_t FormatVersion() const;
+  // A bool of an older options format that the current schema no longer
+  // declares (read by the SDK to map version-1 nodes); `fallback` when
+  // absent.  A value of another type sets *error.
+  bool LegacyBool(const char* key, bool fallback, std::string* error = nullptr) const;
+
+  // Declared attrs (defaults come from the schema; an optional attr without
+  // a default reads as the type's zero when absent: check Has() first).
   double Float(const char* key) const;
   int64_t Int(const char* key) const;
   bool Bool(const char* key) const;
@@ -385,6 +436,17 @@ class OpContext {
     return ResizeOutput(out.position(), dims);
   }
 
+  // Makes output `out` a view of input `in`'s memory from `byte_offset` on,
+  // for kernels that update a buffer in place (a KV cache): the runtime
+  // then gives the output no memory of its own, and before every Invoke the
+  // SDK points it at the input's data + byte_offset (checked to fit).  Call
+  // in Prepare, after ResizeOutput.  Returns false where a runtime hands
+  // kernels output buffers of their own (LiteRT's CompiledModel) and for a
+  // constant input (read-only model memory): the kernel must then write the
+  // output itself.  In Invoke, `out.raw() ==
+  // in.raw() + byte_offset` tells which case holds.
+  bool AliasOutput(const Tensor& out, const Tensor& in, size_t byte_offset);
+
   // Scratch memory shared by every fusekit node of the interpreter (only one
   // node runs at a time), 64-byte aligned, grown on demand and kept.  The
   // contents do not survive to the next Invoke.  Ask in Prepare to allocate
@@ -506,6 +568,73 @@ inline TfLiteStatus FailComparison(const OpContext& ctx, const char* expression,
 
 // --------------------------------------------------------------- registry
 
+// The key of the options' format version in every custom options map.
+inline constexpr const char* kOptionsVersionKey = "options_version";
+
+// One declared input or output: its name and the rules on its shape that the
+// SDK checks before the kernel's Prepare (and exports with the schema, so
+// that Python checks them before writing a model).
+struct OperandSpec {
+  std::string name;
+  int min_rank = -1;  // -1: no bound
+  int max_rank = -1;
+  // Non-empty: a vector (rank 1) as long as dim `length_dim` of input
+  // `length_of` (a norm's gamma: OperandSpec("gamma").VectorOf("x", -1)).
+  std::string length_of;
+  int length_dim = -1;
+
+  OperandSpec(const char* n) : name(n) {}  // NOLINT: names convert
+  OperandSpec(std::string n) : name(std::move(n)) {}  // NOLINT
+  OperandSpec Rank(int lo, int hi) const {
+    OperandSpec o = *this;
+    o.min_rank = lo;
+    o.max_rank = hi;
+    return o;
+  }
+  OperandSpec MinRank(int lo) const { return Rank(lo, -1); }
+  OperandSpec VectorOf(const char* input, int dim) const {
+    OperandSpec o = *this;
+    o.length_of = input;
+    o.length_dim = dim;
+    return o;
+  }
+};
+
+struct NameList {
+  std::vector<OperandSpec> operands;
+};
+template <typename... S>
+NameList Inputs(S... operands) {
+  return NameList{{OperandSpec(operands)...}};
+}
+template <typename... S>
+NameList Outputs(S... operands) {
+  return NameList{{OperandSpec(operands)...}};
+}
+template <typename... A>
+std::vector<AttrSpec> AttrSchema(A... specs) {
+  return {specs...};
+}
+
+// The custom options format a kernel reads: its version (written under
+// kOptionsVersionKey; a node without it is version 1) and how to read the
+// version-1 nodes of a kernel whose optional inputs used to be packed.
+//   fusekit::OptionsFormat(2).V1Presence("gamma", "scale")
+// says: version 1 listed only the optional inputs a node had, input gamma
+// being present when bool attr `scale` (default true) was.
+struct OptionsFormat {
+  int version = 1;
+  std::vector<std::pair<std::string, std::string>> v1_presence;  // input, attr
+
+  OptionsFormat() = default;
+  explicit OptionsFormat(int v) : version(v) {}
+  OptionsFormat V1Presence(const char* input, const char* attr) const {
+    OptionsFormat f = *this;
+    f.v1_presence.emplace_back(input, attr);
+    return f;
+  }
+};
+
 // One compiled dtype variant of a kernel (one template instance).
 struct KernelVariant {
   std::vector<TfLiteType> input_types;
@@ -522,7 +651,9 @@ struct KernelDef {
   std::string name;
   std::vector<std::string> input_names;
   std::vector<std::string> output_names;
+  std::vector<OperandSpec> inputs;  // names and shape rules, in input order
   std::vector<AttrSpec> attrs;
+  OptionsFormat format;
   std::vector<KernelVariant> variants;
   int min_inputs = 0;  // inputs before the first optional one
   std::string schema_json;
@@ -535,25 +666,9 @@ const KernelDef* FindKernel(const char* name);
 // name registered twice with the same dtypes.
 const std::string& RegistryError();
 
-struct NameList {
-  std::vector<std::string> names;
-};
-template <typename... S>
-NameList Inputs(S... names) {
-  return NameList{{std::string(names)...}};
-}
-template <typename... S>
-NameList Outputs(S... names) {
-  return NameList{{std::string(names)...}};
-}
-template <typename... A>
-std::vector<AttrSpec> AttrSchema(A... specs) {
-  return {specs...};
-}
-
 void RegisterVariant(const char* name, const NameList& inputs,
                      const NameList& outputs, std::vector<AttrSpec> attrs,
-                     KernelVariant variant);
+                     KernelVariant variant, OptionsFormat format = OptionsFormat());
 
 // ------------------------------------------- typed-signature machinery
 
@@ -668,8 +783,9 @@ KernelVariant MakeVariant() {
 struct Registrar {
   template <typename K>
   Registrar(const char* name, K*, const NameList& inputs, const NameList& outputs,
-            std::vector<AttrSpec> attrs = {}) {
-    RegisterVariant(name, inputs, outputs, std::move(attrs), MakeVariant<K>());
+            std::vector<AttrSpec> attrs = {}, OptionsFormat format = OptionsFormat()) {
+    RegisterVariant(name, inputs, outputs, std::move(attrs), MakeVariant<K>(),
+                    std::move(format));
   }
 };
 
@@ -682,7 +798,8 @@ struct Registrar {
 // Registers kernel class `Class` (one dtype variant) as custom op `name`:
 //   FUSEKIT_REGISTER_KERNEL(name, Class, inputs, outputs[, attrs])
 // inputs/outputs: fusekit::Inputs("x", ...), fusekit::Outputs("y", ...) name
-// the operands of Invoke in order; attrs: fusekit::AttrSchema(...).
+// the operands of Invoke in order (an entry may be an OperandSpec with shape
+// rules); attrs: fusekit::AttrSchema(...); format: fusekit::OptionsFormat.
 #define FUSEKIT_REGISTER_KERNEL(name, Class, ...)                          \
   static ::fusekit::internal::Registrar FUSEKIT_CONCAT(fusekit_registrar_, \
                                                        __COUNTER__)(       \

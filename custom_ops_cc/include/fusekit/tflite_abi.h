@@ -66,6 +66,10 @@ typedef enum TfLiteAllocationType : int {
   kTfLiteArenaRw = 2,
   kTfLiteArenaRwPersistent = 3,
   kTfLiteDynamic = 4,
+  kTfLitePersistentRo = 5,
+  // Memory the runtime neither plans nor frees: the arena planner skips
+  // such a tensor, and whoever set the type points its data somewhere.
+  kTfLiteCustom = 6,
 } TfLiteAllocationType;
 
 typedef struct TfLiteIntArray {
@@ -343,6 +347,13 @@ inline void* FusekitTensorData(const TfLiteTensor* t) {
   return t->data.raw;
 #else
   return t->data;
+#endif
+}
+inline void FusekitSetTensorData(TfLiteTensor* t, void* data) {
+#ifdef FUSEKIT_USE_TFLITE_HEADERS
+  t->data.raw = static_cast<char*>(data);
+#else
+  t->data = data;
 #endif
 }
 

@@ -137,7 +137,7 @@ def fused_model(
     op.opcodeIndex = 0
     op.inputs = np.array(op_inputs, np.int32)
     op.outputs = np.array([len(tensors) - 1], np.int32)
-    op.customOptions = np.frombuffer(custom_options(attrs), np.uint8).copy()
+    op.customOptions = np.frombuffer(custom_options(name, attrs), np.uint8).copy()
     op.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS
     sg = schema.SubGraphT()
     sg.tensors = tensors

@@ -37,6 +37,7 @@ from fusekit.passes.fusion.values import (
     reduction_axes,
     scalar,
 )
+from fusekit.run.op_spec import op_spec
 
 
 @dataclass
@@ -182,7 +183,10 @@ def _grouped_input(graph: Graph, xg: int):
         return None
     xh = int(transpose.inputs[0])
     rank = len(graph.signature(xh))
-    if not 3 <= rank <= 5 or graph.perm_of(transpose) != _to_channels_first(rank):
+    # At least one spatial dim (else there is no channels-first layout), as
+    # many as the kernel takes.
+    x_rule = op_spec("fusekit_group_norm").input("x")
+    if rank < 3 or not x_rule.rank_ok(rank) or graph.perm_of(transpose) != _to_channels_first(rank):
         return None
     xc_shape, xg_shape = graph.signature(xc), graph.signature(xg)
     if -1 in xc_shape or -1 in xg_shape or len(xg_shape) < 3:

@@ -48,6 +48,7 @@ from fusekit.passes.fusion.values import (
     reduction_axes,
     scalar,
 )
+from fusekit.run.op_spec import op_spec
 
 
 @dataclass
@@ -206,7 +207,8 @@ def _grouping(graph: Graph, x: int, axes: list[int] | None) -> tuple[int, int] |
     source = int(op.inputs[0])
     source_shape = graph.signature(source)
     groups, per_group = shape[-2], shape[-1]
-    if not 2 <= len(source_shape) <= 5 or groups <= 0 or per_group <= 0:
+    x_rule = op_spec("fusekit_group_norm").input("x")
+    if not x_rule.rank_ok(len(source_shape)) or groups <= 0 or per_group <= 0:
         return None
     if source_shape[-1] != groups * per_group or source_shape[0] != shape[0]:
         return None
@@ -268,7 +270,7 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
                 near_misses.append(f"{label} at {where!r}: {QUANTIZED_NORM}")
                 break
             epsilon = scalar(graph, eps)
-            if epsilon is None or not epsilon >= 0.0 or epsilon == float("inf"):
+            if epsilon is None or op_spec(f"fusekit_{kind}").attr("epsilon").problem(epsilon):
                 near_misses.append(
                     f"{label} at {where!r}: epsilon is not a finite scalar constant >= 0; "
                     "advice: use a constant epsilon"

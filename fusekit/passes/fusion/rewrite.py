@@ -9,6 +9,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph, ModelView
 from fusekit.model.op_properties import DEAD_AFTER_FUSION
+from fusekit.passes.fusion import key_mask
 from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, match_attention
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
@@ -45,32 +46,24 @@ def vector_view(graph: Graph, tensor: int) -> int:
     return out
 
 
-def norm_attrs(match: NormMatch) -> dict[str, bool | float | int]:
+def norm_attrs(match: NormMatch) -> dict[str, float | int]:
     """The attrs the composite carries: ``epsilon`` (and a group norm's
-    ``groups``); a layer or group norm missing gamma or beta also ``scale``
-    and ``center`` (both then)."""
-    attrs: dict[str, bool | float | int] = {"epsilon": match.epsilon}
+    ``groups``)."""
+    attrs: dict[str, float | int] = {"epsilon": match.epsilon}
     if match.kind == "group_norm":
         attrs["groups"] = match.groups
-    if match.kind != "rms_norm" and (match.gamma is None or match.beta is None):
-        attrs["scale"] = match.gamma is not None
-        attrs["center"] = match.beta is not None
     return attrs
 
 
 def fuse_norm(graph: Graph, match: NormMatch) -> str:
     """Replaces a proven norm by its library op; returns the report line."""
-    inputs = [match.x]
     depth = graph.signature(match.x)[-1]
-    if match.gamma is not None:
-        inputs.append(vector_view(graph, match.gamma))
-    elif match.kind == "rms_norm":
+    gamma = vector_view(graph, match.gamma) if match.gamma is not None else -1
+    if gamma < 0 and match.kind == "rms_norm":
         # The RMS kernel always reads a gamma.
-        inputs.append(
-            graph.add_constant(np.ones(depth, np.float32), graph.name(match.output) + "/gamma")
-        )
-    if match.beta is not None:
-        inputs.append(vector_view(graph, match.beta))
+        gamma = graph.add_constant(np.ones(depth, np.float32), graph.name(match.output) + "/gamma")
+    beta = vector_view(graph, match.beta) if match.beta is not None else -1
+    inputs = [match.x, gamma] if match.kind == "rms_norm" else [match.x, gamma, beta]
     attrs = norm_attrs(match)
     name = f"fusekit_{match.kind}"
     output = match.output
@@ -92,6 +85,9 @@ def fuse_norm(graph: Graph, match: NormMatch) -> str:
         f"{k}={v:g}" if isinstance(v, float) and not isinstance(v, bool) else f"{k}={v}"
         for k, v in attrs.items()
     )
+    if match.kind != "rms_norm" and (match.gamma is None or match.beta is None):
+        # As Keras names the missing operands.
+        shown += f", scale={match.gamma is not None}, center={match.beta is not None}"
     return f"{name} at {graph.name(output)!r} ({len(match.ops)} ops; {shown})"
 
 
@@ -194,10 +190,17 @@ def _heads_first(graph: Graph, source: int, output: int) -> None:
         graph.add_transpose(source, [0, 2, 1, 3], output=output)
 
 
-def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
+def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | None = None) -> str:
     """Replaces a proven attention core by ``fusekit_attention``; returns
-    the report line."""
+    the report line.  With ``rows`` (shared by the rewrites of one graph),
+    a mask proven to be a key-only row broadcast over the queries is given
+    to the op as that row (fusion/key_mask.py)."""
     where = graph.name(match.output)
+    if rows is not None:
+        if match.mask_row is not None:
+            match.mask = key_mask.emit(graph, match.mask_row, rows)
+        if match.keep_row is not None:
+            match.keep = key_mask.emit(graph, match.keep_row, rows)
     inputs = [
         _transposed(graph, match.q, match.q_perm),
         _transposed(graph, _reshaped(graph, match.k, match.k_reshape), match.k_perm),
@@ -241,6 +244,8 @@ def fuse_attention(graph: Graph, match: AttentionMatch) -> str:
         mask_kind = "float mask"
     else:
         mask_kind = "no mask"
+    if rows is not None and (match.mask_row or match.keep_row):
+        mask_kind += " as one key row for every query"
     attrs = {"causal": match.causal, "scale": match.scale}
     output = match.output
     if match.output_perm is not None:
@@ -267,13 +272,20 @@ class AttentionFusion(Fusion[AttentionMatch]):
     kind = "attention"
     anchors = frozenset([OP.SOFTMAX])
 
+    def __init__(self) -> None:
+        # Key-only mask rows emitted in the current graph, by the tensor
+        # they replace (layers sharing a mask share its row).
+        self._rows: dict[int, int] = {}
+
     def match(self, graph: Graph, anchor: schema.OperatorT) -> AttentionMatch | NearMiss | None:
         return match_attention(graph, anchor)
 
     def rewrite(self, graph: Graph, found: AttentionMatch) -> str:
-        return fuse_attention(graph, found)
+        return fuse_attention(graph, found, self._rows)
 
     def finish(self, graph: Graph) -> None:
+        # Tensor indices change when dead tensors go.
+        self._rows.clear()
         finish(graph)
 
 

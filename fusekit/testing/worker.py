@@ -1,8 +1,14 @@
-"""Runs fuzz mutants one by one on one runtime, in a process the fuzzer can
-afford to lose.
+"""Runs models one by one on one runtime, in a process the caller can afford
+to lose: fuzz mutants, and the runs of ``fusekit.testing.opcheck``.
 
     python worker.py RUNTIME MODE MANIFEST BLOB START STOP PROGRESS [--plugins P,..]
                      [--control LIB --control-ops OP,..;OP,..] [--classes C,..]
+
+A manifest line names its model (offset and length in BLOB) and either
+generated runs ("runs": shapes, fills, dtypes, as the fuzzer's mutants
+describe them) or given ones ("inputs": an .npz of arrays in the model's
+input order, one set per run; the outputs of each run are then saved to
+"outputs", and the result records the SIMD level the kernels ran at).
 
 MODE "fusekit" runs each mutant through fusekit.Interpreter; "delegate"
 through the runtime's own Interpreter with fusekit.load_delegate (no model
@@ -25,7 +31,12 @@ import resource
 import sys
 import time
 
-import numpy as np
+# Run as a script: its own folder (fusekit/testing) must not shadow
+# anything the runtimes import.
+if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+    del sys.path[0]
+
+import numpy as np  # noqa: E402
 
 RUNTIME_MODULES = {
     "litert": "ai_edge_litert.interpreter",
@@ -105,7 +116,42 @@ def default_shape(detail) -> list[int]:
     return [OPEN_DIM if d < 0 else int(d) for d in shape]
 
 
+def run_given(make_interpreter, spec, model: bytes) -> None:
+    """The runs of spec["inputs"] on one interpreter; their outputs saved
+    to spec["outputs"] as ``r<run>.o.<k>`` (the layout tests/runtimes.py's
+    pack_runs writes)."""
+    with np.load(spec["inputs"]) as data:
+        runs: dict[int, dict[int, np.ndarray]] = {}
+        for key in data.files:
+            r, _tag, k = key.split(".")
+            runs.setdefault(int(r[1:]), {})[int(k)] = data[key]
+    interp = make_interpreter(model, spec.get("threads", 1))
+    saved = {}
+    try:
+        for r in sorted(runs):
+            inputs = [runs[r][k] for k in sorted(runs[r])]
+            details = interp.get_input_details()
+            if len(details) != len(inputs):
+                raise ValueError(
+                    f"the model has {len(details)} inputs, run {r} gives {len(inputs)}"
+                )
+            for d, x in zip(details, inputs, strict=True):
+                interp.resize_tensor_input(d["index"], list(x.shape))
+            interp.allocate_tensors()
+            for d, x in zip(details, inputs, strict=True):
+                interp.set_tensor(d["index"], x)
+            interp.invoke()
+            for k, d in enumerate(interp.get_output_details()):
+                saved[f"r{r}.o.{k}"] = interp.get_tensor(d["index"]).copy()
+    finally:
+        del interp
+    np.savez(spec["outputs"], **saved)
+
+
 def run_mutant(make_interpreter, spec, model: bytes) -> None:
+    if spec.get("inputs"):
+        run_given(make_interpreter, spec, model)
+        return
     rng = np.random.default_rng(spec.get("input_seed", 0))
     interp = make_interpreter(model, spec.get("threads", 1))
     try:
@@ -167,23 +213,26 @@ def main() -> None:
                 model_content=model, num_threads=threads, experimental_delegates=delegates
             )
     else:
-        import fusekit
+        from fusekit.run.delegate import load_delegate
+        from fusekit.run.interpreter import Interpreter
+        from fusekit.run.plugin import library_path, simd_target
 
+        simd = simd_target()
         plugins = [p for p in options.get("--plugins", "").split(",") if p]
         if mode == "delegate":
             # The documented path for interpreters users build themselves:
             # no model check in front, the SDK's own checks are all there is.
-            libraries = [fusekit.library_path(), *plugins]
+            libraries = [library_path(), *plugins]
 
             def make(model, threads):
-                delegates = [fusekit.load_delegate(p, runtime=runtime) for p in libraries]
+                delegates = [load_delegate(p, runtime=runtime) for p in libraries]
                 return module.Interpreter(
                     model_content=model, num_threads=threads, experimental_delegates=delegates
                 )
         else:
 
             def make(model, threads):
-                return fusekit.Interpreter(
+                return Interpreter(
                     model_content=model, runtime=runtime, num_threads=threads, plugins=plugins
                 )
 
@@ -211,9 +260,11 @@ def main() -> None:
             record = {
                 "id": spec["id"],
                 "outcome": outcome,
-                "message": message[:300],
+                "message": message[:1000],
                 "seconds": round(time.perf_counter() - t0, 4),
             }
+            if mode != "control":
+                record["simd"] = simd
             os.write(out, (json.dumps(record) + "\n").encode())
     os.close(out)
 

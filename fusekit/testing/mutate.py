@@ -1,4 +1,5 @@
-"""Mutants of fusekit-written models, in four classes:
+"""Mutants of fusekit-written models (the fuzz tests' and ``opcheck``'s), in
+four classes:
 
   options  flexbuffer edits of a fused op's custom options
   graph    shape / dtype / tensor-index / opcode edits through the schema
@@ -643,12 +644,29 @@ GRAPH_MUTATORS = [
 ]
 
 
-def mutate_graph(rng: random.Random, base: Base, kernels: list[str]) -> tuple[bytes, str]:
+# The edits of the op itself (its operands' types, shapes and data, its
+# arity and options): what a kernel's checks answer for, whatever the rest
+# of the graph is.  opcheck's short fuzz run draws from these.
+OP_GRAPH_MUTATORS = [
+    g_tensor_type,
+    g_all_types,
+    g_dims,
+    g_rank,
+    g_const_data,
+    g_swap,
+    g_arity,
+    g_large_options,
+]
+
+
+def mutate_graph(
+    rng: random.Random, base: Base, kernels: list[str], mutators: list | None = None
+) -> tuple[bytes, str]:
     m = unpack(base.model)
     descs = []
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
         op = rng.choice(_fused_ops(m, kernels))
-        mutator = rng.choice(GRAPH_MUTATORS)
+        mutator = rng.choice(mutators or GRAPH_MUTATORS)
         if mutator is g_opcode:
             descs.append(g_opcode(rng, m, op, kernels))
         else:
@@ -765,11 +783,19 @@ def mutate_bytes(rng: random.Random, base: Base) -> tuple[bytes, str]:
 # --------------------------------------------------------------------- all
 
 
-def make_mutant(seed: int, k: int, bases: list[Base], kernels: list[str]) -> Mutant:
+def make_mutant(
+    seed: int,
+    k: int,
+    bases: list[Base],
+    kernels: list[str],
+    classes: tuple[str, ...] = CLASSES,
+    graph_mutators: list | None = None,
+) -> Mutant:
     """Mutant k: classes and bases taken in turn, everything else from a
-    generator seeded by (seed, k)."""
-    cls = CLASSES[k % len(CLASSES)]
-    base = bases[(k // len(CLASSES)) % len(bases)]
+    generator seeded by (seed, k).  ``classes`` and ``graph_mutators``
+    narrow what is drawn (opcheck: the op's own edits only)."""
+    cls = classes[k % len(classes)]
+    base = bases[(k // len(classes)) % len(bases)]
     rng = random.Random(f"{seed}/{k}")
     for _attempt in range(20):
         try:
@@ -777,7 +803,7 @@ def make_mutant(seed: int, k: int, bases: list[Base], kernels: list[str]) -> Mut
                 model, desc = mutate_options(rng, base, kernels)
                 return Mutant(k, cls, base.name, desc, model, seed=seed)
             if cls == "graph":
-                model, desc = mutate_graph(rng, base, kernels)
+                model, desc = mutate_graph(rng, base, kernels, graph_mutators)
                 if model == base.model:
                     continue
                 return Mutant(k, cls, base.name, desc, model, seed=seed)
