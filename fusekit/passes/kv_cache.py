@@ -45,11 +45,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
-from flatbuffers import flexbuffers
 
 from fusekit.model.flatbuffer_edit import set_custom_options
 from fusekit.model.graph import OP, Graph, ModelView
-from fusekit.passes.fusion.emit import custom_opcode_index
+from fusekit.passes.fusion.emit import custom_opcode_index, custom_options
 from fusekit.passes.registry import PassOptions, register
 from fusekit.passes.strided_slice import shrunk_axes, slice_bounds
 
@@ -249,7 +248,7 @@ def _plan(graph: Graph, cache: int) -> _Plan | None:
 
 
 def _options(offset: int, shape: list[int]) -> bytes:
-    return bytes(flexbuffers.Dumps({"block_shape": [int(d) for d in shape], "offset": offset}))
+    return custom_options(KERNEL, {"block_shape": [int(d) for d in shape], "offset": offset})
 
 
 def _rewrite(graph: Graph, plan: _Plan) -> None:

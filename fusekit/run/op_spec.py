@@ -266,6 +266,9 @@ class OpSpec:
                     builder.Float(float(np.float32(value)))
                 elif kind == "string":
                     builder.String(str(value))
+                elif kind == "list of int":
+                    # A typed vector, as the SDK's Ints() reads it.
+                    builder.TypedVectorFromElements([int(v) for v in value])
                 else:
                     raise OpSpecError(f"{self.name}: attr {key!r} ({kind}) is not written here")
         return bytes(builder.Finish())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusekit.run.kernel_schema import KernelSchema
+from fusekit.run.op_spec import OpSpec
 from fusekit.testing.cases import OpCase
 from fusekit.testing.mutate import pack, unpack
 
@@ -50,7 +50,7 @@ def _const(m, index: int) -> bool:
     return data is not None and len(data) > 0
 
 
-def bad_inputs(case: OpCase, op: str, schema: KernelSchema, seed: int = 0) -> Iterator[BadInput]:
+def bad_inputs(case: OpCase, op: str, schema: OpSpec, seed: int = 0) -> Iterator[BadInput]:
     """The bad-input variants of ``case`` for ``op`` (its first node)."""
     rng = np.random.default_rng(seed)
     base = unpack(case.model)
@@ -140,7 +140,7 @@ def bad_inputs(case: OpCase, op: str, schema: KernelSchema, seed: int = 0) -> It
             )
 
 
-def _operand_name(schema: KernelSchema, position: int) -> str:
+def _operand_name(schema: OpSpec, position: int) -> str:
     return schema.inputs[position].name if position < len(schema.inputs) else f"#{position}"
 
 

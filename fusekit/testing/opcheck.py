@@ -123,7 +123,7 @@ def opcheck(
       OpcheckError: a check failed (unless ``raise_on_failure=False``).
     """
     from fusekit.model import model_ops
-    from fusekit.run import kernel_schema
+    from fusekit.run import op_spec
     from fusekit.run import plugin as plugin_lib
 
     unknown = sorted(set(checks) - set(CHECKS))
@@ -131,7 +131,7 @@ def opcheck(
         raise ValueError(f"opcheck: unknown checks {unknown}; the checks are {list(CHECKS)}")
     library = plugin_lib.resolve_plugin(plugin) if plugin is not None else None
     plugins = [library] if library else []
-    schemas = kernel_schema.library_schemas(library)
+    schemas = op_spec.library_specs(library)
     if op not in schemas:
         raise ValueError(
             f"opcheck: {library or 'fusekit'} has no kernel {op!r} (it has {sorted(schemas)})"

@@ -673,9 +673,12 @@ def load_regressions(folder: Path = REGRESSIONS) -> list[Mutant]:
 
 # Where a checkout, its virtual environments and pytest's temporary folders
 # sit says nothing about a crash and differs on every machine: the traces
-# keep the path from the environment or file name on.
+# keep the path from the environment or file name on; the Python
+# installation's own libraries are named from their lib/ folder.
 _MACHINE_PREFIX = re.compile(r"/[^\s\"'()\[\]]*?/(?=\.venv[\w-]*/|pytest-\d+/|tests/fuzz/)")
+_PYTHON_PREFIX = re.compile(r"/[^\s\"'()\[\]]*?/(?=lib/libpython|lib/python3|bin/python)")
 
 
 def _without_machine_paths(text: str) -> str:
-    return _MACHINE_PREFIX.sub("", text)
+    text = _PYTHON_PREFIX.sub("<python>/", _MACHINE_PREFIX.sub("", text))
+    return text.replace(str(Path.home()) + "/", "~/")

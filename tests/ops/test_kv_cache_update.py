@@ -135,9 +135,9 @@ def test_a_constant_cache_is_copied_not_written():
 
 
 def test_schema():
-    from fusekit.run.kernel_schema import library_schemas
+    from fusekit.run.op_spec import library_specs
 
-    schema = library_schemas()[kv.OP]
+    schema = library_specs()[kv.OP]
     assert [o.name for o in schema.inputs] == ["cache", "update", "start"]
     assert {a.name: a.required for a in schema.attrs} == {"offset": True, "block_shape": True}
 
