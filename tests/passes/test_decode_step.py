@@ -5,7 +5,8 @@ fused (Sq = 1 reshapes instead of transposes, grouped-query repeat of the
 whole cache, the bool mask of valid positions), no STRIDED_SLICE left, and
 outputs equal to the plain model on all three runtimes (the plain model's
 6-D STRIDED_SLICE does not load on tf.lite or tflite-runtime: the
-optimized one does)."""
+optimized one does).  The same for keras-hub's Gemma, whose grouped
+attention has its own decode form."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from decode_step import DecoderConfig, export_decode_step, step_inputs  # noqa: 
 
 CONFIG = DecoderConfig(hidden=64, layers=2, heads=4, kv_heads=2, vocabulary=100, intermediate=128)
 CACHE = 32
+GEMMA = DecoderConfig(
+    hidden=64, layers=2, heads=4, kv_heads=2, vocabulary=100, intermediate=128, family="gemma"
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +50,27 @@ def test_decode_step_fuses_attention_over_the_cache(decode_step):
     # The first, a middle and the last position of the cache.
     runs = [step_inputs(decode_step, position) for position in (0, 7, CACHE - 1)]
     assert_same_outputs(decode_step, result.model, runs=runs)
+
+
+def test_gemma_decode_step_fuses_grouped_attention():
+    """keras-hub's Gemma groups the query heads of a kv head as rows of one
+    matmul; with one token the converter folds the grouped form's
+    reshape/transpose/reshape chains into single RESHAPEs
+    (fusion/attention_grouped_decode.py): every layer's attention fuses,
+    and the outputs equal the plain model's on every runtime."""
+    plain = export_decode_step(GEMMA, CACHE)
+    result = optimize_twice(plain, fusekit.passes.DEFAULT_PASSES)
+    line = result.report.line("fuse")
+    assert not line.notes, line.notes
+    attention = [c for c in line.changes if c.startswith("fusekit_attention")]
+    assert len(attention) == GEMMA.layers, line.changes
+    assert len(custom_ops(result.model, "fusekit_attention")) == GEMMA.layers
+    assert all("bool mask" in c and "causal=False" in c for c in attention), attention
+    counts = fusekit.passes.ModelView(result.model).op_counts()
+    for gone in ("SOFTMAX", "BATCH_MATMUL", "TRANSPOSE"):
+        assert gone not in counts, counts
+    runs = [step_inputs(plain, position) for position in (0, 7, CACHE - 1)]
+    assert_same_outputs(plain, result.model, runs=runs)
 
 
 def test_strided_slices_become_slices():

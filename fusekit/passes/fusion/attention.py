@@ -22,7 +22,8 @@ gets a TRANSPOSE before the op.  The grouped form
 matmul: q RESHAPE [B,Sq,Hkv,G,D] -> TRANSPOSE [0,2,3,1,4] -> RESHAPE
 [B,Hkv,G*Sq,D], scores and softmax in 5-D [B,Hkv,G,Sq,Skv], and back through
 RESHAPE / TRANSPOSE [0,3,1,2,4] / RESHAPE; one kv head's heads-first
-transposes are reshapes.  A result not transposed back to [B, Sq, H, Dv]
+transposes are reshapes, and in a decode step (Sq = 1) each chain is one
+RESHAPE (fusion/attention_grouped_decode.py).  A result not transposed back to [B, Sq, H, Dv]
 (SigLIP's pooling head, MiT's one-head stage, a decode step) gets a
 TRANSPOSE after the op, or a RESHAPE where that moves only unit axes.
 
@@ -63,6 +64,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import attention_operands as operands
+from fusekit.passes.fusion.attention_grouped_decode import decode_grouped_out, decode_grouped_q
 from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
 from fusekit.passes.fusion.key_mask import KeyRow, narrowed
 from fusekit.passes.fusion.pattern import Capture, NearMiss, Op, match, only_reader
@@ -768,7 +770,9 @@ def _qk_operands(
         return _miss("adj_x", "Q.K^T reads its first operand transposed (adj_x)")
     second_layout = "bhsd" if getattr(options, "adjY", False) else "bhds"
     if scores.grouped:
-        first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST)
+        first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST) or decode_grouped_q(
+            graph, int(qk.inputs[0]), scores.shape
+        )
         second = _transposed(
             graph, int(qk.inputs[1]), KEYS_LAST if second_layout == "bhds" else HEADS_FIRST
         )
@@ -887,7 +891,9 @@ def _ending(
     grouped form's three; one TRANSPOSE), or none: the op's result then
     goes through a transpose back to P.V's layout (``output_perm``)."""
     if scores.grouped:
-        ending = _grouped_out(graph, pv, scores.shape)
+        ending = _grouped_out(graph, pv, scores.shape) or decode_grouped_out(
+            graph, pv, scores.shape
+        )
         if ending is None:
             return _miss(
                 "output_layout", "the attention result is not transposed back to [B, Sq, H, D]"
