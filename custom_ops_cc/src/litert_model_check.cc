@@ -46,7 +46,7 @@ constexpr int32_t kBuiltinCustom = 32;
 using Tables = Vector<Offset<Table>>;
 
 // Reads tables, vectors and scalars only after the verifier has checked that
-// they lie inside the buffer.
+// they lie inside the buffer (an offset too: GetPointer follows it).
 class Reader {
  public:
   Reader(const uint8_t* data, size_t size)
@@ -63,8 +63,9 @@ class Reader {
 
   // The tables of a vector field (empty when absent); false if malformed.
   bool TablesOf(const Table* t, voffset_t field, const Tables** out) {
+    if (!t->VerifyOffset(verifier_, field)) return false;
     *out = t->GetPointer<const Tables*>(field);
-    if (!t->VerifyOffset(verifier_, field) || !verifier_.VerifyVector(*out)) return false;
+    if (!verifier_.VerifyVector(*out)) return false;
     if (*out == nullptr) return true;
     for (flatbuffers::uoffset_t i = 0; i < (*out)->size(); ++i) {
       if (!Start((*out)->Get(i))) return false;
@@ -73,8 +74,9 @@ class Reader {
   }
 
   bool IntsOf(const Table* t, voffset_t field, const Vector<int32_t>** out) {
+    if (!t->VerifyOffset(verifier_, field)) return false;
     *out = t->GetPointer<const Vector<int32_t>*>(field);
-    return t->VerifyOffset(verifier_, field) && verifier_.VerifyVector(*out);
+    return verifier_.VerifyVector(*out);
   }
 
   template <typename T>
@@ -85,8 +87,9 @@ class Reader {
   }
 
   bool StringOf(const Table* t, voffset_t field, std::string* out) {
+    if (!t->VerifyOffset(verifier_, field)) return false;
     const auto* s = t->GetPointer<const String*>(field);
-    if (!t->VerifyOffset(verifier_, field) || !verifier_.VerifyString(s)) return false;
+    if (!verifier_.VerifyString(s)) return false;
     *out = s == nullptr ? "" : s->str();
     return true;
   }
