@@ -88,6 +88,32 @@ def test_c_app_reports_a_refused_node(c_app, tmp_path):
     assert "fusekit_layer_norm: malformed custom options" in done.stderr
 
 
+@pytest.mark.parametrize("absent", [1, 2], ids=["gamma_before_beta", "trailing_beta"])
+def test_c_app_refuses_an_absent_input_litert_would_crash_on(c_app, tmp_path, absent):
+    """A custom op listing input -1 makes LiteRT's CompiledModel segfault
+    while it prepares the node, before any fusekit callback runs; the app's
+    fusekit_litert_check_model call refuses the model instead, naming the op,
+    the node and the input, and the app exits 1 (not on a signal)."""
+    from model_surgery import custom_ops, edit
+
+    def drop(m):
+        (node,) = custom_ops(m, "fusekit_layer_norm")
+        inputs = [int(t) for t in node.inputs]
+        assert len(inputs) == 3, inputs  # x, gamma, beta
+        inputs[absent] = -1
+        node.inputs = np.array(inputs, np.int32)
+
+    model = edit(built_models()["fusekit_layer_norm"][2].model, drop)
+    path = tmp_path / "absent.tflite"
+    path.write_bytes(aligned_model.align_weights(model))
+    done = subprocess.run([str(c_app), str(path)], capture_output=True, text=True)
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    name = ["x", "gamma", "beta"][absent]
+    assert (f"fusekit: fusekit_layer_norm: subgraph 0 operator 0 input {absent} ('{name}') "
+            "is tensor index -1 (left out), which LiteRT's CompiledModel crashes on"
+            ) in done.stderr
+
+
 def test_bazel_builds_and_runs_the_c_app(tmp_path_factory, tmp_path):
     """The standalone Bazel mode (WORKSPACE + BUILD): Debian's Bazel 4 builds
     the kernels and examples/c_app offline, with fusekit's own ABI headers

@@ -33,6 +33,7 @@
 
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/litert.h"
+#include "litert_model_check.h"
 #include "node_runner.h"
 
 namespace fusekit {
@@ -492,6 +493,15 @@ extern "C" FUSEKIT_LITERT_API FusekitLiteRt* fusekit_litert_add_kernels(
     h->slots.push_back(std::move(slot));
   }
   return h;
+}
+
+extern "C" FUSEKIT_LITERT_API LiteRtStatus fusekit_litert_check_model(const void* data,
+                                                                    size_t size) {
+  const std::string problem =
+      fusekit::CheckModelForLiteRt(static_cast<const uint8_t*>(data), size);
+  if (problem.empty()) return kLiteRtStatusOk;
+  fusekit::SetStaticError(problem);
+  return kLiteRtStatusErrorInvalidArgument;
 }
 
 extern "C" FUSEKIT_LITERT_API const char* fusekit_litert_last_error(

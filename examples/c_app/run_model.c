@@ -6,6 +6,8 @@
  *
  * The model's weights must sit at 64-byte aligned offsets (LiteRT refuses
  * unaligned custom-op inputs): write it with fusekit.run.aligned_model.
+ * fusekit_litert_check_model refuses, with the op and input named, what
+ * LiteRT would crash on.
  * Dynamic dims run at the model's default shape (1 where unknown). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +55,14 @@ int main(int argc, char** argv) {
   size_t size;
   if (read_file(argv[1], &data, &size) != 0) {
     fprintf(stderr, "cannot read %s\n", argv[1]);
+    return 1;
+  }
+
+  /* LiteRT's CompiledModel segfaults on a custom op that lists an input as
+   * tensor index -1, before any fusekit callback could refuse the node:
+   * check the model first. */
+  if (fusekit_litert_check_model(data, size) != kLiteRtStatusOk) {
+    fprintf(stderr, "fusekit: %s\n", fusekit_litert_last_error(NULL));
     return 1;
   }
 

@@ -350,12 +350,10 @@ class _Graph:
         buf: ModelBuffer,
         size: int,
         custom_optional_inputs: Mapping[str, Collection[int]] | None,
-        custom_gaps: bool = True,
     ):
         self.buf = buf
         self.size = size
         self.custom_optional_inputs = custom_optional_inputs or {}
-        self.custom_gaps = custom_gaps
         self.model = root_table(buf)
 
     def check(self) -> None:
@@ -472,14 +470,6 @@ class _Graph:
                     raise _MalformedError(
                         f"subgraph {s} {where} input {j} is -1 (left out), but that input "
                         "is not optional"
-                    )
-                if not is_builtin and not self.custom_gaps and max(op_inputs[j:]) >= 0:
-                    # LiteRT's CompiledModel (2.x) reads a custom op's -1
-                    # input as a tensor and crashes.
-                    raise _MalformedError(
-                        f"subgraph {s} {where} input {j} is -1 (left out) before a present "
-                        "input, which LiteRT's CompiledModel cannot run (run the model with "
-                        "fusekit.Interpreter)"
                     )
             for j, t in enumerate(op_outputs):
                 in_range(t, f"{where} output {j}")
@@ -643,7 +633,6 @@ def verify_model(
     model: ModelBuffer,
     source: str = MODEL_CONTENT,
     custom_optional_inputs: Mapping[str, Collection[int]] | None = None,
-    custom_gaps: bool = True,
 ) -> None:
     """Checks that ``model`` is a well-formed TFLite flatbuffer whose graph
     runtimes can load without reading out of bounds.
@@ -654,8 +643,6 @@ def verify_model(
       custom_optional_inputs: custom op name -> positions of the inputs that
         may be left out (-1), for the custom ops whose kernels are known;
         other custom ops may leave out any input.
-      custom_gaps: whether a custom op may list -1 before a present input
-        (False for LiteRT's CompiledModel, which crashes on it).
 
     Raises:
       InvalidModelError: what is wrong, e.g. ``subgraph 0 operator 3 input 1:
@@ -679,7 +666,7 @@ def verify_model(
         except _MalformedError as exc:
             raise _MalformedError("root offset: " + exc.reason) from None
         walker.table(root, "Model", 0)
-        _Graph(model, size, custom_optional_inputs, custom_gaps).check()
+        _Graph(model, size, custom_optional_inputs).check()
     except _MalformedError as exc:
         raise InvalidModelError(source, exc.describe()) from None
     except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError) as exc:

@@ -99,7 +99,7 @@ def ones_before_present(beta: Any) -> tf.Tensor:
     """The gamma written for a norm without gamma but with beta: ones (y * 1
     is exact).  An absent input before a present one would be tensor index
     -1 in the middle of the op's inputs, which LiteRT's CompiledModel reads
-    as a tensor and crashes on; absent inputs at the end it takes.  The
+    as a tensor and crashes on; absent inputs left off the end it takes.  The
     fusion passes write the same (fusion/rewrite.py)."""
     return tf.ones_like(tf.convert_to_tensor(beta))
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from fusekit.errors import FusekitError, KernelRunError
+from fusekit.errors import FusekitError, InvalidModelError, KernelRunError
+from fusekit.model import model_check
 from fusekit.run import abi_versions, aligned_model, compat, litert_c, model_gate, plugin
 from fusekit.run.litert_buffers import TensorBuffer, dtype_of, environment
 
@@ -68,7 +69,12 @@ class CompiledModel:
         if num_threads < 1:
             raise ValueError(f"num_threads must be at least 1, got {num_threads}")
         abi_versions.check_runtime_version("litert")
-        libraries = model_gate.checked_libraries(None, model_data, plugins, custom_gaps=False)
+        libraries = model_gate.checked_libraries(None, model_data, plugins)
+        # A valid model LiteRT segfaults on instead of refusing: fusekit's own
+        # library holds the check (C apps call it too).
+        problem = litert_c.model_problem(plugin.open_plugin(libraries[0]), model_data)
+        if problem is not None:
+            raise InvalidModelError(_path or model_check.MODEL_CONTENT, problem)
         compat.check_loadable(model_data, "litert")
         model_data = aligned_model.align_weights(model_data)
         lib = litert_c.lib()

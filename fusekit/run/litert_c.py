@@ -128,6 +128,20 @@ def check(status: int, what: str) -> None:
         raise FusekitError(f"LiteRT: {what} failed (status {status})")
 
 
+def model_problem(plugin: ctypes.CDLL, model: bytes) -> str | None:
+    """Why LiteRT's CompiledModel would crash on ``model`` rather than refuse
+    it (a custom op listing input -1), or None: the check C apps call,
+    ``fusekit_litert_check_model`` of a fusekit library."""
+    check = plugin.fusekit_litert_check_model
+    check.restype = ctypes.c_int
+    check.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    if check(model, len(model)) == 0:
+        return None
+    plugin.fusekit_litert_last_error.restype = ctypes.c_char_p
+    plugin.fusekit_litert_last_error.argtypes = [_p]
+    return plugin.fusekit_litert_last_error(None).decode("utf-8", "replace")
+
+
 def bind_plugin(plugin: ctypes.CDLL) -> None:
     """Declares the LiteRT entry points of a fusekit plugin library."""
     plugin.fusekit_litert_add_kernels.restype = ctypes.c_void_p

@@ -16,7 +16,6 @@ def checked_libraries(
     model_path: str | Path | None,
     model_content: bytes | None,
     plugins: Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = (),
-    custom_gaps: bool = True,
 ) -> list[str]:
     """fusekit's library followed by the user's plugins (canonical paths, each
     once), after checking the model against them.
@@ -41,13 +40,11 @@ def checked_libraries(
         for op, schema in op_spec.kernel_specs(libraries[1:]).items()
     }
     if model_content is not None:
-        model_check.verify_model(
-            model_content, custom_optional_inputs=optional, custom_gaps=custom_gaps
-        )
+        model_check.verify_model(model_content, custom_optional_inputs=optional)
         ops = model_ops.list_verified_ops(model_content)
     else:
         with model_check.mapped_model(model_path) as mapped:
-            model_check.verify_model(mapped, str(model_path), optional, custom_gaps)
+            model_check.verify_model(mapped, str(model_path), optional)
             ops = model_ops.list_verified_ops(mapped)
     custom = sorted({op.custom_code for op in ops if op.custom_code is not None})
     missing = [op for op in custom if op not in provided]

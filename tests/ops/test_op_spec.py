@@ -4,6 +4,8 @@ layers and the passes write, and version-1 models still run."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -57,7 +59,7 @@ GAMMA = np.linspace(0.5, 1.5, 8, dtype=np.float32)
 BETA = np.linspace(-1.0, 1.0, 8, dtype=np.float32)
 # (op, has gamma, has beta): absent ones are left off the end (a missing
 # gamma before beta is written as ones: LiteRT's CompiledModel crashes on a
-# -1 before a present input).
+# custom op that lists input -1).
 FORMS = [
     (LN, False, True),
     (LN, True, False),
@@ -179,22 +181,31 @@ def test_the_spec_refuses_what_the_kernel_would(call, message):
         call()
 
 
-def test_compiled_model_refuses_a_gap_it_would_crash_on(norm_models):
-    """A -1 before a present input (a valid model: the Interpreter runs it)
-    crashes LiteRT's CompiledModel: refused with the reason instead."""
+@pytest.mark.parametrize("absent", [1, 2], ids=["gamma_before_beta", "trailing_beta"])
+def test_compiled_model_refuses_an_absent_input_it_would_crash_on(norm_models, absent):
+    """A custom op listing tensor index -1 (a valid model: the Interpreter
+    runs it) crashes LiteRT's CompiledModel, before a present input or at the
+    end alike: refused with the op, node and input named instead (the check
+    C apps call, fusekit_litert_check_model)."""
     op, scale, center, module, model = norm_models[0]
     assert (op, scale, center) == (LN, False, True)
 
-    def gap(m):
+    def drop(m):
         (node,) = custom_ops(m, LN)
-        node.inputs = np.array([node.inputs[0], -1, node.inputs[2]], np.int32)
+        inputs = [int(t) for t in node.inputs]
+        inputs[absent] = -1
+        node.inputs = np.array(inputs, np.int32)
 
-    gapped = edit(model, gap)
-    x = np.ones((2, 3, 8), np.float32)
-    ((y,),) = run_jobs("litert", [Job(gapped, [[x]])])[0].ok()
-    np.testing.assert_allclose(y, module(x).numpy(), atol=1e-5)
-    with pytest.raises(fusekit.errors.InvalidModelError, match="before a present input"):
-        fusekit.CompiledModel.from_buffer(gapped)
+    dropped = edit(model, drop)
+    x = np.random.default_rng(1).standard_normal((2, 3, 8)).astype(np.float32)
+    ((y,),) = run_jobs("litert", [Job(dropped, [[x]])])[0].ok()
+    # Left out, gamma was ones anyway; left out, beta is zero.
+    want = module(x).numpy() - (BETA if absent == 2 else 0)
+    np.testing.assert_allclose(y, want, atol=1e-5)
+    name = ["x", "gamma", "beta"][absent]
+    message = f"{LN}: subgraph 0 operator 0 input {absent} ('{name}') is tensor index -1"
+    with pytest.raises(fusekit.errors.InvalidModelError, match=re.escape(message)):
+        fusekit.CompiledModel.from_buffer(dropped)
 
 
 def test_an_emitted_op_the_kernel_refuses_is_a_pass_error(norm_models):

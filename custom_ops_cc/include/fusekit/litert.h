@@ -1,5 +1,8 @@
 /* fusekit's kernels in LiteRT's CompiledModel API, for C and C++ apps.
  *
+ *   if (fusekit_litert_check_model(data, size) != kLiteRtStatusOk) {
+ *     puts(fusekit_litert_last_error(NULL)); ...   (before compiling: see below)
+ *   }
  *   LiteRtOptions options;
  *   LiteRtCreateOptions(&options);
  *   LiteRtSetOptionsHardwareAccelerators(options, kLiteRtHwAcceleratorCpu);
@@ -47,9 +50,22 @@ typedef struct FusekitLiteRt FusekitLiteRt;
 FUSEKIT_LITERT_API FusekitLiteRt* fusekit_litert_add_kernels(
     LiteRtOptions options, const char* const* ops_or_null, int num_threads);
 
+/* Checks a model buffer for what LiteRT's CompiledModel crashes on instead
+ * of refusing: a custom op that lists tensor index -1 (an input left out)
+ * among its inputs.  LiteRT dereferences that missing tensor while it
+ * prepares the node, before any kernel callback that could refuse it, so
+ * call this on every model before LiteRtCreateCompiledModel.  Returns
+ * kLiteRtStatusOk, or kLiteRtStatusErrorInvalidArgument with the op, the
+ * node and the input in fusekit_litert_last_error(NULL); a buffer that is
+ * not a valid .tflite flatbuffer is refused too.  Reads the `size` bytes at
+ * `data` and nothing past them. */
+FUSEKIT_LITERT_API LiteRtStatus fusekit_litert_check_model(const void* data,
+                                                           size_t size);
+
 /* The first error a node of this handle hit since the last clear ("<op>:
  * <message>"), or NULL; with NULL, the error of the last failed
- * fusekit_litert_add_kernels.  The string lives until the next clear. */
+ * fusekit_litert_add_kernels or fusekit_litert_check_model.  The string
+ * lives until the next clear (or the next failure of those two). */
 FUSEKIT_LITERT_API const char* fusekit_litert_last_error(
     const FusekitLiteRt* handle);
 FUSEKIT_LITERT_API void fusekit_litert_clear_error(FusekitLiteRt* handle);
