@@ -43,8 +43,9 @@ FUSEKIT_EXPORT int fusekit_register_ops_with(void* resolver,
                                              FusekitAddCustomFn add_custom);
 
 // Reads `bytes` bytes at `data` once on `threads` threads with the widest
-// vector loads this CPU has, and returns their XOR (so the reads cannot be
-// left out): a memory floor for benchmarks.  Only fusekit's own library
+// vector loads this CPU has, and returns the XOR of its 8-byte words and
+// trailing bytes (so the reads cannot be left out): a memory floor for
+// benchmarks.  Only fusekit's own library
 // exports it (read_floor.cc), not plugins built with fusekit.build_plugin.
 FUSEKIT_EXPORT uint64_t fusekit_read_bytes(const void* data, size_t bytes, int threads);
 

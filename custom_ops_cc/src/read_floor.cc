@@ -15,8 +15,9 @@
 #define HWY_TARGET_INCLUDE "src/read_floor.cc"
 #include "fusekit/simd_begin.h"
 
-// XOR of every 8-byte word of [p, p + bytes): integer lanes, so the loop
-// has no floating-point latency to hide and no value can trap.
+// XOR of every 8-byte word of [p, p + bytes), then of the trailing bytes:
+// integer lanes, so the loop has no floating-point latency to hide and no
+// value can trap.
 uint64_t XorWords(const uint8_t* HWY_RESTRICT p, size_t bytes) {
   const hn::ScalableTag<uint64_t> d;
   const size_t step = hn::Lanes(d) * sizeof(uint64_t);
@@ -36,6 +37,13 @@ uint64_t XorWords(const uint8_t* HWY_RESTRICT p, size_t bytes) {
   hn::StoreU(all, d, lanes);
   uint64_t result = 0;
   for (size_t k = 0; k < hn::Lanes(d); ++k) result ^= lanes[k];
+  // The rest word by word, then byte by byte: the same value at every
+  // vector width.
+  for (; i + sizeof(uint64_t) <= bytes; i += sizeof(uint64_t)) {
+    uint64_t word;
+    std::memcpy(&word, p + i, sizeof(word));
+    result ^= word;
+  }
   for (; i < bytes; ++i) result ^= p[i];
   return result;
 }
