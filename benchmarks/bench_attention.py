@@ -219,6 +219,14 @@ def measure_layouts(
     return result
 
 
+def machine_line(info: dict[str, Any]) -> str:
+    """The tables' first line: where and when they were measured."""
+    return (
+        f"**CPU:** {info['cpu']} ({info['logical_cpus']} logical CPUs), fusekit SIMD target "
+        f"**{info['simd']}**, fusekit {info['commit']}, {info['date']}  "
+    )
+
+
 def render_layouts(
     info: dict[str, Any],
     results: Sequence[LayoutResult],
@@ -226,10 +234,7 @@ def render_layouts(
     settings: dict[str, Any],
 ) -> str:
     out = ["# fusekit_attention decode: KV-cache layouts read in place", ""]
-    out.append(
-        f"**CPU:** {info['cpu']} ({info['logical_cpus']} logical CPUs), fusekit SIMD target "
-        f"**{info['simd']}**, fusekit {info['commit']}, {info['date']}  "
-    )
+    out.append(machine_line(info))
     out.append(
         f"Medians in µs over {settings['rounds']} interleaved rounds (every layout, thread "
         "count and the copy of one shape shuffled in each round). One decode step, "
@@ -527,10 +532,7 @@ def render_markdown(
     settings: dict[str, Any],
 ) -> str:
     out = ["# fusekit_attention: fused vs unfused (XNNPACK)", ""]
-    out.append(
-        f"**CPU:** {info['cpu']} ({info['logical_cpus']} logical CPUs), fusekit SIMD target "
-        f"**{info['simd']}**, fusekit {info['commit']}, {info['date']}  "
-    )
+    out.append(machine_line(info))
     out.append(
         f"Medians in µs over {settings['rounds']} interleaved rounds "
         f"(~{settings['batch_ms']:g} ms of back-to-back invokes per candidate per round, "
