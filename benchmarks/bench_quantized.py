@@ -15,8 +15,13 @@ padded; a ViT at the largest patch grid within S).  Forms:
 - ``float16``: the converter's float16-weights form;
 - ``int8``: the converter's full-integer form (int8 activations and weights,
   float inputs/outputs), calibrated on 16 random batches;
+- ``fk_int8``: the same full-integer form through ``fusekit.convert``, which
+  calibrates by reading every tensor of a float run (TensorFlow's calibrator
+  records each attention and feed-forward output projection with the range
+  of the residual sum that reads it);
 - ``aeq_int8``: ai-edge-quantizer's ``static_wi8_ai8`` recipe on the float32
   model, calibrated on the same batches;
+- ``aeq_a16w8``: its ``static_wi8_ai16`` recipe (int16 activations);
 - ``aeq_wi4``: ai-edge-quantizer's ``weight_only_wi4_afp32`` recipe.
 
 Each form runs plain and after ``fusekit.optimize`` (in int8 forms the
@@ -47,7 +52,7 @@ sys.path.insert(0, str(HERE.parent / "examples"))
 import numpy as np  # noqa: E402
 import suite  # noqa: E402
 
-FORMS = ("float32", "dynamic", "float16", "int8", "aeq_int8", "aeq_wi4")
+FORMS = ("float32", "dynamic", "float16", "int8", "fk_int8", "aeq_int8", "aeq_a16w8", "aeq_wi4")
 ENCODERS = ("bert", "vit")
 CALIBRATION_BATCHES = 16
 
@@ -84,13 +89,24 @@ def convert(model: Any, form: str, family: str, float_model: bytes | None) -> by
         from ai_edge_quantizer import quantizer, recipe
 
         q = quantizer.Quantizer(float_model)
-        if form == "aeq_int8":
-            q.load_quantization_recipe(recipe.static_wi8_ai8())
+        if form in ("aeq_int8", "aeq_a16w8"):
+            static = recipe.static_wi8_ai8 if form == "aeq_int8" else recipe.static_wi8_ai16
+            q.load_quantization_recipe(static())
             samples = calibration_feeds(model, family, CALIBRATION_BATCHES)
             calibration = q.calibrate({"serving_default": samples})
             return bytes(q.quantize(calibration).quantized_model)
         q.load_quantization_recipe(recipe.weight_only_wi4_afp32())
         return bytes(q.quantize().quantized_model)
+    if form == "fk_int8":
+        import fusekit
+
+        return fusekit.convert(
+            model,
+            optimizations=[tf.lite.Optimize.DEFAULT],
+            representative_dataset=lambda: iter(
+                calibration_feeds(model, family, CALIBRATION_BATCHES)
+            ),
+        ).model
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     if form != "float32":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]

@@ -277,3 +277,85 @@ def test_int8_under_the_converter_hook_runs_the_user_kernel(list_attr_model):
     # No kernel reached TensorFlow's calibration interpreter as a registerer.
     assert converter.target_spec._experimental_custom_op_registerers == []
     assert any(t.type == schema.TensorType.INT8 for t in read_model(model).subgraphs[0].tensors)
+
+
+def _residual_projection() -> tf.keras.Model:
+    """keras-hub's sub-layer shape: an EinsumDense output projection whose
+    result a residual ADD reads, then a layer norm."""
+    import keras
+
+    x = keras.Input((16, 64), batch_size=1, name="x")
+    h = keras.layers.LayerNormalization()(x)
+    small = keras.initializers.RandomNormal(stddev=0.002, seed=3)
+    y = keras.layers.EinsumDense("abc,cd->abd", (None, 64), kernel_initializer=small)(h)
+    return keras.Model(x, keras.layers.LayerNormalization()(keras.layers.Add()([y, h])))
+
+
+def test_builtin_only_int8_records_each_tensors_own_range():
+    """fusekit.convert calibrates builtin-only models too: the projection
+    keeps the range it really has (TensorFlow 2.21's calibrator gives it
+    the residual sum's, about 60x wider here), so its int8 values stay
+    several times closer to the float ones."""
+    model = _residual_projection()
+    rng = np.random.default_rng(2)
+    data = [rng.standard_normal((1, 16, 64)).astype(np.float32) for _ in range(8)]
+    float_model = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+
+    interp = fusekit.Interpreter(model_content=float_model, experimental_preserve_all_tensors=True)
+    interp.allocate_tensors()
+    graph = next(fusekit.passes.ModelView(float_model).graphs())
+    (fc,) = [op for op in graph.ops if graph.builtin(op) == schema.BuiltinOperator.FULLY_CONNECTED]
+    reference = []
+    for x in data:
+        interp.set_tensor(interp.get_input_details()[0]["index"], x)
+        interp.invoke()
+        reference.append(interp.get_tensor(int(fc.outputs[0])).copy())
+    low, high = min(r.min() for r in reference), max(r.max() for r in reference)
+
+    def int8(convert):
+        return convert(
+            model,
+            optimizations=[tf.lite.Optimize.DEFAULT],
+            representative_dataset=lambda: ([x] for x in data),
+        )
+
+    ours = int8(lambda m, **kw: fusekit.convert(m, **kw).model)
+
+    def plain(m, **kw):
+        converter = tf.lite.TFLiteConverter.from_keras_model(m)
+        for key, value in kw.items():
+            setattr(converter, key, value)
+        return converter.convert()
+
+    theirs = int8(plain)
+    scales, errors = {}, {}
+    for name, blob in (("ours", ours), ("theirs", theirs)):
+        g = next(fusekit.passes.ModelView(blob).graphs())
+        (op,) = [o for o in g.ops if g.builtin(o) == schema.BuiltinOperator.FULLY_CONNECTED]
+        q = g.tensor(int(op.outputs[0])).quantization
+        scales[name] = float(q.scale[0])
+        errors[name] = _projection_error(blob, int(op.outputs[0]), data, reference)
+    # The int8 range covers [low, high] and 0 (the quantizer nudges it by
+    # less than a code to put 0 on one).
+    want = float(max(high, 0.0) - min(low, 0.0)) / 255
+    assert want * (1 - 1e-5) <= scales["ours"] <= want * 1.01, (scales, want)
+    # The projection's int8 values: a few of its own codes off the float ones
+    # (its input and weights are int8 too), against half a code of the
+    # residual sum's range.
+    assert errors["ours"] * 5 < errors["theirs"], (errors, scales)
+
+
+def _projection_error(blob: bytes, tensor: int, data, reference) -> float:
+    """Largest abs difference of one int8 tensor (dequantized) from its
+    float value over ``data``."""
+    it = fusekit.Interpreter(model_content=blob, experimental_preserve_all_tensors=True)
+    it.allocate_tensors()
+    detail = next(d for d in it.get_tensor_details() if d["index"] == tensor)
+    scale, zero = detail["quantization"]
+    worst = 0.0
+    for x, want in zip(data, reference, strict=True):
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        got = (it.get_tensor(tensor).astype(np.float32) - zero) * scale
+        worst = max(worst, float(np.abs(got - want).max()))
+    return worst

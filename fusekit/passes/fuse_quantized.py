@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fusekit.model.graph import Graph, ModelView
 from fusekit.passes.fusion.epsilon import epsilon_notes
+from fusekit.passes.fusion.float_stream import float_residual_stream
 from fusekit.passes.fusion.quantized import (
     FloatView,
     float_view,
@@ -61,6 +62,7 @@ def fuse_quantized_graph(graph: Graph, options: PassOptions) -> list[str]:
     if not has_quantized_activations(graph):
         return []
     view = float_view(graph)
+    promoted = 0
     try:
         notes: list[str] = []
         changes = _fuse_view(view, notes)
@@ -69,6 +71,8 @@ def fuse_quantized_graph(graph: Graph, options: PassOptions) -> list[str]:
             skip_round_trips(graph)
     finally:
         view.close()
+    if changes:
+        promoted = float_residual_stream(graph)
     # The view's near-misses of quantized regions only: ``fuse`` reports
     # the float ones (a note names the tensor its matcher anchored on).
     quantized = {f"{graph.name(t)!r}" for t in quantized_outputs(graph)}
@@ -79,7 +83,13 @@ def fuse_quantized_graph(graph: Graph, options: PassOptions) -> list[str]:
         finish(graph)
     for message in leftover_notes(graph):
         options.note(NAME, message)
-    return [f"{line} [float between DEQUANTIZE/QUANTIZE]" for line in changes]
+    lines = [f"{line} [float between DEQUANTIZE/QUANTIZE]" for line in changes]
+    if promoted:
+        lines.append(
+            f"{promoted} int8 ADD/SUB/MUL read only by fused ops computed in float "
+            "(the residual stream between fused norms)"
+        )
+    return lines
 
 
 @register(NAME)
