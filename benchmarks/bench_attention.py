@@ -219,6 +219,14 @@ def measure_layouts(
     return result
 
 
+def machine_line(info: dict[str, Any]) -> str:
+    """The tables' first line: where and when they were measured."""
+    return (
+        f"**CPU:** {info['cpu']} ({info['logical_cpus']} logical CPUs), fusekit SIMD target "
+        f"**{info['simd']}**, fusekit {info['commit']}, {info['date']}  "
+    )
+
+
 def render_layouts(
     info: dict[str, Any],
     results: Sequence[LayoutResult],
@@ -226,10 +234,7 @@ def render_layouts(
     settings: dict[str, Any],
 ) -> str:
     out = ["# fusekit_attention decode: KV-cache layouts read in place", ""]
-    out.append(
-        f"**CPU:** {info['cpu']} ({info['logical_cpus']} logical CPUs), fusekit SIMD target "
-        f"**{info['simd']}**, fusekit {info['commit']}, {info['date']}  "
-    )
+    out.append(machine_line(info))
     out.append(
         f"Medians in µs over {settings['rounds']} interleaved rounds (every layout, thread "
         "count and the copy of one shape shuffled in each round). One decode step, "
@@ -311,21 +316,26 @@ def run_layouts(
     settings["load_average"] = [load_start, os.getloadavg()[0]]
     markdown = render_layouts(info, results, threads, settings)
     (out_dir / "attention_layouts.md").write_text(markdown)
-    payload = {
-        "machine": info,
-        "settings": settings,
-        "results": [
-            {
-                "shape": asdict(r.shape),
-                "medians_us": r.medians_us,
-                "floor_us": r.floor_us,
-                "max_abs_diff_vs_default": r.max_abs_diff,
-            }
-            for r in results
-        ],
-    }
-    (out_dir / "attention_layouts.json").write_text(json.dumps(payload, indent=2) + "\n")
+    rows = [
+        {
+            "shape": asdict(r.shape),
+            "medians_us": r.medians_us,
+            "floor_us": r.floor_us,
+            "max_abs_diff_vs_default": r.max_abs_diff,
+        }
+        for r in results
+    ]
+    write_json(out_dir / "attention_layouts.json", info, settings, rows)
     return markdown
+
+
+def write_json(
+    path: Path, info: dict[str, Any], settings: dict[str, Any], rows: list[dict], **extra: Any
+) -> None:
+    """One of the benchmark's JSON files: the machine, the settings, a row per
+    shape and any further top-level entries."""
+    payload = {"machine": info, "settings": settings, "results": rows, **extra}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------- timing
@@ -522,10 +532,7 @@ def render_markdown(
     settings: dict[str, Any],
 ) -> str:
     out = ["# fusekit_attention: fused vs unfused (XNNPACK)", ""]
-    out.append(
-        f"**CPU:** {info['cpu']} ({info['logical_cpus']} logical CPUs), fusekit SIMD target "
-        f"**{info['simd']}**, fusekit {info['commit']}, {info['date']}  "
-    )
+    out.append(machine_line(info))
     out.append(
         f"Medians in µs over {settings['rounds']} interleaved rounds "
         f"(~{settings['batch_ms']:g} ms of back-to-back invokes per candidate per round, "
@@ -756,27 +763,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     targets = evaluate_targets(results, threads, memory) if not args.quick else []
     markdown = render_markdown(info, results, threads, memory, targets, settings)
     (out_dir / "attention.md").write_text(markdown)
-    payload = {
-        "machine": info,
-        "settings": settings,
-        "results": [
-            {
-                "shape": asdict(r.shape),
-                "medians_us": r.medians_us,
-                "iqr_us": r.iqr_us,
-                "samples": r.samples,
-                "max_abs_diff_vs_tf": r.max_abs_diff,
-                "speedup": {
-                    f"{t} threads": r.speedup(f"fused@{t}", f"unfused@{t}") for t in threads
-                },
-                "gflops": {k: r.gflops(k) for k in r.medians_us if k != "copy@1"},
-            }
-            for r in results
-        ],
-        "peak_memory": memory,
-        "targets": [asdict(t) for t in targets],
-    }
-    (out_dir / "attention.json").write_text(json.dumps(payload, indent=2) + "\n")
+    rows = [
+        {
+            "shape": asdict(r.shape),
+            "medians_us": r.medians_us,
+            "iqr_us": r.iqr_us,
+            "samples": r.samples,
+            "max_abs_diff_vs_tf": r.max_abs_diff,
+            "speedup": {f"{t} threads": r.speedup(f"fused@{t}", f"unfused@{t}") for t in threads},
+            "gflops": {k: r.gflops(k) for k in r.medians_us if k != "copy@1"},
+        }
+        for r in results
+    ]
+    write_json(
+        out_dir / "attention.json",
+        info,
+        settings,
+        rows,
+        peak_memory=memory,
+        targets=[asdict(t) for t in targets],
+    )
     render_chart(out_dir / "attention.png", info, results, threads)
     print(markdown)
     print(f"wrote {out_dir / 'attention.md'}, attention.json, attention.png")

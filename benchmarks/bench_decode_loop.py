@@ -209,7 +209,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--quick", action="store_true", help="small model, L=64, 2 rounds")
     args = parser.parse_args()
-    config = generate.LlamaConfig()
+    config = generate.DecoderConfig()
     if args.quick:
         config, args.cache, args.rounds = generate.SMALL, [64], 2
     lm = generate.build_lm(config)

@@ -10,11 +10,15 @@ the cache read with GATHER_ND and SLICE instead of STRIDED_SLICE).
 
 For each cache length L: tokens/s of both models (interleaved medians, one
 process, XNNPACK for the builtins), and the floor: the time this process
-takes to read the model's float32 weights once plus the cache once (a
-single-threaded sum over a buffer of that many bytes, not in the CPU caches),
-timed in the same interleaved rounds.  The step runs at position L - 1 (a
-full cache).  Writes generate.md and generate.json into --out (default
-benchmarks/results; --quick: a temp folder).
+takes to read the bytes the step must read once (the model's stored
+weights plus the cache rows up to the step's last position) with a
+vectorized read loop on the step's thread count (memory_floor.ReadFloor),
+timed in the same interleaved rounds.  The floor is measured warm (one
+buffer, read every call: where it fits in the last-level cache it stays
+there, as the step's weights do) and evicted (a ring of buffers twice the
+last-level cache: every call from memory).  The step runs at position
+L - 1 (a full cache).  Writes generate.md and generate.json into --out
+(default benchmarks/results; --quick: a temp folder).
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples"))
 
+import memory_floor  # noqa: E402
 import numpy as np  # noqa: E402
 import suite  # noqa: E402
 
-VARIANTS = ("plain", "optimized", "in_place", "floor")
+FLOORS = ("floor_warm", "floor_evicted")
+VARIANTS = ("plain", "optimized", "in_place", *FLOORS)
 IN_PLACE = "kv_cache_in_place"
 _SIZES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 9: 1}  # TensorType -> bytes
 
@@ -128,19 +134,13 @@ def written_bytes(model: bytes) -> dict[str, int]:
     return {"total": total, "cache_moves": moves}
 
 
-class Reader:
-    """Reads ``nbytes`` of float32 memory once per call, each call a region
-    not read by the previous three (so it comes from memory, not the CPU
-    caches)."""
-
-    def __init__(self, nbytes: int):
-        self.count = max(nbytes // 4, 1)
-        self.regions = np.ones((4, self.count), np.float32)
-        self.turn = 0
-
-    def __call__(self) -> float:
-        self.turn = (self.turn + 1) % 4
-        return float(self.regions[self.turn].sum())
+def cache_read_bytes(cache_bytes: int, case: Case) -> int:
+    """Bytes of the cache the step must read: the rows of every position up
+    to its last one (decode at L - 1: the whole cache; prefill of S tokens
+    from 0: S of the L rows).  Rows past the last position are masked out
+    and need not be read."""
+    position = case.cache_len - 1 if case.kind == "decode" else 0
+    return cache_bytes * min(position + case.tokens, case.cache_len) // case.cache_len
 
 
 def export(config: Any, case: Case) -> bytes:
@@ -181,10 +181,20 @@ def measure(config: Any, case: Case, plain: bytes, rounds: int, batch_seconds: f
     }
     weights = weight_bytes(plain)
     cache = int(inputs[[x.ndim for x in inputs].index(6)].nbytes)
+    read = weights + cache_read_bytes(cache, case)
+    llc = memory_floor.last_level_cache_bytes()
     candidates = {v: p.invoke for v, p in prepared.items()}
-    candidates["floor"] = Reader(weights + cache)
+    for name in FLOORS:
+        candidates[name] = memory_floor.ReadFloor(
+            read, case.threads, evicted=name == "floor_evicted"
+        )
     timings = suite.time_interleaved(candidates, rounds, batch_seconds)
+    del candidates  # the evicted floor's ring is twice the last-level cache
     median_ms = {v: t.median_us / 1e3 for v, t in timings.items()}
+    # The floor the step is held to: warm where the bytes it reads fit in
+    # the last-level cache (they stay there between steps), else evicted.
+    fits = llc is not None and read <= llc
+    median_ms["floor"] = median_ms["floor_warm" if fits else "floor_evicted"]
     return {
         **asdict(case),
         "label": case.label,
@@ -195,6 +205,9 @@ def measure(config: Any, case: Case, plain: bytes, rounds: int, batch_seconds: f
         },
         "weights_mib": weights / 2**20,
         "cache_mib": cache / 2**20,
+        "read_mib": read / 2**20,
+        "last_level_cache_mib": None if llc is None else llc / 2**20,
+        "fits_last_level_cache": fits,
         "written_mib": {v: written_bytes(m)["total"] / 2**20 for v, m in models.items()},
         "median_ms": median_ms,
         "tokens_per_s": {v: case.tokens * 1e3 / ms for v, ms in median_ms.items()},
@@ -202,6 +215,10 @@ def measure(config: Any, case: Case, plain: bytes, rounds: int, batch_seconds: f
         "max_abs_diff": max(diff.values()),
         "diff": diff,
     }
+
+
+def _mib(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.0f} MiB"
 
 
 def write(out: Path, payload: dict[str, Any]) -> None:
@@ -215,8 +232,16 @@ def write(out: Path, payload: dict[str, Any]) -> None:
         "Median of interleaved rounds (one process, XNNPACK for the builtins). "
         "plain = the converter's model; optimized = `fusekit.optimize` (default passes: the "
         "cache stays functional); in place = default passes + `kv_cache_in_place` (the step "
-        "writes only the new K/V rows into its cache input); floor = reading the weights and "
-        "the cache once (a one-thread sum over that many bytes, timed in the same rounds); "
+        "writes only the new K/V rows into its cache input); read = the bytes the step must "
+        "read: the stored weights plus the cache rows up to its last position (decode: the "
+        "whole cache; prefill of S tokens: S rows); floor = reading those bytes once with a "
+        "vectorized read loop (fusekit_read_bytes: the widest SIMD loads, the step's thread "
+        "count), timed in the same rounds, **warm** (one buffer read every call: it stays in "
+        "the CPU caches if it fits, as the weights do between steps) and **evicted** (a ring "
+        "of buffers twice the last-level cache, each call the next: from memory); "
+        "fits LLC = whether the read bytes fit in the last-level cache "
+        f"({_mib(payload.get('last_level_cache_mib'))}, as the kernel reports it); "
+        "in place / floor = against the warm floor where they fit, the evicted one where not; "
         "written = bytes the step's operators write (from the graph; an in-place update counts "
         "its rows); diff = max abs difference from plain. "
         "Prefill is compute-bound: the floor (a memory read) is a lower bound there, not a "
@@ -225,17 +250,21 @@ def write(out: Path, payload: dict[str, Any]) -> None:
         f"Load average {payload['load_average'][0]:.1f} before, "
         f"{payload['load_average'][1]:.1f} after.",
         "",
-        "| step | weights + cache | plain | optimized | in place | floor | in place vs plain | "
-        "in place / floor | written per step: plain -> optimized -> in place | diff |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| step | read: weights + cache rows | plain | optimized | in place | floor warm | "
+        "floor evicted | fits LLC | in place vs plain | in place / floor | "
+        "written per step: plain -> optimized -> in place | diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["results"]:
         m, t, w = r["median_ms"], r["tokens_per_s"], r["written_mib"]
+        cache_read = r["read_mib"] - r["weights_mib"]
         lines.append(
-            f"| {r['label']} | {r['weights_mib']:.1f} + {r['cache_mib']:.1f} MiB | "
+            f"| {r['label']} | {r['weights_mib']:.1f} + {cache_read:.1f} MiB | "
             f"{m['plain']:.2f} ms ({t['plain']:.0f} tok/s) | "
             f"{m['optimized']:.2f} ms ({t['optimized']:.0f} tok/s) | "
-            f"{m['in_place']:.2f} ms ({t['in_place']:.0f} tok/s) | {m['floor']:.2f} ms | "
+            f"{m['in_place']:.2f} ms ({t['in_place']:.0f} tok/s) | "
+            f"{m['floor_warm']:.2f} ms | {m['floor_evicted']:.2f} ms | "
+            f"{'yes: warm' if r['fits_last_level_cache'] else 'no: evicted'} | "
             f"{m['plain'] / m['in_place']:.2f}x | {m['in_place'] / m['floor']:.2f}x | "
             f"{w['plain']:.1f} -> {w['optimized']:.1f} -> {w['in_place']:.2f} MiB | "
             f"{r['max_abs_diff']:.1e} |"
@@ -295,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{case.label}: plain {m['plain']:.2f} ms, optimized {m['optimized']:.2f} ms, "
             f"in place {m['in_place']:.2f} ms ({m['plain'] / m['in_place']:.2f}x plain), "
-            f"floor {m['floor']:.2f} ms ({m['in_place'] / m['floor']:.2f}x), "
+            f"floor warm {m['floor_warm']:.2f} ms, evicted {m['floor_evicted']:.2f} ms "
+            f"(in place {m['in_place'] / m['floor']:.2f}x the "
+            f"{'warm' if row['fits_last_level_cache'] else 'evicted'} one), "
             f"diff {row['max_abs_diff']:.1e}",
             flush=True,
         )
@@ -311,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         # The machine's 1-minute load average before and after: the steps'
         # times spread widely when other processes share the cores.
         "load_average": [load_before, os.getloadavg()[0]],
+        "last_level_cache_mib": results[0]["last_level_cache_mib"] if results else None,
         "results": results,
     }
     write(out, payload)

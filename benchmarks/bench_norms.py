@@ -26,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import memory_floor  # noqa: E402
 import numpy as np  # noqa: E402
 import suite  # noqa: E402
 from suite import MIB, Case, CaseResult, Target  # noqa: E402
@@ -41,17 +42,7 @@ HERE = Path(__file__).resolve().parent
 def cache_sizes() -> str:
     """L1d/L2/L3 of cpu0, as the kernel reports them (the copy floor of a
     tensor that fits in L3 is L3 bandwidth, not DRAM bandwidth)."""
-    sizes = []
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level = (index / "level").read_text().strip()
-            kind = (index / "type").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        if kind != "Instruction":
-            sizes.append(f"L{level}{'d' if kind == 'Data' else ''} {size}")
-    return ", ".join(sizes) or "unknown"
+    return ", ".join(f"{name} {size}" for name, size in memory_floor.cpu_caches()) or "unknown"
 
 
 def machine_info(ort: Any | None) -> dict[str, Any]:

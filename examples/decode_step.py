@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -43,33 +44,56 @@ class DecoderConfig:
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
+    def cache_shape(self, cache_len: int) -> tuple[int, ...]:
+        """keras-hub's cache: [1, layers, 2 (K, V), cache_len, kv_heads, head_dim]."""
+        return (1, self.layers, 2, cache_len, self.kv_heads, self.head_dim)
+
 
 def build_lm(config: DecoderConfig) -> object:
     """The keras-hub causal LM of ``config`` (random weights)."""
     import keras_hub
 
-    if config.family == "gemma":
-        backbone = keras_hub.models.GemmaBackbone(
-            vocabulary_size=config.vocabulary,
-            num_layers=config.layers,
-            num_query_heads=config.heads,
-            num_key_value_heads=config.kv_heads,
-            hidden_dim=config.hidden,
-            intermediate_dim=config.intermediate,
-            head_dim=config.head_dim,
-        )
-        return keras_hub.models.GemmaCausalLM(backbone=backbone, preprocessor=None)
-    if config.family != "llama":
+    if config.family not in ("llama", "gemma"):
         raise ValueError(f"family must be 'llama' or 'gemma', got {config.family!r}")
-    backbone = keras_hub.models.LlamaBackbone(
-        vocabulary_size=config.vocabulary,
-        num_layers=config.layers,
-        num_query_heads=config.heads,
-        num_key_value_heads=config.kv_heads,
-        hidden_dim=config.hidden,
-        intermediate_dim=config.intermediate,
-    )
+    sizes = {
+        "vocabulary_size": config.vocabulary,
+        "num_layers": config.layers,
+        "num_query_heads": config.heads,
+        "num_key_value_heads": config.kv_heads,
+        "hidden_dim": config.hidden,
+        "intermediate_dim": config.intermediate,
+    }
+    if config.family == "gemma":
+        backbone = keras_hub.models.GemmaBackbone(**sizes, head_dim=config.head_dim)
+        return keras_hub.models.GemmaCausalLM(backbone=backbone, preprocessor=None)
+    backbone = keras_hub.models.LlamaBackbone(**sizes)
     return keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+
+
+def convert_endpoints(
+    lm: object,
+    endpoints: dict[str, tuple[Callable[..., object], list[object]]],
+    signature_keys: list[str] | None = None,
+    float16: bool = False,
+) -> bytes:
+    """``lm`` exported with ``keras.export.ExportArchive`` (each endpoint a
+    function and its input signature) to a SavedModel, converted by the
+    plain TFLite converter (``signature_keys``: which signatures, None for
+    its default; ``float16``: the weights stored in float16)."""
+    import keras
+    import tensorflow as tf
+
+    archive = keras.export.ExportArchive()
+    archive.track(lm)
+    for name, (fn, signature) in endpoints.items():
+        archive.add_endpoint(name, fn, input_signature=signature)
+    with tempfile.TemporaryDirectory() as folder:
+        archive.write_out(folder, verbose=False)
+        converter = tf.lite.TFLiteConverter.from_saved_model(folder, signature_keys=signature_keys)
+        if float16:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.target_spec.supported_types = [tf.float16]
+        return converter.convert()
 
 
 def export_decode_step(
@@ -94,30 +118,17 @@ def export_decode_step(
     # Small random weights keep the logits in a range where 1e-4 is a fair
     # tolerance (the defaults' unit gammas would hide swapped operands).
     lm.set_weights([rng.uniform(-0.1, 0.1, w.shape).astype(w.dtype) for w in lm.get_weights()])
-    cache_shape = (1, config.layers, 2, cache_len, config.kv_heads, config.head_dim)
 
     def step(token, cache, index):
         logits, _, cache = lm.call_with_cache(token, cache, index)
         return logits, cache
 
-    archive = keras.export.ExportArchive()
-    archive.track(lm)
-    archive.add_endpoint(
-        "serve",
-        step,
-        input_signature=[
-            tf.TensorSpec((1, tokens), tf.int32, name="token"),
-            tf.TensorSpec(cache_shape, tf.float32, name="cache"),
-            tf.TensorSpec((), tf.int32, name="index"),
-        ],
-    )
-    with tempfile.TemporaryDirectory() as folder:
-        archive.write_out(folder, verbose=False)
-        converter = tf.lite.TFLiteConverter.from_saved_model(folder)
-        if float16:
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-            converter.target_spec.supported_types = [tf.float16]
-        return converter.convert()
+    signature = [
+        tf.TensorSpec((1, tokens), tf.int32, name="token"),
+        tf.TensorSpec(config.cache_shape(cache_len), tf.float32, name="cache"),
+        tf.TensorSpec((), tf.int32, name="index"),
+    ]
+    return convert_endpoints(lm, {"serve": (step, signature)}, float16=float16)
 
 
 def step_inputs(model: bytes, position: int, seed: int = 0) -> list[np.ndarray]:

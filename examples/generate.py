@@ -17,52 +17,31 @@ position per token).
     .venv/bin/python examples/generate.py --small --tokens 8    # the test's size
 
 Prints what was fused, both token lists and the decode speed; exits non-zero
-when the tokens differ.
+when the tokens differ.  The decoder's config, the keras-hub model and the
+SavedModel export come from decode_step.py beside this file.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
-from dataclasses import dataclass
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import decode_step  # noqa: E402
 import numpy as np  # noqa: E402
+from decode_step import DecoderConfig  # noqa: E402
+
+SMALL = DecoderConfig(hidden=64, layers=2, heads=4, kv_heads=2, vocabulary=256, intermediate=128)
 
 
-@dataclass(frozen=True)
-class LlamaConfig:
-    """A keras-hub Llama causal LM's size."""
-
-    hidden: int = 512
-    layers: int = 4
-    heads: int = 8
-    kv_heads: int = 2
-    vocabulary: int = 1000
-    intermediate: int = 1024
-
-
-SMALL = LlamaConfig(hidden=64, layers=2, heads=4, kv_heads=2, vocabulary=256, intermediate=128)
-
-
-def build_lm(config: LlamaConfig, seed: int = 0) -> object:
+def build_lm(config: DecoderConfig, seed: int = 0) -> object:
     """A ``LlamaCausalLM`` without preprocessor, seeded random weights."""
     import keras
-    import keras_hub
 
     keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.LlamaBackbone(
-        vocabulary_size=config.vocabulary,
-        num_layers=config.layers,
-        num_query_heads=config.heads,
-        num_key_value_heads=config.kv_heads,
-        hidden_dim=config.hidden,
-        intermediate_dim=config.intermediate,
-    )
-    lm = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+    lm = decode_step.build_lm(config)
     # Random weights of a moderate scale: the default init's unit norms give
     # nearly uniform logits, where greedy choices hinge on rounding; scaled
     # with the width so a wider model does not saturate into repeating one
@@ -74,19 +53,14 @@ def build_lm(config: LlamaConfig, seed: int = 0) -> object:
 
 
 def export_generation_model(
-    lm: object, config: LlamaConfig, prompt_width: int, cache_len: int
+    lm: object, config: DecoderConfig, prompt_width: int, cache_len: int
 ) -> bytes:
     """One TFLite model with ``prefill`` (tokens [1, prompt_width]) and
     ``decode`` (token [1, 1], index []) signatures, both with the cache
     [1, layers, 2, cache_len, kv_heads, head_dim] in and out."""
-    import keras
     import tensorflow as tf
 
-    cache_spec = tf.TensorSpec(
-        (1, config.layers, 2, cache_len, config.kv_heads, config.hidden // config.heads),
-        tf.float32,
-        name="cache",
-    )
+    cache_spec = tf.TensorSpec(config.cache_shape(cache_len), tf.float32, name="cache")
 
     def prefill(tokens, cache):
         logits, _, cache = lm.call_with_cache(tokens, cache, 0)
@@ -96,28 +70,14 @@ def export_generation_model(
         logits, _, cache = lm.call_with_cache(token, cache, index)
         return {"logits": logits, "cache": cache}
 
-    archive = keras.export.ExportArchive()
-    archive.track(lm)
-    archive.add_endpoint(
-        "prefill",
-        prefill,
-        input_signature=[tf.TensorSpec((1, prompt_width), tf.int32, name="tokens"), cache_spec],
-    )
-    archive.add_endpoint(
-        "decode",
-        decode,
-        input_signature=[
-            tf.TensorSpec((1, 1), tf.int32, name="token"),
-            cache_spec,
-            tf.TensorSpec((), tf.int32, name="index"),
-        ],
-    )
-    with tempfile.TemporaryDirectory() as folder:
-        archive.write_out(folder, verbose=False)
-        converter = tf.lite.TFLiteConverter.from_saved_model(
-            folder, signature_keys=["prefill", "decode"]
-        )
-        return converter.convert()
+    tokens = tf.TensorSpec((1, prompt_width), tf.int32, name="tokens")
+    token = tf.TensorSpec((1, 1), tf.int32, name="token")
+    index = tf.TensorSpec((), tf.int32, name="index")
+    endpoints = {
+        "prefill": (prefill, [tokens, cache_spec]),
+        "decode": (decode, [token, cache_spec, index]),
+    }
+    return decode_step.convert_endpoints(lm, endpoints, signature_keys=list(endpoints))
 
 
 def keras_generate(lm: object, prompt: list[int], count: int) -> list[int]:
@@ -174,7 +134,7 @@ def main() -> None:
         "--functional", action="store_true", help="keep the functional cache (default passes)"
     )
     args = parser.parse_args()
-    config = SMALL if args.small else LlamaConfig()
+    config = SMALL if args.small else DecoderConfig()
     prompt = [1, 17, 42, 7, 99, 3, 58, 23]
     lm = build_lm(config)
     want = keras_generate(lm, prompt, args.tokens)

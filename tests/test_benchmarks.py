@@ -190,7 +190,15 @@ def test_generate_benchmark_quick_run(tmp_path):
         "CUSTOM:fusekit_kv_cache_update": 4,
     }
     assert row["max_abs_diff"] < 1e-4
-    assert all(row["median_ms"][v] > 0 for v in ("plain", "optimized", "in_place", "floor"))
+    timed = ("plain", "optimized", "in_place", "floor_warm", "floor_evicted")
+    assert all(row["median_ms"][v] > 0 for v in timed)
+    # The floor reads the weights and, at position L - 1, the whole cache;
+    # the one the step is held to is the warm one where that fits in the
+    # last-level cache.
+    assert row["read_mib"] == pytest.approx(row["weights_mib"] + row["cache_mib"])
+    fits = row["fits_last_level_cache"]
+    assert row["median_ms"]["floor"] == row["median_ms"]["floor_warm" if fits else "floor_evicted"]
+    assert ("yes: warm" if fits else "no: evicted") in (tmp_path / "generate.md").read_text()
     # The functional cache moves several caches per step; in place, the
     # operators write less than one cache (the rows, the activations).
     written = row["written_mib"]

@@ -95,61 +95,39 @@ HWY_INLINE void TileMulAdd4(int64_t n, const Init& init, const Scalar& a, const 
 }
 #undef FUSEKIT_TILE4_ROWS
 
-// S^T[r][0, 4 vectors) = K[r] . Q^T for MR key rows (K rows k_stride apart).
-template <int MR>
-HWY_INLINE void KqRows4(const float* k, int64_t k_stride, int64_t depth, const float* qt,
-                        float* st, int64_t rows) {
+// out[r][0, 4 vectors) = (kAccumulate ? out[r] : 0) + sum_j a(r, j) * panel[j]
+// for `rows` rows r, a(r, j) = a[r * row_stride + j * inner_stride], j < n:
+//   S^T = K . Q^T:   a = K (row_stride k_stride, inner 1), panel Q^T, out S^T;
+//   O^T += V^T . P^T: a = V (row_stride col_stride, inner v_stride: V[j][r]
+//                     as VpTile reads it), panel P^T, out O^T.
+template <int MR, bool kAccumulate>
+HWY_INLINE void PanelRows4(const float* a, int64_t row_stride, int64_t inner_stride, int64_t n,
+                           const float* panel, float* out, int64_t rows) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   int64_t r0 = 0;
   for (; r0 + MR <= rows; r0 += MR) {
-    const float* kr = k + r0 * k_stride;
-    float* out = st + r0 * 4 * lanes;
+    const float* ar = a + r0 * row_stride;
+    float* o = out + r0 * 4 * lanes;
     TileMulAdd4<MR>(
-        depth, [&](int, int) { return hn::Zero(d); },
-        [&](int r, int64_t c) { return kr[r * k_stride + c]; },
-        [&](int64_t c, int q) { return hn::Load(d, qt + (4 * c + q) * lanes); },
+        n,
+        [&](int r, int q) {
+          return kAccumulate ? hn::Load(d, o + (4 * r + q) * lanes) : hn::Zero(d);
+        },
+        [&](int r, int64_t j) { return ar[r * row_stride + j * inner_stride]; },
+        [&](int64_t j, int q) { return hn::Load(d, panel + (4 * j + q) * lanes); },
         [&](int r, VF a0, VF a1, VF a2, VF a3) {
-          float* o = out + r * 4 * lanes;
-          hn::Store(a0, d, o);
-          hn::Store(a1, d, o + lanes);
-          hn::Store(a2, d, o + 2 * lanes);
-          hn::Store(a3, d, o + 3 * lanes);
+          float* row = o + r * 4 * lanes;
+          hn::Store(a0, d, row);
+          hn::Store(a1, d, row + lanes);
+          hn::Store(a2, d, row + 2 * lanes);
+          hn::Store(a3, d, row + 3 * lanes);
         });
   }
   if constexpr (MR > 1) {
-    if (r0 < rows) KqRows4<MR - 1>(k + r0 * k_stride, k_stride, depth, qt, st + r0 * 4 * lanes,
-                                   rows - r0);
-  }
-}
-
-// O^T[r][0, 4 vectors) += sum_j V[j][r] * P^T[j] for MR value columns r
-// (V[j][r] at v[j * v_stride + r * col_stride], as VpTile).
-template <int MR>
-HWY_INLINE void VpRows4(const float* v, int64_t v_stride, int64_t col_stride, int64_t n,
-                        const float* pt, float* ot, int64_t cols) {
-  const DF d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  int64_t c0 = 0;
-  for (; c0 + MR <= cols; c0 += MR) {
-    const float* vc = v + c0 * col_stride;
-    float* out = ot + c0 * 4 * lanes;
-    TileMulAdd4<MR>(
-        n, [&](int r, int q) { return hn::Load(d, out + (4 * r + q) * lanes); },
-        [&](int r, int64_t j) { return vc[j * v_stride + r * col_stride]; },
-        [&](int64_t j, int q) { return hn::Load(d, pt + (4 * j + q) * lanes); },
-        [&](int r, VF a0, VF a1, VF a2, VF a3) {
-          float* o = out + r * 4 * lanes;
-          hn::Store(a0, d, o);
-          hn::Store(a1, d, o + lanes);
-          hn::Store(a2, d, o + 2 * lanes);
-          hn::Store(a3, d, o + 3 * lanes);
-        });
-  }
-  if constexpr (MR > 1) {
-    if (c0 < cols) {
-      VpRows4<MR - 1>(v + c0 * col_stride, v_stride, col_stride, n, pt, ot + c0 * 4 * lanes,
-                      cols - c0);
+    if (r0 < rows) {
+      PanelRows4<MR - 1, kAccumulate>(a + r0 * row_stride, row_stride, inner_stride, n, panel,
+                                      out + r0 * 4 * lanes, rows - r0);
     }
   }
 }
@@ -176,7 +154,7 @@ HWY_NOINLINE void KqBlock(const float* k, int64_t k_stride, int64_t depth, const
     }
     float* out = st + r * AttentionQueryPanel();
     if constexpr (kQueryVectors == 4) {
-      KqRows4<6>(k + r * k_stride, k_stride, depth, qt, out, m);
+      PanelRows4<6, false>(k + r * k_stride, k_stride, 1, depth, qt, out, m);
     } else {
       KqRows<kMaxTile>(k + r * k_stride, k_stride, depth, qt, out, m);
     }
@@ -195,7 +173,7 @@ HWY_NOINLINE void VpBlock(const float* v, int64_t v_stride, int64_t col_stride, 
   for (int64_t j = 0; j < n; j += kVpKeys) {
     const int64_t m = n - j < kVpKeys ? n - j : kVpKeys;
     if constexpr (kQueryVectors == 4) {
-      VpRows4<6>(v + j * v_stride, v_stride, col_stride, m, pt + j * width, ot, cols);
+      PanelRows4<6, true>(v + j * v_stride, col_stride, v_stride, m, pt + j * width, ot, cols);
     } else {
       VpRows<kMaxTile>(v + j * v_stride, v_stride, col_stride, m, pt + j * width, ot, cols);
     }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "fusekit/tflite_abi.h"
 
@@ -40,5 +41,12 @@ typedef void (*FusekitAddCustomFn)(void* resolver, const char* name,
                                    int min_version, int max_version);
 FUSEKIT_EXPORT int fusekit_register_ops_with(void* resolver,
                                              FusekitAddCustomFn add_custom);
+
+// Reads `bytes` bytes at `data` once on `threads` threads with the widest
+// vector loads this CPU has, and returns the XOR of its 8-byte words and
+// trailing bytes (so the reads cannot be left out): a memory floor for
+// benchmarks.  Only fusekit's own library
+// exports it (read_floor.cc), not plugins built with fusekit.build_plugin.
+FUSEKIT_EXPORT uint64_t fusekit_read_bytes(const void* data, size_t bytes, int threads);
 
 }  // extern "C"
