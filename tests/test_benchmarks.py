@@ -19,11 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 OPS = {"layer_norm", "rms_norm", "group_norm", "rotary_embedding"}
 
 
-def run_quick(script: str, out: Path, *written: str) -> dict:
-    """Runs ``benchmarks/<script> --quick --out out``; checks that the named
-    files were written and returns the JSON one (the first)."""
+def run_quick(script: str, out: Path, *written: str, args: tuple[str, ...] = ()) -> dict:
+    """Runs ``benchmarks/<script> --quick --out out [args]``; checks that the
+    named files were written and returns the JSON one (the first)."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=900,
@@ -283,3 +283,42 @@ def test_fusion_benchmarks_share_fusion_md(tmp_path):
     bench_fusion_torch.write_section(md, [bench_fusion_torch.SECTION, "", "torch table 2"])
     text = md.read_text()
     assert "| bert | 8 |" in text and "torch table 2" in text and "torch table 1" not in text
+
+
+def test_quantized_benchmark_quick_run(tmp_path):
+    """BERT at S=32 in float32, the converter's int8 and fusekit.convert's
+    int8: every form fully fused, the fused int8 models closer to the float
+    Keras model than the plain int8 one, fusekit.convert's the closest."""
+    forms = "float32,dynamic,int8,fk_int8"
+    payload = run_quick(
+        "bench_quantized.py",
+        tmp_path,
+        "quantized.json",
+        "quantized.md",
+        "quantized.png",
+        args=("--families", "bert", "--forms", forms),
+    )
+    rows = {(r["form"], r["variant"]): r for r in payload["results"]}
+    assert len(rows) == 8
+    for form in forms.split(","):
+        assert rows[(form, "optimized")]["fused"] == {
+            "CUSTOM:fusekit_attention": 4,
+            "CUSTOM:fusekit_layer_norm": 9,
+        }
+        assert all(ms > 0 for ms in rows[(form, "optimized")]["median_ms"].values())
+    error = {key: r["max_abs_error"] for key, r in rows.items()}
+    assert error[("float32", "optimized")] < 1e-4
+    assert error[("int8", "optimized")] < error[("int8", "plain")]
+    assert error[("fk_int8", "optimized")] < error[("int8", "optimized")]
+
+
+def test_quantization_budget_runs():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "quantization_budget.py"), "--seq", "16"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for row in ("FULLY_CONNECTED weights", "GATHER tables", "both", "dynamic-range model"):
+        assert row in proc.stdout
