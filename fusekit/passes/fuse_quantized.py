@@ -75,13 +75,16 @@ def fuse_quantized_graph(graph: Graph, options: PassOptions) -> list[str]:
         promoted = float_residual_stream(graph)
     # The view's near-misses of quantized regions only: ``fuse`` reports
     # the float ones (a note names the tensor its matcher anchored on).
-    quantized = {f"{graph.name(t)!r}" for t in quantized_outputs(graph)}
+    quantized = {graph.name(t) for t in quantized_outputs(graph)}
+    explained = set()
     for message in notes:
-        if any(name in message for name in quantized):
+        named = {name for name in quantized if f"{name!r}" in message}
+        if named:
+            explained |= named
             options.note(NAME, f"(quantized region) {message}")
     if changes:
         finish(graph)
-    for message in leftover_notes(graph):
+    for message in leftover_notes(graph, explained=frozenset(explained)):
         options.note(NAME, message)
     lines = [f"{line} [float between DEQUANTIZE/QUANTIZE]" for line in changes]
     if promoted:

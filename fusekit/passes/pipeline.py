@@ -184,8 +184,8 @@ def run_passes(
 
     Returns the model unchanged (same bytes) when no pass changed anything.
     """
-    options = PassOptions(space_to_depth=space_to_depth)
     names = selected_passes(passes, space_to_depth)
+    options = PassOptions(space_to_depth=space_to_depth, passes=tuple(names))
     if max_iterations < 1:
         raise PassError(f"max_iterations must be at least 1, got {max_iterations}")
     view = ModelView(bytes(model) if not isinstance(model, bytes) else model, name)

@@ -25,10 +25,13 @@ class PassOptions:
       convolution the transform applies to) or "off".
     notes: what passes decided not to do and why (filled by the passes,
       keyed by pass name; the report prints them).
+    passes: the passes of this run (a pass leaves a note to the pass whose
+      work it is when that pass runs too).
     """
 
     space_to_depth: str = "auto"
     notes: dict[str, list[str]] = field(default_factory=dict)
+    passes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.space_to_depth not in SPACE_TO_DEPTH_MODES:

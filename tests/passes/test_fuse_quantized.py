@@ -307,3 +307,61 @@ def test_per_channel_quantized_gamma(int8_case):
     got = fused_graph.constant(int(first.inputs[1]))
     want = (codes.astype(np.float64) * scales.reshape(value.shape)).reshape(-1)
     np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6)
+
+
+def _sink_attention_and_router_int8() -> tuple[bytes, bytes]:
+    """An attention whose scores get a sink column (as gpt-oss writes it:
+    no form the kernel takes) and a
+    mixture-of-experts router's SOFTMAX over a FULLY_CONNECTED (no
+    attention); the float and the full-int8 conversions."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    wq, wk, wv, wr = (rng.uniform(-0.5, 0.5, (16, n)).astype(np.float32) for n in (16, 16, 16, 4))
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 8, 16], tf.float32)])
+    def block(x):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        scores = tf.matmul(q, k, transpose_b=True) * 0.25
+        sink = tf.zeros([2, 8, 1])
+        probs = tf.nn.softmax(tf.concat([scores, sink], -1))[..., :8]
+        router = tf.nn.softmax(tf.reshape(x, [16, 16]) @ wr)
+        return probs @ v, router
+
+    def dataset():
+        data = np.random.default_rng(1)
+        for _ in range(4):
+            yield [data.standard_normal((2, 8, 16)).astype(np.float32)]
+
+    concrete = block.get_concrete_function()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], block)
+    plain = converter.convert()
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = dataset
+    return plain, converter.convert()
+
+
+def _reasons(notes: list[str]) -> list[str]:
+    """The notes without the tensor they name."""
+    return sorted(n.removeprefix("(quantized region) ").split("': ", 1)[-1] for n in notes)
+
+
+def test_int8_unfused_attention_notes_are_the_float_models():
+    """What is left unfused in the int8 model gets the float model's
+    reason, once (the float view's near-miss), and nothing else: no "its
+    float form is not one the matchers prove" beside it, no "fuse_quantized
+    fuses it" from ``fuse`` (it ran and did not), no note for the router's
+    SOFTMAX (no matmul of two activations: no attention, as in float)."""
+    plain, int8 = _sink_attention_and_router_int8()
+    float_notes = fusekit.optimize(plain).report.line("fuse").notes
+    assert len(float_notes) == 1 and "SOFTMAX" in float_notes[0], float_notes
+    report = fusekit.optimize(int8).report
+    quantized = report.line("fuse_quantized").notes
+    assert [n for n in quantized if n.startswith("(quantized region)")] == quantized, quantized
+    assert _reasons(quantized) == _reasons(float_notes)
+    assert not report.line("fuse").notes, report.line("fuse").notes
+    # Without fuse_quantized, ``fuse`` names the pass that would fuse it,
+    # for the attention only.
+    (alone,) = fusekit.optimize(int8, passes=["fuse"]).report.line("fuse").notes
+    assert "SOFTMAX runs on int8 scores" in alone and "fuse_quantized" in alone
+    assert "router" not in alone.lower() and "Softmax_1" not in alone

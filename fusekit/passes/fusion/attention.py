@@ -456,10 +456,13 @@ def _all_zero(graph: Graph, tensor: int) -> bool:
     return bool((graph.constant(tensor) == 0).all())
 
 
+_INTEGER_TYPES = frozenset(
+    {schema.TensorType.INT8, schema.TensorType.UINT8, schema.TensorType.INT16}
+)
 _QUERY_AXIS = "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
 
 
-def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
+def reaches_activation_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
     """A BATCH_MATMUL of two activations within ``hops`` operators above
     ``tensor``: the SOFTMAX is an attention's (worth a near-miss note), not
     a classifier's."""
@@ -720,7 +723,7 @@ def _walk_scores(
             return _miss(
                 "second_mask", "a second mask on the scores: the kernel takes one and a bias"
             )
-        elif _reaches_matmul(graph, tensor):
+        elif reaches_activation_matmul(graph, tensor):
             return _miss(
                 "scores_through",
                 f"the scores pass through {graph.model.op_name(op)} before the SOFTMAX",
@@ -969,9 +972,14 @@ def _split_padding(graph: Graph, match: AttentionMatch, scores: list[int]) -> No
 
 def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
     """An AttentionMatch, a near-miss, or None (not attention): a SOFTMAX
-    reached from a matmul of two activations is never silently left."""
+    reached from a matmul of two activations is never silently left.  A
+    SOFTMAX on integer scores is None here: the float matchers do not read
+    quantized tensors (fuse_quantized's float view does, and
+    ``quantized.leftover_notes`` says why one is left)."""
+    if graph.tensor(int(softmax.inputs[0])).type in _INTEGER_TYPES:
+        return None
     found = _match_attention(graph, softmax)
-    if found is None and _reaches_matmul(graph, int(softmax.inputs[0])):
+    if found is None and reaches_activation_matmul(graph, int(softmax.inputs[0])):
         return _miss(
             "unknown_form",
             "the SOFTMAX reads a matmul of two activations, but not in a form of "

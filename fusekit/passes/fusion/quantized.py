@@ -28,6 +28,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph, ModelView
 from fusekit.model.op_properties import DEAD_AFTER_FUSION, WEIGHT_READERS
+from fusekit.passes.fusion.attention import reaches_activation_matmul
 
 INT_TYPES = {
     schema.TensorType.INT8: np.int8,
@@ -35,11 +36,11 @@ INT_TYPES = {
     schema.TensorType.INT16: np.int16,
 }
 FLOAT32 = schema.TensorType.FLOAT32
-# Why the float passes leave a quantized norm, rotary or attention alone.
-QUANTIZED_NORM = (
-    "the norm runs in int8 (MEAN/RSQRT on quantized tensors): the fuse_quantized pass "
-    "fuses it in float between DEQUANTIZE and QUANTIZE"
-)
+# Why the float passes leave a quantized norm, rotary or attention alone
+# (given only when fuse_quantized is not among the passes run: when it is,
+# its own notes say why it left one).
+BY_FUSE_QUANTIZED = "the fuse_quantized pass fuses it in float between DEQUANTIZE and QUANTIZE"
+QUANTIZED_NORM = f"the norm runs in int8 (MEAN/RSQRT on quantized tensors): {BY_FUSE_QUANTIZED}"
 _TYPE_NAMES = {
     schema.TensorType.INT8: "int8",
     schema.TensorType.UINT8: "uint8",
@@ -256,19 +257,30 @@ def _through_dequantize(graph: Graph, tensor: int) -> int:
     return tensor
 
 
-# Why the float passes leave quantized attention or rotary alone, and why
-# fuse_quantized did (its float view's own near-miss note says more).
-BY_FUSE_QUANTIZED = "the fuse_quantized pass fuses it in float between DEQUANTIZE and QUANTIZE"
+# Why fuse_quantized left quantized attention or rotary alone when its
+# float view's matchers gave no near-miss of their own.
 NOT_PROVEN = "its float form is not one the matchers prove"
 
 
-def leftover_notes(graph: Graph, reason: str = NOT_PROVEN) -> list[str]:
+def leftover_notes(
+    graph: Graph, reason: str = NOT_PROVEN, explained: frozenset[str] = frozenset()
+) -> list[str]:
     """Notes for attention and rotary embeddings computed on quantized
-    tensors: ``reason`` says why they are not fused."""
+    tensors: ``reason`` says why they are not fused.  An attention is a
+    SOFTMAX reached from a matmul of two activations, as for the float
+    matchers' notes (a mixture-of-experts router's SOFTMAX over a
+    FULLY_CONNECTED is none); one whose output name is in ``explained``
+    already has a note that says more."""
     notes = []
     for op in graph.ops:
         code = graph.builtin(op)
-        if code == OP.SOFTMAX and is_quantized(graph, int(op.inputs[0])):
+        if graph.name(int(op.outputs[0])) in explained:
+            continue
+        if (
+            code == OP.SOFTMAX
+            and is_quantized(graph, int(op.inputs[0]))
+            and reaches_activation_matmul(graph, int(op.inputs[0]))
+        ):
             scores = int(op.inputs[0])
             scale = quantization(graph, scores)[0][0]
             notes.append(

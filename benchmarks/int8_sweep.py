@@ -1,0 +1,357 @@
+"""Full-int8 sweep of the keras-hub families: does ``fusekit optimize``
+fuse in int8 what it fuses in float, say why where it does not, and get
+closer to the float Keras model than the plain int8 model?
+
+    .venv/bin/python benchmarks/int8_sweep.py                  # every family, ~40 min
+    .venv/bin/python benchmarks/int8_sweep.py bert swin        # some
+    .venv/bin/python benchmarks/int8_sweep.py --out /tmp/sweep # results elsewhere
+
+Families: every backbone of examples/survey_keras_hub.py plus SigLIP and
+MiT from the keras-hub fusion tests (2 layers, batch 2, 24 tokens or 32x32
+images, random weights in [-0.5, 0.5]).  Each family is converted three
+ways: the plain TF converter (``float``, the reference fusion), the
+converter's full-integer form (``int8``: optimizations=[DEFAULT] and a
+representative dataset of 4 random batches, float inputs and outputs kept)
+and ai-edge-quantizer's ``static_wi8_ai8`` recipe on the float model,
+calibrated on the same batches (``aeq_int8``).  Every model goes through
+``fusekit.optimize`` with the default passes.  Per family and form the
+table gives: the fused ops against the float model's, every note the
+``fuse_quantized`` and ``fuse`` passes gave, the max abs error of the
+outputs against the float Keras model on other random inputs (plain and
+optimized), and any error or non-finite output.  A form the converter or
+quantizer cannot produce is listed with its error.
+
+Each family runs in its own subprocess (a crash in one is one row).
+Writes int8_sweep.md and int8_sweep.json into --out (default
+benchmarks/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tests" / "passes"))
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+FORMS = ("float", "int8", "aeq_int8")
+CALIBRATION_BATCHES = 4
+EXTRA = ("siglip", "mit")  # from tests/passes/test_fuse_keras_hub.py
+
+
+def builders() -> dict[str, Any]:
+    import survey_keras_hub as survey
+    import test_fuse_keras_hub as hub
+
+    found = dict(survey.FAMILIES)
+    for name in EXTRA:
+        found[name] = hub.FAMILIES[name].build
+    return found
+
+
+def keras_model(name: str):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = builders()[name]()
+    rng = np.random.default_rng(0)
+    model.set_weights(
+        [rng.uniform(-0.5, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
+    return model
+
+
+def feed(model, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random inputs by the Keras input names: token and segment ids, bool
+    padding masks with a random tail padded, images."""
+    values = {}
+    for tensor in model.inputs:
+        shape, name = tuple(tensor.shape), tensor.name
+        if "mask" in name:
+            value = np.ones(shape, bool)
+            value[0, shape[1] - int(rng.integers(1, shape[1] // 2)) :] = False
+        elif "int" in str(tensor.dtype):
+            value = rng.integers(0, 2 if "segment" in name else 100, shape).astype(np.int32)
+        else:
+            value = rng.standard_normal(shape).astype(np.float32)
+        values[name] = value
+    return values
+
+
+def convert(model, form: str, samples: list[dict[str, np.ndarray]]) -> bytes:
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if form == "int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: iter(samples)
+    return converter.convert()
+
+
+def quantize_aeq(float_model: bytes, samples: list[dict[str, np.ndarray]]) -> bytes:
+    from ai_edge_quantizer import quantizer, recipe
+
+    q = quantizer.Quantizer(float_model)
+    q.load_quantization_recipe(recipe.static_wi8_ai8())
+    calibration = q.calibrate({"serving_default": samples})
+    return bytes(q.quantize(calibration).quantized_model)
+
+
+def run(model: bytes, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The outputs by signature key, dequantized when quantized."""
+    import fusekit
+
+    interpreter = fusekit.Interpreter(model_content=model, num_threads=1)
+    runner = interpreter.get_signature_runner()
+    details = runner.get_input_details()
+    args = {}
+    for key, detail in details.items():
+        value = inputs[_match(key, inputs)]
+        scale, zero = detail.get("quantization", (0.0, 0))
+        if detail["dtype"] in (np.int8, np.int16) and value.dtype == np.float32 and scale:
+            value = np.clip(np.round(value / scale) + zero, -128, 127).astype(detail["dtype"])
+        args[key] = value
+    outputs = runner(**args)
+    out_details = runner.get_output_details()
+    result = {}
+    for key, value in outputs.items():
+        scale, zero = out_details[key].get("quantization", (0.0, 0))
+        if value.dtype != np.float32 and scale:
+            value = (value.astype(np.float32) - zero) * np.float32(scale)
+        result[key] = np.asarray(value, np.float32)
+    return result
+
+
+def _match(key: str, names) -> str:
+    """The Keras input whose name the signature key holds (the longest:
+    "padding_mask" is part of "encoder_padding_mask")."""
+    return max((n for n in names if n in key or key in n), key=len)
+
+
+def output_map(model, float_model: bytes, inputs) -> dict[str, int]:
+    """Signature output key -> Keras output index, from the float model
+    (its outputs equal Keras' to ~1e-5)."""
+    import keras
+
+    want = model([inputs[t.name] for t in model.inputs])
+    want = [np.asarray(keras.ops.convert_to_numpy(w)) for w in _as_list(want)]
+    got = run(float_model, inputs)
+    mapping = {}
+    for key, value in got.items():
+        errors = [
+            float(np.abs(value - w).max()) if w.shape == value.shape else np.inf for w in want
+        ]
+        mapping[key] = int(np.argmin(errors))
+    return mapping
+
+
+def _as_list(outputs) -> list:
+    if isinstance(outputs, dict):
+        return list(outputs.values())
+    return list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+
+
+def fused_counts(model: bytes) -> dict[str, int]:
+    import fusekit
+
+    counts = fusekit.passes.ModelView(model).op_counts()
+    return {k.split(":", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("CUSTOM:")}
+
+
+def sweep_family(name: str) -> dict[str, Any]:
+    """One family's row (see the module docstring)."""
+    import keras
+
+    import fusekit
+
+    model = keras_model(name)
+    rng = np.random.default_rng(1)
+    samples = [feed(model, rng) for _ in range(CALIBRATION_BATCHES)]
+    test_inputs = [feed(model, np.random.default_rng(100 + i)) for i in range(2)]
+    wants = [
+        [
+            np.asarray(keras.ops.convert_to_numpy(w))
+            for w in _as_list(model([x[t.name] for t in model.inputs]))
+        ]
+        for x in test_inputs
+    ]
+    row: dict[str, Any] = {"family": name, "forms": {}}
+    float_model = None
+    mapping: dict[str, int] = {}
+    for form in FORMS:
+        entry: dict[str, Any] = {}
+        row["forms"][form] = entry
+        start = time.perf_counter()
+        try:
+            if form == "aeq_int8":
+                if float_model is None:
+                    raise RuntimeError("no float model to quantize")
+                original = quantize_aeq(float_model, samples)
+            else:
+                original = convert(model, form, samples)
+        except Exception as error:  # noqa: BLE001 - a failed conversion is a row
+            entry["convert_error"] = f"{type(error).__name__}: {_first_line(error)}"
+            continue
+        entry["convert_s"] = round(time.perf_counter() - start, 1)
+        if form == "float":
+            float_model = original
+            mapping = output_map(model, original, test_inputs[0])
+        try:
+            result = fusekit.optimize(original)
+        except Exception as error:  # noqa: BLE001
+            entry["optimize_error"] = f"{type(error).__name__}: {_first_line(error)}"
+            continue
+        entry["fused"] = fused_counts(result.model)
+        entry["notes"] = {
+            line: list(result.report.line(line).notes) for line in ("fuse_quantized", "fuse")
+        }
+        entry["changes"] = list(result.report.line("fuse_quantized").changes)
+        entry["ops_left"] = {
+            op: n
+            for op, n in fusekit.passes.ModelView(result.model).op_counts().items()
+            if op in ("SOFTMAX", "RSQRT", "SQRT", "MEAN", "BATCH_MATMUL")
+        }
+        for label, blob in (("plain", original), ("optimized", result.model)):
+            try:
+                errors, finite = [], True
+                for x, want in zip(test_inputs, wants, strict=True):
+                    for key, value in run(blob, x).items():
+                        finite &= bool(np.isfinite(value).all())
+                        errors.append(float(np.nanmax(np.abs(value - want[mapping[key]]))))
+                entry[f"{label}_error"] = max(errors)
+                entry[f"{label}_finite"] = finite
+            except Exception as error:  # noqa: BLE001
+                entry[f"{label}_run_error"] = f"{type(error).__name__}: {_first_line(error)}"
+    return row
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    lines = [line for line in text.splitlines() if "error" in line.lower()] or text.splitlines()
+    return (lines[0] if lines else "")[:300]
+
+
+def _fmt_counts(counts: dict[str, int]) -> str:
+    short = {
+        "fusekit_layer_norm": "LN",
+        "fusekit_rms_norm": "RMS",
+        "fusekit_rotary_embedding": "RoPE",
+        "fusekit_attention": "Att",
+        "fusekit_group_norm": "GN",
+    }
+    return " ".join(f"{short.get(k, k)}{v}" for k, v in counts.items()) or "-"
+
+
+def markdown(rows: list[dict[str, Any]], header: str) -> str:
+    out = [
+        "# Full-int8 sweep of the keras-hub families",
+        "",
+        header,
+        "",
+        "Fused: LN layer norm, RMS rms norm, RoPE rotary, Att attention (counts). "
+        "Error: max abs error of all outputs against the float Keras model, plain / "
+        "after `fusekit.optimize`. `=float`: the int8 form fuses what the float one does.",
+        "",
+        "| family | float fused | form | int8 fused | error plain | error optimized | notes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    details = []
+    for row in rows:
+        if "error" in row:
+            out.append(f"| {row['family']} | crashed: {row['error']} | | | | | |")
+            continue
+        forms = row["forms"]
+        reference = forms["float"].get("fused", {})
+        for form in ("int8", "aeq_int8"):
+            entry = forms.get(form, {})
+            cells = [row["family"], _fmt_counts(reference), form]
+            if "convert_error" in entry:
+                cells += [f"not converted: {entry['convert_error']}", "", "", ""]
+            elif "optimize_error" in entry:
+                cells += [f"optimize failed: {entry['optimize_error']}", "", "", ""]
+            else:
+                fused = entry["fused"]
+                cells.append("=float" if fused == reference else _fmt_counts(fused))
+                cells += [_err(entry, "plain"), _err(entry, "optimized")]
+                notes = Counter(
+                    _shorten(n) for line in entry["notes"].values() for n in line
+                )
+                cells.append(f"{sum(notes.values())}" if notes else "")
+                for text, n in notes.items():
+                    details.append(f"- {row['family']} {form} (x{n}): {text}")
+            out.append("| " + " | ".join(cells) + " |")
+    if details:
+        out += ["", "## Notes", "", *details]
+    return "\n".join(out) + "\n"
+
+
+def _err(entry: dict[str, Any], label: str) -> str:
+    if f"{label}_run_error" in entry:
+        return "run failed: " + entry[f"{label}_run_error"]
+    text = f"{entry[f'{label}_error']:.3g}"
+    return text if entry[f"{label}_finite"] else text + " (non-finite!)"
+
+
+def _shorten(note: str) -> str:
+    """A note without the tensor name it starts with (same reason, one line)."""
+    head, _, rest = note.partition(" at '")
+    if rest and "': " in rest:
+        return head + ": " + rest.split("': ", 1)[1]
+    return note
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("families", nargs="*")
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # the per-family subprocess
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(sweep_family(args.one)))
+        return 0
+    names = args.families or list(builders())
+    unknown = set(names) - set(builders())
+    if unknown:
+        parser.error(f"unknown families {sorted(unknown)}")
+    rows = []
+    for name in names:
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, __file__, "--one", name],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        try:
+            row = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            row = {"family": name, "error": f"exit {proc.returncode}: {tail[:300]}"}
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        print(json.dumps(row)[:400], flush=True)
+        rows.append(row)
+    args.out.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"`benchmarks/int8_sweep.py`, {time.strftime('%Y-%m-%d')}: {len(rows)} families, "
+        f"2 layers, batch 2, {CALIBRATION_BATCHES} calibration batches, errors over 2 runs."
+    )
+    (args.out / "int8_sweep.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (args.out / "int8_sweep.md").write_text(markdown(rows, header))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
