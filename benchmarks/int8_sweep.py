@@ -286,9 +286,7 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
                 fused = entry["fused"]
                 cells.append("=float" if fused == reference else _fmt_counts(fused))
                 cells += [_err(entry, "plain"), _err(entry, "optimized")]
-                notes = Counter(
-                    _shorten(n) for line in entry["notes"].values() for n in line
-                )
+                notes = Counter(_shorten(n) for line in entry["notes"].values() for n in line)
                 cells.append(f"{sum(notes.values())}" if notes else "")
                 for text, n in notes.items():
                     details.append(f"- {row['family']} {form} (x{n}): {text}")
