@@ -12,13 +12,16 @@ images, random weights in [-0.5, 0.5]).  Each family is converted three
 ways: the plain TF converter (``float``, the reference fusion), the
 converter's full-integer form (``int8``: optimizations=[DEFAULT] and a
 representative dataset of 4 random batches, float inputs and outputs kept)
-and ai-edge-quantizer's ``static_wi8_ai8`` recipe on the float model,
-calibrated on the same batches (``aeq_int8``).  Every model goes through
+and ai-edge-quantizer's ``static_wi8_ai8`` and ``static_wi8_ai16`` recipes
+on the float model, calibrated on the same batches (``aeq_int8``,
+``aeq_a16w8``: int16 activations).  Every model goes through
 ``fusekit.optimize`` with the default passes.  Per family and form the
 table gives: the fused ops against the float model's, every note the
-``fuse_quantized`` and ``fuse`` passes gave, the max abs error of the
-outputs against the float Keras model on other random inputs (plain and
-optimized), and any error or non-finite output.  A form the converter or
+``fuse_quantized`` and ``fuse`` passes gave, the max and mean abs error
+of the outputs against the float Keras model on other random inputs
+(plain and optimized; "clipped": output values at the integer type's limits
+in a form whose outputs stay quantized, ai-edge-quantizer's), and any error
+or non-finite output.  A form the converter or
 quantizer cannot produce is listed with its error.
 
 Each family runs in its own subprocess (a crash in one is one row).
@@ -47,7 +50,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-FORMS = ("float", "int8", "aeq_int8")
+FORMS = ("float", "int8", "aeq_int8", "aeq_a16w8")
+RECIPES = {"aeq_int8": "static_wi8_ai8", "aeq_a16w8": "static_wi8_ai16"}
 CALIBRATION_BATCHES = 4
 EXTRA = ("siglip", "mit")  # from tests/passes/test_fuse_keras_hub.py
 
@@ -101,17 +105,18 @@ def convert(model, form: str, samples: list[dict[str, np.ndarray]]) -> bytes:
     return converter.convert()
 
 
-def quantize_aeq(float_model: bytes, samples: list[dict[str, np.ndarray]]) -> bytes:
+def quantize_aeq(float_model: bytes, samples: list[dict[str, np.ndarray]], form: str) -> bytes:
     from ai_edge_quantizer import quantizer, recipe
 
     q = quantizer.Quantizer(float_model)
-    q.load_quantization_recipe(recipe.static_wi8_ai8())
+    q.load_quantization_recipe(getattr(recipe, RECIPES[form])())
     calibration = q.calibrate({"serving_default": samples})
     return bytes(q.quantize(calibration).quantized_model)
 
 
-def run(model: bytes, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The outputs by signature key, dequantized when quantized."""
+def run(model: bytes, inputs: dict[str, np.ndarray], clipped: list[int] | None = None):
+    """The outputs by signature key, dequantized when quantized (how many
+    values sit at the integer type's limits is added to ``clipped``)."""
     import fusekit
 
     interpreter = fusekit.Interpreter(model_content=model, num_threads=1)
@@ -130,6 +135,9 @@ def run(model: bytes, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     for key, value in outputs.items():
         scale, zero = out_details[key].get("quantization", (0.0, 0))
         if value.dtype != np.float32 and scale:
+            if clipped is not None:
+                limits = np.iinfo(value.dtype)
+                clipped.append(int(np.isin(value, [limits.min, limits.max]).sum()))
             value = (value.astype(np.float32) - zero) * np.float32(scale)
         result[key] = np.asarray(value, np.float32)
     return result
@@ -196,10 +204,10 @@ def sweep_family(name: str) -> dict[str, Any]:
         row["forms"][form] = entry
         start = time.perf_counter()
         try:
-            if form == "aeq_int8":
+            if form in RECIPES:
                 if float_model is None:
                     raise RuntimeError("no float model to quantize")
-                original = quantize_aeq(float_model, samples)
+                original = quantize_aeq(float_model, samples, form)
             else:
                 original = convert(model, form, samples)
         except Exception as error:  # noqa: BLE001 - a failed conversion is a row
@@ -226,13 +234,17 @@ def sweep_family(name: str) -> dict[str, Any]:
         }
         for label, blob in (("plain", original), ("optimized", result.model)):
             try:
-                errors, finite = [], True
+                errors, means, finite, clipped = [], [], True, []
                 for x, want in zip(test_inputs, wants, strict=True):
-                    for key, value in run(blob, x).items():
+                    for key, value in run(blob, x, clipped).items():
                         finite &= bool(np.isfinite(value).all())
-                        errors.append(float(np.nanmax(np.abs(value - want[mapping[key]]))))
+                        error = np.abs(value - want[mapping[key]])
+                        errors.append(float(np.nanmax(error)))
+                        means.append(float(np.nanmean(error)))
                 entry[f"{label}_error"] = max(errors)
+                entry[f"{label}_mean_error"] = float(np.mean(means))
                 entry[f"{label}_finite"] = finite
+                entry[f"{label}_clipped"] = sum(clipped)
             except Exception as error:  # noqa: BLE001
                 entry[f"{label}_run_error"] = f"{type(error).__name__}: {_first_line(error)}"
     return row
@@ -265,27 +277,29 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
         "Error: max abs error of all outputs against the float Keras model, plain / "
         "after `fusekit.optimize`. `=float`: the int8 form fuses what the float one does.",
         "",
-        "| family | float fused | form | int8 fused | error plain | error optimized | notes |",
-        "|---|---|---|---|---|---|---|",
+        "| family | float fused | form | int8 fused | max error plain | max error optimized "
+        "| mean error plain | mean error optimized | notes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     details = []
     for row in rows:
         if "error" in row:
-            out.append(f"| {row['family']} | crashed: {row['error']} | | | | | |")
+            out.append(f"| {row['family']} | crashed: {row['error']} | | | | | | | |")
             continue
         forms = row["forms"]
         reference = forms["float"].get("fused", {})
-        for form in ("int8", "aeq_int8"):
+        for form in FORMS[1:]:
             entry = forms.get(form, {})
             cells = [row["family"], _fmt_counts(reference), form]
             if "convert_error" in entry:
-                cells += [f"not converted: {entry['convert_error']}", "", "", ""]
+                cells += [f"not converted: {entry['convert_error']}", "", "", "", "", ""]
             elif "optimize_error" in entry:
-                cells += [f"optimize failed: {entry['optimize_error']}", "", "", ""]
+                cells += [f"optimize failed: {entry['optimize_error']}", "", "", "", "", ""]
             else:
                 fused = entry["fused"]
                 cells.append("=float" if fused == reference else _fmt_counts(fused))
                 cells += [_err(entry, "plain"), _err(entry, "optimized")]
+                cells += [_mean(entry, "plain"), _mean(entry, "optimized")]
                 notes = Counter(_shorten(n) for line in entry["notes"].values() for n in line)
                 cells.append(f"{sum(notes.values())}" if notes else "")
                 for text, n in notes.items():
@@ -300,7 +314,13 @@ def _err(entry: dict[str, Any], label: str) -> str:
     if f"{label}_run_error" in entry:
         return "run failed: " + entry[f"{label}_run_error"]
     text = f"{entry[f'{label}_error']:.3g}"
+    if entry[f"{label}_clipped"]:
+        text += f" ({entry[f'{label}_clipped']} clipped)"
     return text if entry[f"{label}_finite"] else text + " (non-finite!)"
+
+
+def _mean(entry: dict[str, Any], label: str) -> str:
+    return "" if f"{label}_run_error" in entry else f"{entry[f'{label}_mean_error']:.3g}"
 
 
 def _shorten(note: str) -> str:
