@@ -8,13 +8,14 @@ closer to the float Keras model than the plain int8 model?
 
 Families: every backbone of examples/survey_keras_hub.py plus SigLIP and
 MiT from the keras-hub fusion tests (2 layers, batch 2, 24 tokens or 32x32
-images, random weights in [-0.5, 0.5]).  Each family is converted three
+images, random weights in [-0.5, 0.5]).  Each family is converted five
 ways: the plain TF converter (``float``, the reference fusion), the
 converter's full-integer form (``int8``: optimizations=[DEFAULT] and a
-representative dataset of 4 random batches, float inputs and outputs kept)
-and ai-edge-quantizer's ``static_wi8_ai8`` and ``static_wi8_ai16`` recipes
-on the float model, calibrated on the same batches (``aeq_int8``,
-``aeq_a16w8``: int16 activations).  Every model goes through
+representative dataset of 4 random batches, float inputs and outputs kept),
+its int16x8 form (``int16x8``: the same with int16 activations, an
+experimental converter mode) and ai-edge-quantizer's ``static_wi8_ai8``
+and ``static_wi8_ai16`` recipes on the float model, calibrated on the same
+batches (``aeq_int8``, ``aeq_a16w8``: int16 activations).  Every model goes through
 ``fusekit.optimize`` with the default passes.  Per family and form the
 table gives: the fused ops against the float model's, every note the
 ``fuse_quantized`` and ``fuse`` passes gave, the max and mean abs error
@@ -50,7 +51,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-FORMS = ("float", "int8", "aeq_int8", "aeq_a16w8")
+FORMS = ("float", "int8", "int16x8", "aeq_int8", "aeq_a16w8")
 RECIPES = {"aeq_int8": "static_wi8_ai8", "aeq_a16w8": "static_wi8_ai16"}
 CALIBRATION_BATCHES = 4
 EXTRA = ("siglip", "mit")  # from tests/passes/test_fuse_keras_hub.py
@@ -99,9 +100,13 @@ def convert(model, form: str, samples: list[dict[str, np.ndarray]]) -> bytes:
     import tensorflow as tf
 
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
-    if form == "int8":
+    if form != "float":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = lambda: iter(samples)
+    if form == "int16x8":
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+        ]
     return converter.convert()
 
 
@@ -127,7 +132,9 @@ def run(model: bytes, inputs: dict[str, np.ndarray], clipped: list[int] | None =
         value = inputs[_match(key, inputs)]
         scale, zero = detail.get("quantization", (0.0, 0))
         if detail["dtype"] in (np.int8, np.int16) and value.dtype == np.float32 and scale:
-            value = np.clip(np.round(value / scale) + zero, -128, 127).astype(detail["dtype"])
+            limits = np.iinfo(detail["dtype"])
+            value = np.clip(np.round(value / scale) + zero, limits.min, limits.max)
+            value = value.astype(detail["dtype"])
         args[key] = value
     outputs = runner(**args)
     out_details = runner.get_output_details()
