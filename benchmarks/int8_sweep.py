@@ -54,6 +54,7 @@ import numpy as np  # noqa: E402
 FORMS = ("float", "int8", "int16x8", "aeq_int8", "aeq_a16w8")
 RECIPES = {"aeq_int8": "static_wi8_ai8", "aeq_a16w8": "static_wi8_ai16"}
 CALIBRATION_BATCHES = 4
+TEST_RUNS = 4
 EXTRA = ("siglip", "mit")  # from tests/passes/test_fuse_keras_hub.py
 
 
@@ -195,7 +196,7 @@ def sweep_family(name: str) -> dict[str, Any]:
     model = keras_model(name)
     rng = np.random.default_rng(1)
     samples = [feed(model, rng) for _ in range(CALIBRATION_BATCHES)]
-    test_inputs = [feed(model, np.random.default_rng(100 + i)) for i in range(2)]
+    test_inputs = [feed(model, np.random.default_rng(100 + i)) for i in range(TEST_RUNS)]
     wants = [
         [
             np.asarray(keras.ops.convert_to_numpy(w))
@@ -371,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     header = (
         f"`benchmarks/int8_sweep.py`, {time.strftime('%Y-%m-%d')}: {len(rows)} families, "
-        f"2 layers, batch 2, {CALIBRATION_BATCHES} calibration batches, errors over 2 runs."
+        f"2 layers, batch 2, {CALIBRATION_BATCHES} calibration batches, "
+        f"errors over {TEST_RUNS} runs."
     )
     (args.out / "int8_sweep.json").write_text(json.dumps(rows, indent=1) + "\n")
     (args.out / "int8_sweep.md").write_text(markdown(rows, header))
