@@ -35,14 +35,9 @@ def fuse(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]]:
     note_unfused_norms(model, options, NAME)
     changes += fuse_rotary_pass(model, options, NAME)
     changes += fuse_attention_pass(model, options, NAME)
-    if "fuse_quantized" in options.passes:
-        # It ran before this pass: its notes say why it left a quantized
-        # norm, rotary or attention; "fuse_quantized fuses it" would be wrong.
-        if NAME in options.notes:
-            options.notes[NAME] = [
-                n for n in options.notes[NAME] if not n.endswith(BY_FUSE_QUANTIZED)
-            ]
-    else:
+    # With fuse_quantized in the run, its notes say why it left a quantized
+    # rotary or attention ("fuse_quantized fuses it" would be wrong).
+    if "fuse_quantized" not in options.passes:
         for graph in model.graphs():
             for message in leftover_notes(graph, BY_FUSE_QUANTIZED):
                 options.note(NAME, message)

@@ -365,3 +365,34 @@ def test_int8_unfused_attention_notes_are_the_float_models():
     (alone,) = fusekit.optimize(int8, passes=["fuse"]).report.line("fuse").notes
     assert "SOFTMAX runs on int8 scores" in alone and "fuse_quantized" in alone
     assert "router" not in alone.lower() and "Softmax_1" not in alone
+
+
+def test_int8_norm_left_by_fuse_quantized_has_its_reason_once():
+    """A norm-like int8 region that is no norm ((x - mean / 2) over the
+    deviation): fuse_quantized names the float model's reason; ``fuse``
+    does not add "left to the fuse_quantized pass" (it was in the run)."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 8, 16], tf.float32)])
+    def half_centered(x):
+        mean = tf.reduce_mean(x, -1, keepdims=True)
+        var = tf.reduce_mean(tf.square(x - mean), -1, keepdims=True)
+        return (x - mean * 0.5) * tf.math.rsqrt(var + 1e-3) * 0.5 + 0.25
+
+    def dataset():
+        rng = np.random.default_rng(0)
+        for _ in range(4):
+            yield [rng.standard_normal((2, 8, 16)).astype(np.float32)]
+
+    concrete = half_centered.get_concrete_function()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], half_centered)
+    (float_note,) = fusekit.optimize(converter.convert()).report.line("fuse").notes
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = dataset
+    int8 = converter.convert()
+    report = fusekit.optimize(int8).report
+    region = [n for n in report.line("fuse_quantized").notes if n.startswith("(quantized")]
+    assert _reasons(region) == _reasons([float_note])
+    assert not report.line("fuse").notes, report.line("fuse").notes
+    (alone,) = fusekit.optimize(int8, passes=["fuse"]).report.line("fuse").notes
+    assert "runs in int8 (MEAN/RSQRT" in alone and "fuse_quantized pass (not among" in alone

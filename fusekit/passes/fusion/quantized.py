@@ -39,7 +39,10 @@ FLOAT32 = schema.TensorType.FLOAT32
 # Why the float passes leave a quantized norm, rotary or attention alone
 # (given only when fuse_quantized is not among the passes run: when it is,
 # its own notes say why it left one).
-BY_FUSE_QUANTIZED = "the fuse_quantized pass fuses it in float between DEQUANTIZE and QUANTIZE"
+BY_FUSE_QUANTIZED = (
+    "left to the fuse_quantized pass (not among the passes run), which matches quantized "
+    "regions in float and fuses them between DEQUANTIZE and QUANTIZE"
+)
 QUANTIZED_NORM = f"the norm runs in int8 (MEAN/RSQRT on quantized tensors): {BY_FUSE_QUANTIZED}"
 _TYPE_NAMES = {
     schema.TensorType.INT8: "int8",

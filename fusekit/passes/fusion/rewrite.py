@@ -14,6 +14,7 @@ from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, match_at
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.pattern import Fusion, NearMiss, run_fusion
+from fusekit.passes.fusion.quantized import QUANTIZED_NORM
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
 from fusekit.passes.fusion.values import FLOAT32
 from fusekit.passes.registry import PassOptions
@@ -112,8 +113,13 @@ class NormFusion(Fusion[NormMatch]):
 
 def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str) -> list[str]:
     """Fuses every proven ``kind`` norm of every graph; notes near-misses
-    under ``name``; returns one line per fused op."""
-    return run_fusion(model, options, NormFusion(kind), name)
+    under ``name``; returns one line per fused op.  A quantized norm's
+    note points at fuse_quantized unless that pass is in this run (then
+    it fused the norm or its own note says why not)."""
+    changes = run_fusion(model, options, NormFusion(kind), name)
+    if "fuse_quantized" in options.passes and name in options.notes:
+        options.notes[name] = [n for n in options.notes[name] if not n.endswith(QUANTIZED_NORM)]
+    return changes
 
 
 def _reshaped(graph: Graph, tensor: int, shape: list[int] | None) -> int:
