@@ -2,7 +2,7 @@
 fuse in int8 what it fuses in float, say why where it does not, and get
 closer to the float Keras model than the plain int8 model?
 
-    .venv/bin/python benchmarks/int8_sweep.py                  # every family, ~40 min
+    .venv/bin/python benchmarks/int8_sweep.py                  # every family, ~11 min
     .venv/bin/python benchmarks/int8_sweep.py bert swin        # some
     .venv/bin/python benchmarks/int8_sweep.py --out /tmp/sweep # results elsewhere
 
@@ -281,9 +281,14 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
         "",
         header,
         "",
+        *summary(rows),
+        "",
         "Fused: LN layer norm, RMS rms norm, RoPE rotary, Att attention (counts). "
-        "Error: max abs error of all outputs against the float Keras model, plain / "
-        "after `fusekit.optimize`. `=float`: the int8 form fuses what the float one does.",
+        "Errors: max and mean abs error of all outputs against the float Keras model, "
+        "plain / after `fusekit.optimize`; `(n clipped)`: output values at the integer "
+        "type's limits (ai-edge-quantizer's models return quantized outputs: a value "
+        "beyond the calibrated range is clipped in both, and sets the max error). "
+        "`=float`: the quantized form fuses what the float one does.",
         "",
         "| family | float fused | form | int8 fused | max error plain | max error optimized "
         "| mean error plain | mean error optimized | notes |",
@@ -316,6 +321,41 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
     if details:
         out += ["", "## Notes", "", *details]
     return "\n".join(out) + "\n"
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """Per form: families converted, run, fused as in float, and closer to
+    the float Keras model after optimize (mean and max error)."""
+    out = [
+        "| form | converted | ran | fused as float | mean error lower | max error lower "
+        "| notes other than epsilon |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for form in FORMS[1:]:
+        entries = [r["forms"].get(form, {}) for r in rows if "forms" in r]
+        converted = [e for e in entries if "fused" in e]
+        ran = [e for e in converted if "optimized_error" in e and "plain_error" in e]
+        same = [
+            r
+            for r in rows
+            if "forms" in r
+            and "fused" in r["forms"].get(form, {})
+            and r["forms"][form]["fused"] == r["forms"]["float"].get("fused")
+        ]
+        mean = [e for e in ran if e["optimized_mean_error"] < e["plain_mean_error"]]
+        peak = [e for e in ran if e["optimized_error"] <= e["plain_error"]]
+        notes = sum(
+            1
+            for e in converted
+            for line in e["notes"].values()
+            for n in line
+            if "epsilon stored" not in n
+        )
+        out.append(
+            f"| {form} | {len(converted)}/{len(entries)} | {len(ran)} | {len(same)} | "
+            f"{len(mean)}/{len(ran)} | {len(peak)}/{len(ran)} | {notes} |"
+        )
+    return out
 
 
 def _err(entry: dict[str, Any], label: str) -> str:
