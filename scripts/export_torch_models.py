@@ -42,6 +42,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 (the usual torch spelling)
 from torch import nn
+from torch_hf_zoo import MODELS, HFModel
 
 SEED = 1234
 SEQ = 16
@@ -307,6 +308,76 @@ def _hf_gpt2() -> list[Signature]:
     return [Signature("serving_default", _LogitsOnly(model).eval(), args=(_ids(),))]
 
 
+class _PixelsHidden(nn.Module):
+    """Export wrapper: an image in, the last hidden state (and the pooled
+    output, when the model has one) out."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.model(pixel_values=pixel_values)
+        pooled = getattr(out, "pooler_output", None)
+        return (out.last_hidden_state,) if pooled is None else (out.last_hidden_state, pooled)
+
+
+class _FeaturesHidden(nn.Module):
+    """Export wrapper: audio features in, the encoder's last hidden state out."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_features: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.model(input_features=input_features).last_hidden_state,)
+
+
+def _padding_mask() -> torch.Tensor:
+    mask = torch.ones(1, SEQ, dtype=torch.int32)
+    mask[:, SEQ - 4 :] = 0
+    return mask
+
+
+# How each kind of model is called: its export wrapper and example inputs.
+_CALLS: dict[str, tuple[type[nn.Module], Callable[[Any], tuple]]] = {
+    "logits": (_LogitsOnly, lambda config: (_ids(),)),
+    "hidden_mask": (_HiddenWithMask, lambda config: (_ids(), _padding_mask())),
+    "pixels": (
+        _PixelsHidden,
+        lambda config: (torch.randn(1, config.num_channels, config.image_size, config.image_size),),
+    ),
+    "features": (
+        _FeaturesHidden,
+        lambda config: (torch.randn(1, config.num_mel_bins, 2 * config.max_source_positions),),
+    ),
+}
+
+
+def _hf_class(name: str) -> type:
+    import importlib
+
+    import transformers
+
+    if "." not in name:
+        return getattr(transformers, name)
+    family, cls = name.split(".")
+    return getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"), cls)
+
+
+def _hf_zoo(spec: HFModel) -> Callable[[], list[Signature]]:
+    """Builds one model of scripts/torch_hf_zoo.py from its tiny config."""
+
+    def build() -> list[Signature]:
+        _seed()
+        config = _hf_class(spec.config)(**spec.kwargs, attn_implementation=spec.attention)
+        model = _randomize(_hf_class(spec.model)(config, **spec.model_kwargs))
+        wrapper, inputs = _CALLS[spec.call]
+        return [Signature("serving_default", wrapper(model).eval(), args=inputs(config))]
+
+    return build
+
+
 # --------------------------------------------------------------------------
 # litert-torch generative layers
 
@@ -508,6 +579,10 @@ FIXTURES: list[Fixture] = [
             "use_rope_composite": True,
             "use_bool_mask": False,
         },
+    ),
+    *(
+        Fixture(m.name, m.description, _hf_zoo(m), m.counts, notes=m.notes)
+        for m in MODELS
     ),
 ]
 

@@ -788,6 +788,8 @@ def _qk_operands(
     q_at = 1 if scores.swapped else 0
     q = operands.q_operand(graph, inputs[q_at], layouts[q_at], scores.merged)
     k = operands.kv_operand(graph, inputs[1 - q_at], layouts[1 - q_at], scores.merged, _unrepeat)
+    if k is None and scores.merged and layouts[1 - q_at] == "bhsd":
+        k = operands.shared_head(graph, inputs[1 - q_at], scores.shape)
     if (
         q is None
         or k is None
@@ -870,6 +872,8 @@ def _v_operand(
             return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
         return None
     v = operands.kv_operand(graph, values, "bhsd", scores.merged, _unrepeat)
+    if v is None and scores.merged:
+        v = operands.shared_head(graph, values, scores.shape)
     if v is None:
         return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
     if v.scale != 1.0:
