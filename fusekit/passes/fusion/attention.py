@@ -459,6 +459,33 @@ def _all_zero(graph: Graph, tensor: int) -> bool:
 _QUERY_AXIS = "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
 
 
+def _is_matmul(graph: Graph, op: schema.OperatorT) -> bool:
+    """``op`` multiplies two activations: a BATCH_MATMUL, or a
+    FULLY_CONNECTED whose weights are an activation (x . W^T: the converter
+    writes a batched matmul with a 2-D right operand read transposed so),
+    without bias or activation, keeping its rank."""
+    code = graph.builtin(op)
+    if code == OP.BATCH_MATMUL:
+        return True
+    if code != OP.FULLY_CONNECTED or len(op.inputs) < 2 or graph.is_constant(int(op.inputs[1])):
+        return False
+    options = op.builtinOptions
+    return (
+        (len(op.inputs) < 3 or int(op.inputs[2]) < 0)
+        and no_activation(op)
+        and bool(getattr(options, "keepNumDims", False))
+        and graph.tensor(int(op.inputs[1])).type == FLOAT32
+    )
+
+
+def _adjoints(graph: Graph, op: schema.OperatorT) -> tuple[bool, bool]:
+    """(adj_x, adj_y) of a matmul ``_is_matmul`` accepts."""
+    if graph.builtin(op) == OP.FULLY_CONNECTED:
+        return False, True
+    options = op.builtinOptions
+    return bool(getattr(options, "adjX", False)), bool(getattr(options, "adjY", False))
+
+
 def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
     """A BATCH_MATMUL of two activations within ``hops`` operators above
     ``tensor``: the SOFTMAX is an attention's (worth a near-miss note), not
@@ -467,8 +494,7 @@ def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
     for _ in range(hops):
         ops = [op for t in frontier if (op := graph.producer(t)) is not None]
         if any(
-            graph.builtin(op) == OP.BATCH_MATMUL
-            and not any(graph.is_constant(int(t)) for t in op.inputs[:2])
+            _is_matmul(graph, op) and not any(graph.is_constant(int(t)) for t in op.inputs[:2])
             for op in ops
         ):
             return True
@@ -658,7 +684,7 @@ def _walk_scores(
             return None
         reader_ok = only_reader(graph, tensor) is scores.chain[-1]
         code = graph.builtin(op)
-        if code == OP.BATCH_MATMUL and not scores.grouped:
+        if _is_matmul(graph, op) and not scores.grouped:
             break
         if code == OP.RESHAPE and not scores.grouped and reader_ok and _merge_back(graph, op):
             scores.chain.append(op)
@@ -750,7 +776,7 @@ def _merge_back(graph: Graph, op: schema.OperatorT) -> bool:
     have, want = graph.signature(source), graph.signature(int(op.outputs[0]))
     return (
         inner is not None
-        and graph.builtin(inner) == OP.BATCH_MATMUL
+        and _is_matmul(graph, inner)
         and len(have) == 3
         and len(want) == 4
         and all(d > 0 for d in want)
@@ -765,10 +791,10 @@ def _qk_operands(
     through scales, transposes, a batch-and-heads merge and a grouped-query
     repeat of k; the grouped form's q.  Operands in another layout than
     [B, S, H, D] get a TRANSPOSE before the op."""
-    options = qk.builtinOptions
-    if getattr(options, "adjX", False):
+    adj_x, adj_y = _adjoints(graph, qk)
+    if adj_x:
         return _miss("adj_x", "Q.K^T reads its first operand transposed (adj_x)")
-    second_layout = "bhsd" if getattr(options, "adjY", False) else "bhds"
+    second_layout = "bhsd" if adj_y else "bhds"
     if scores.grouped:
         first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST) or decode_grouped_q(
             graph, int(qk.inputs[0]), scores.shape
