@@ -486,15 +486,16 @@ def _adjoints(graph: Graph, op: schema.OperatorT) -> tuple[bool, bool]:
     return bool(getattr(options, "adjX", False)), bool(getattr(options, "adjY", False))
 
 
-def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
-    """A BATCH_MATMUL of two activations within ``hops`` operators above
-    ``tensor``: the SOFTMAX is an attention's (worth a near-miss note), not
-    a classifier's."""
+def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6, activations: int = 2) -> bool:
+    """A matmul of (at least ``activations``) activations within ``hops``
+    operators above ``tensor``: the SOFTMAX is an attention's (worth a
+    near-miss note), not a classifier's."""
     frontier = [tensor]
     for _ in range(hops):
         ops = [op for t in frontier if (op := graph.producer(t)) is not None]
         if any(
-            _is_matmul(graph, op) and not any(graph.is_constant(int(t)) for t in op.inputs[:2])
+            _is_matmul(graph, op)
+            and sum(not graph.is_constant(int(t)) for t in op.inputs[:2]) >= activations
             for op in ops
         ):
             return True
@@ -676,7 +677,18 @@ def _walk_scores(
     probs = int(softmax.outputs[0])
     tensor = int(softmax.inputs[0])
     scores = _Scores(graph.signature(tensor), [softmax])
-    if len(scores.shape) not in (4, 5) or graph.tensor(tensor).type != FLOAT32:
+    if graph.tensor(tensor).type != FLOAT32:
+        return None
+    if len(scores.shape) == 3 and _reaches_matmul(graph, tensor, hops=3, activations=1):
+        # A learned query (an attention-pooling probe) is a constant.
+        return _miss(
+            "scores_rank3",
+            f"the scores {scores.shape} are 3-D (batch and heads merged, as "
+            "nn.MultiheadAttention computes them) and never reshaped to [B, H, Sq, Skv], "
+            "so the heads cannot be told apart",
+            "compute attention with F.scaled_dot_product_attention on [B, H, S, D] tensors",
+        )
+    if len(scores.shape) not in (4, 5):
         return None
     while True:
         op = graph.producer(tensor)
