@@ -580,10 +580,7 @@ FIXTURES: list[Fixture] = [
             "use_bool_mask": False,
         },
     ),
-    *(
-        Fixture(m.name, m.description, _hf_zoo(m), m.counts, notes=m.notes)
-        for m in MODELS
-    ),
+    *(Fixture(m.name, m.description, _hf_zoo(m), m.counts, notes=m.notes) for m in MODELS),
 ]
 
 

@@ -87,6 +87,9 @@ class AttentionMatch:
     output: int
     scale: float
     causal: bool = False
+    # Logit soft-capping (Gemma 2): softcap * tanh(scores / softcap) after
+    # the scale, before the mask.
+    softcap: float | None = None
     mask: int | None = None  # an additive float mask (or bias) tensor in the graph
     mask_scale: float = 1.0  # the scale applied to the scores after the mask was added
     keep: int | None = None  # a runtime bool tensor: mask = SELECT_V2(keep, 0, MASK_VALUE)
@@ -486,6 +489,34 @@ def _adjoints(graph: Graph, op: schema.OperatorT) -> tuple[bool, bool]:
     return bool(getattr(options, "adjX", False)), bool(getattr(options, "adjY", False))
 
 
+def _softcap(
+    graph: Graph, op: schema.OperatorT
+) -> tuple[float, list[schema.OperatorT], int] | None:
+    """(cap, [TANH, inner op], x) when ``op`` is MUL(TANH(x * (1/cap)), cap)
+    (or TANH(x / cap)) with cap > 0 and each intermediate read only there."""
+    if graph.builtin(op) != OP.MUL or not no_activation(op):
+        return None
+    cap = scalar(graph, int(op.inputs[1]))
+    tanh = graph.producer(int(op.inputs[0]))
+    if cap is None or cap <= 0.0 or tanh is None or graph.builtin(tanh) != OP.TANH:
+        return None
+    inner = graph.producer(int(tanh.inputs[0]))
+    if inner is None or graph.builtin(inner) not in (OP.MUL, OP.DIV) or not no_activation(inner):
+        return None
+    c = scalar(graph, int(inner.inputs[1]))
+    if c is None or c == 0.0:
+        return None
+    inverse = c if graph.builtin(inner) == OP.MUL else 1.0 / c
+    # x * fl(1/cap) differs from x / cap by an ulp: tanh' <= 1 keeps it one.
+    if abs(inverse * cap - 1.0) > 1e-6:
+        return None
+    if only_reader(graph, int(op.inputs[0])) is not op:
+        return None
+    if only_reader(graph, int(tanh.inputs[0])) is not tanh:
+        return None
+    return cap, [tanh, inner], int(inner.inputs[0])
+
+
 def _reaches_matmul(graph: Graph, tensor: int, hops: int = 6, activations: int = 2) -> bool:
     """A matmul of (at least ``activations``) activations within ``hops``
     operators above ``tensor``: the SOFTMAX is an attention's (worth a
@@ -730,7 +761,19 @@ def _walk_scores(
             return _QUERY_AXIS_MISS
         if not reader_ok:
             return _miss("shared_scores", _SHARED_SCORES)
-        if code in (OP.MUL, OP.DIV) and no_activation(op):
+        capped = _softcap(graph, op) if scores.stage != _SWAP else None
+        if capped is not None:
+            if scores.scaled or match.softcap is not None:
+                return _miss(
+                    "scaled_softcap",
+                    "the soft-capped scores (cap * tanh(s / cap)) are scaled again before "
+                    "the SOFTMAX: the kernel caps last, before the mask",
+                )
+            outer = op
+            match.softcap, (tanh, op), tensor = capped
+            # The walk goes on from the inner scale (appended below, last).
+            scores.chain += [outer, tanh]
+        elif code in (OP.MUL, OP.DIV) and no_activation(op):
             c = scalar(graph, int(op.inputs[1]))
             if c is None or c == 0.0:
                 return None

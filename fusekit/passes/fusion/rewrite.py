@@ -247,6 +247,8 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
     if rows is not None and (match.mask_row or match.keep_row):
         mask_kind += " as one key row for every query"
     attrs = {"causal": match.causal, "scale": match.scale}
+    if match.softcap is not None:
+        attrs["softcap"] = match.softcap
     output = match.output
     if match.output_perm is not None:
         shape = match.result_shape or _permuted(graph.signature(match.output))
@@ -262,7 +264,9 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
             graph.remove_op(peeled)
     return (
         f"fusekit_attention at {where!r} ({len(match.ops)} ops; causal={match.causal}, "
-        f"scale={np.float32(match.scale):g}, {mask_kind})"
+        f"scale={np.float32(match.scale):g}, {mask_kind}"
+        + ("" if match.softcap is None else f", softcap={match.softcap:g}")
+        + ")"
     )
 
 
