@@ -796,7 +796,10 @@ def _walk_scores(
             tensor, miss = _take_bias(graph, op, scores, match)
             if miss:
                 return miss
-            scores.stage = _BIAS
+            # A constant 0 / fill mask was read as a keep-mask: a bias
+            # (ALiBi, a position bias) may still be added below it.
+            read_as_keep = match.mask is None and scores.constant_fill is not None
+            scores.stage = _SELECT if read_as_keep else _BIAS
         elif code in (OP.SELECT_V2, OP.ADD):
             return _miss(
                 "second_mask", "a second mask on the scores: the kernel takes one and a bias"
