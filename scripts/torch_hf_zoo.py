@@ -325,7 +325,7 @@ MODELS: list[HFModel] = [
         "ModernBertModel",
         _encoder(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2),
         "hidden_mask",
-        {"layer_norm": 4, "attention": 2, "rotary": 4},
+        {"layer_norm": 5, "attention": 2, "rotary": 4},
     ),
     HFModel(
         "hf_vit",

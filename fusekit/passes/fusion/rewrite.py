@@ -314,6 +314,8 @@ def fuse_rotary(graph: Graph, match: RotaryMatch) -> str:
     """Replaces a proven rotary embedding by ``fusekit_rotary_embedding``."""
     attrs = {"interleaved": match.interleaved, "rotary_dim": 0}
     inputs = [match.x, match.cos, match.sin]
+    if match.table_shape is not None:
+        inputs = [match.x] + [_reshaped(graph, t, match.table_shape) for t in inputs[1:]]
     if match.half_tables is not None:
         inputs = [match.x] + [_full_table(graph, t, match.half_tables) for t in inputs[1:]]
     replace_with_custom(graph, "fusekit_rotary_embedding", inputs, match.output, attrs, match.ops)

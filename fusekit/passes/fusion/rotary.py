@@ -19,8 +19,11 @@ complex-multiply form with half-width tables is matched too
 
 x is [B, S, H, D] float32 and cos/sin one shape [B|1, S|1, H|1, D]: the
 rank-4 layouts where TFLite's broadcasting and the kernel's reading of
-cos/sin agree (a rank-2 [S, D] table broadcasts over heads, not positions,
-in the decomposed graph).  The fused op computes the same products and sum.
+cos/sin agree.  A static table of lower rank broadcasts in the decomposed
+graph as if it had leading unit axes (a [T, D] table against x [B, H, T, D]
+reads position t for row t; against [B, S, H, D] its T axis meets the heads),
+so it is checked and reshaped for the op as that rank-4 shape.  The fused op
+computes the same products and sum.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ class RotaryMatch:
     # [B|1, S|1, H|1, D/2] cos/sin are read in; the rewrite concatenates
     # each with itself into the fused op's full-width table.
     half_tables: list[int] | None = None
+    # Tables of rank < 4 ([S, D], [1, S, D]: torch's cos/sin before the
+    # unsqueeze the converter folded) broadcast as this rank-4 shape, which
+    # the rewrite reshapes them to.
+    table_shape: list[int] | None = None
 
 
 def _last_axis(graph: Graph, tensor: int, rank: int) -> bool:
@@ -222,11 +229,25 @@ def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT]
     return x, ops + [neg, *split_ops], False
 
 
+def _table_shape(graph: Graph, cos: int) -> list[int] | None:
+    """The rank-4 shape a static cos/sin of rank 1 to 3 broadcasts as
+    (leading unit axes: TFLite's broadcasting aligns trailing axes)."""
+    shape = graph.signature(cos)
+    if not 1 <= len(shape) < 4 or any(d <= 0 for d in shape):
+        return None
+    return [1] * (4 - len(shape)) + shape
+
+
 def _table_ok(graph: Graph, x: int, cos: int, sin: int) -> bool:
-    """cos/sin one float32 shape [B|1, S|1, H|1, D] against x [B, S, H, D]."""
+    """cos/sin one float32 shape [B|1, S|1, H|1, D] against x [B, S, H, D]
+    (or of lower rank, broadcast as that with leading unit axes)."""
     shape, cos_shape = graph.signature(x), graph.signature(cos)
-    if cos_shape != graph.signature(sin) or len(cos_shape) != 4:
+    if cos_shape != graph.signature(sin):
         return False
+    if len(cos_shape) != 4:
+        cos_shape = _table_shape(graph, cos)
+        if cos_shape is None:
+            return False
     if any(graph.tensor(t).type != FLOAT32 for t in (cos, sin)):
         return False
     if cos_shape[3] != shape[3]:
@@ -271,7 +292,8 @@ def _match(graph: Graph, add: schema.OperatorT, considered: set[int]) -> RotaryM
             ops = [add, direct, rotated] + rot_ops
             if graph.read_outside(ops, {output}) is not None:
                 return f"rotary embedding at {where!r}: an intermediate is read outside it"
-            return RotaryMatch(x, cos, sin, output, ops, interleaved)
+            table = _table_shape(graph, cos) if len(graph.signature(cos)) != 4 else None
+            return RotaryMatch(x, cos, sin, output, ops, interleaved, table_shape=table)
     return None
 
 
