@@ -217,7 +217,7 @@ def export(out_dir: Path) -> None:
         with torch.no_grad():
             for signature, args in signatures.items():
                 outs = model(*args)
-                for key, value in zip(NAMES, args):
+                for key, value in zip(NAMES, args, strict=True):
                     arrays[f"{signature}/in/{key}"] = value.numpy()
                 for i, value in enumerate(outs):
                     arrays[f"{signature}/out/{i}"] = value.numpy()

@@ -25,7 +25,13 @@ from __future__ import annotations
 import numpy as np
 
 from fusekit.model.graph import OP, Graph
-from fusekit.passes.fusion.quantized import FLOAT32, dequantized, is_quantized
+from fusekit.passes.fusion.quantized import (
+    FLOAT32,
+    add_dequantize,
+    dequantized,
+    float_like,
+    is_quantized,
+)
 
 # Elementwise builtins whose float32 kernel takes the int8 op's options
 # (fused activation, broadcasting) unchanged.
@@ -62,14 +68,7 @@ def _float_operand(graph: Graph, tensor: int) -> int:
             out = int(reader.outputs[0])
             if graph.tensor(out).type == FLOAT32:
                 return out
-    out = graph.add_tensor(
-        graph.shape(tensor),
-        FLOAT32,
-        graph.name(tensor) + "/dequantized",
-        signature=graph.signature(tensor),
-    )
-    graph.add_op(OP.DEQUANTIZE, [tensor], [out])
-    return out
+    return add_dequantize(graph, tensor)
 
 
 def _promotable(graph: Graph, op) -> bool:
@@ -94,12 +93,7 @@ def float_residual_stream(graph: Graph) -> int:
             result = int(op.outputs[0])
             readers = _float_readers(graph, result)
             inputs = [_float_operand(graph, int(t)) for t in op.inputs]
-            out = graph.add_tensor(
-                graph.shape(result),
-                FLOAT32,
-                graph.name(result) + "/float",
-                signature=graph.signature(result),
-            )
+            out = float_like(graph, result, "/float")
             op.inputs = np.array(inputs, np.int32)
             op.outputs = np.array([out], np.int32)
             graph.changed()

@@ -163,6 +163,23 @@ def float_view(graph: Graph) -> FloatView:
     return FloatView(view, graph, copies, operators, read_through, len(graph.sg.tensors))
 
 
+def float_like(graph: Graph, tensor: int, suffix: str) -> int:
+    """A new float32 activation tensor of ``tensor``'s shape."""
+    return graph.add_tensor(
+        graph.shape(tensor),
+        FLOAT32,
+        graph.name(tensor) + suffix,
+        signature=graph.signature(tensor),
+    )
+
+
+def add_dequantize(graph: Graph, tensor: int) -> int:
+    """A DEQUANTIZE of ``tensor``; returns its float32 output."""
+    out = float_like(graph, tensor, "/dequantized")
+    graph.add_op(OP.DEQUANTIZE, [tensor], [out])
+    return out
+
+
 def remove_dead(graph: Graph) -> None:
     """Drops dead pure operators of a view (tensor indices stay)."""
     while True:
@@ -211,13 +228,7 @@ def splice(view: FloatView) -> int:
             graph.sg.tensors.append(copy_)
             out = len(graph.sg.tensors) - 1
         else:
-            out = graph.add_tensor(
-                graph.shape(t),
-                FLOAT32,
-                graph.name(t) + "/dequantized",
-                signature=graph.signature(t),
-            )
-            graph.add_op(OP.DEQUANTIZE, [t], [out])
+            out = add_dequantize(graph, t)
         dequantized_inputs[t] = out
         return out
 
@@ -232,12 +243,7 @@ def splice(view: FloatView) -> int:
             if t >= view.tensors:
                 outputs.append(mapping[t])
             elif is_quantized(graph, t):
-                result = graph.add_tensor(
-                    graph.shape(t),
-                    FLOAT32,
-                    graph.name(t) + "/float",
-                    signature=graph.signature(t),
-                )
+                result = float_like(graph, t, "/float")
                 graph.add_op(OP.QUANTIZE, [result], [t])
                 outputs.append(result)
             else:
