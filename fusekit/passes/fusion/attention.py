@@ -780,6 +780,11 @@ def _walk_scores(
             scores.scaled = True
             match.scale *= c if code == OP.MUL else 1.0 / c
             tensor = int(op.inputs[0])
+        elif code in (OP.SELECT_V2, OP.ADD) and match.softcap is not None:
+            return _miss(
+                "mask_before_softcap",
+                "a mask applied before the soft-capping: the kernel caps the scores, then masks",
+            )
         elif code in (OP.SELECT_V2, OP.ADD) and scores.swapped:
             return _miss("mask_after_swap", "a mask applied to the transposed scores")
         elif code == OP.SELECT_V2 and scores.stage < _SELECT:
