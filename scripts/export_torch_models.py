@@ -24,6 +24,9 @@ The test suite only reads the committed files; it never imports torch.
 ``benchmarks/bench_fusion_torch.py`` times (Hugging Face Llama and BERT at
 the keras-hub benchmark's sizes, one model per sequence length); they are
 too large to commit and that benchmark exports them when they are missing.
+
+``--sweep --out build/torch_sweep`` exports every tiny Hugging Face model of
+``scripts/torch_hf_zoo.py`` (the fixtures among them are its ``COMMITTED``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 (the usual torch spelling)
 from torch import nn
+from torch_hf_zoo import COMMITTED, MODELS, HFModel
 
 SEED = 1234
 SEQ = 16
@@ -78,6 +82,8 @@ class Fixture:
     # Options of litert-torch's Hugging Face exporter: the model goes through
     # that exporter (scripts/export_hf_gpu.py) instead of ``build``.
     hf_exporter: dict[str, Any] | None = None
+    # Instances fusekit leaves unfused on purpose, each with a near-miss note.
+    unfused: dict[str, int] = field(default_factory=dict)
 
 
 def _seed() -> None:
@@ -307,6 +313,87 @@ def _hf_gpt2() -> list[Signature]:
     return [Signature("serving_default", _LogitsOnly(model).eval(), args=(_ids(),))]
 
 
+class _PixelsHidden(nn.Module):
+    """Export wrapper: an image in, the last hidden state (and the pooled
+    output, when the model has one) out."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.model(pixel_values=pixel_values)
+        pooled = getattr(out, "pooler_output", None)
+        return (out.last_hidden_state,) if pooled is None else (out.last_hidden_state, pooled)
+
+
+class _FeaturesHidden(nn.Module):
+    """Export wrapper: audio features in, the encoder's last hidden state out."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_features: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.model(input_features=input_features).last_hidden_state,)
+
+
+def _padding_mask() -> torch.Tensor:
+    mask = torch.ones(1, SEQ, dtype=torch.int32)
+    mask[:, SEQ - 4 :] = 0
+    return mask
+
+
+# How each kind of model is called: its export wrapper and example inputs.
+_CALLS: dict[str, tuple[type[nn.Module], Callable[[Any], tuple]]] = {
+    "logits": (_LogitsOnly, lambda config: (_ids(),)),
+    "hidden_mask": (_HiddenWithMask, lambda config: (_ids(), _padding_mask())),
+    "pixels": (
+        _PixelsHidden,
+        lambda config: (torch.randn(1, config.num_channels, config.image_size, config.image_size),),
+    ),
+    "features": (
+        _FeaturesHidden,
+        lambda config: (torch.randn(1, config.num_mel_bins, 2 * config.max_source_positions),),
+    ),
+}
+
+
+def _hf_class(name: str) -> type:
+    import importlib
+
+    import transformers
+
+    if "." not in name:
+        return getattr(transformers, name)
+    family, cls = name.split(".")
+    return getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"), cls)
+
+
+def _hf_zoo(spec: HFModel) -> Callable[[], list[Signature]]:
+    """Builds one model of scripts/torch_hf_zoo.py from its tiny config."""
+
+    def build() -> list[Signature]:
+        _seed()
+        config = _hf_class(spec.config)(**spec.kwargs, attn_implementation=spec.attention)
+        model = _randomize(_hf_class(spec.model)(config, **spec.model_kwargs))
+        wrapper, inputs = _CALLS[spec.call]
+        return [Signature("serving_default", wrapper(model).eval(), args=inputs(config))]
+
+    return build
+
+
+def _zoo_fixture(spec: HFModel) -> Fixture:
+    return Fixture(
+        spec.name,
+        spec.description,
+        _hf_zoo(spec),
+        spec.counts,
+        notes=spec.notes,
+        unfused=spec.unfused,
+    )
+
+
 # --------------------------------------------------------------------------
 # litert-torch generative layers
 
@@ -509,6 +596,7 @@ FIXTURES: list[Fixture] = [
             "use_bool_mask": False,
         },
     ),
+    *(_zoo_fixture(m) for m in MODELS if m.name in COMMITTED),
 ]
 
 
@@ -734,6 +822,7 @@ def _entry(
         "signatures": entry_sigs,
         "counts": counts,
         "composites": {k: int(v) for k, v in fixture.composites.items()},
+        **({"unfused": dict(fixture.unfused)} if fixture.unfused else {}),
         "notes": fixture.notes,
     }
 
@@ -772,6 +861,24 @@ def _export_bench(seqs: list[int], out: Path) -> int:
     return 0
 
 
+def _export_sweep(out: Path) -> int:
+    """Exports every tiny Hugging Face model of torch_hf_zoo.py into
+    ``out``; entries go to ``out/sweep_manifest.json``."""
+    entries, failed = [], []
+    for spec in MODELS:
+        print(f"exporting {spec.name}", file=sys.stderr, flush=True)
+        try:
+            entries.append(export(_zoo_fixture(spec), out))
+        except Exception as error:  # noqa: BLE001 (a sweep reports and goes on)
+            failed.append(spec.name)
+            print(f"  {spec.name} failed: {type(error).__name__}: {error}", file=sys.stderr)
+    manifest = {"seed": SEED, "versions": _versions(), "fixtures": entries}
+    (out / "sweep_manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    if failed:
+        print(f"not exported: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -791,10 +898,18 @@ def main(argv: list[str] | None = None) -> int:
         "BERT at benchmark sizes) at these comma-separated sequence lengths into --out, "
         "with bench_manifest.json",
     )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="instead of the fixtures, export every model of scripts/torch_hf_zoo.py into --out "
+        "with sweep_manifest.json (a model that fails to export is reported and skipped)",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.bench:
         return _export_bench([int(s) for s in args.bench.split(",")], args.out)
+    if args.sweep:
+        return _export_sweep(args.out)
     manifest_path = args.out / "manifest.json"
     old = {}
     if args.only and manifest_path.exists():

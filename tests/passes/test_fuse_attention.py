@@ -275,3 +275,32 @@ def test_constant_additive_masks_become_keep_masks():
     (note,) = line.notes
     assert "masked scores set to -10:" in note, note
     assert_same_outputs(original, result.model)
+
+
+def test_soft_capping_written_as_tanh():
+    """Gemma 2's soft-capping as plain ops, cap * tanh(s * (1/cap)) after
+    the scale and before the mask, is the op's softcap; capping the scores
+    after the mask is added (cap(s + mask) is not cap(s) + mask) is left
+    with a note.  The queries are scaled up so that scores reach the cap."""
+    band = np.where(np.tril(np.ones((16, 16), bool)), 0.0, -1e9).astype(np.float32)
+
+    @tf.function
+    def capped(q, k, v):
+        qh, kh, vh = (tf.transpose(t, [0, 2, 1, 3]) for t in (q, k, v))
+        scores = tf.matmul(qh * 3.0, kh, transpose_b=True) * 0.125
+        a = tf.matmul(tf.nn.softmax(tf.math.tanh(scores * 0.5) * 2.0 + band), vh)
+        own = tf.matmul(qh * 3.0, kh * 0.5, transpose_b=True) * 0.125
+        late = tf.math.tanh((own + band) * 0.5) * 2.0
+        b = tf.matmul(tf.nn.softmax(late), vh)
+        return [tf.transpose(t, [0, 2, 1, 3]) for t in (a, b)]
+
+    original = convert_function(capped, *[tf.TensorSpec([2, 16, 4, 8])] * 3)
+    result = optimize_twice(original, ["fuse_attention"])
+    line = result.report.line("fuse_attention")
+    (fused,) = custom_ops(result.model, ATTENTION)
+    assert fused.custom_options == custom_options(
+        "fusekit_attention", {"causal": True, "scale": 0.375, "softcap": 2.0}
+    )
+    (note,) = line.notes
+    assert "a mask applied before the soft-capping" in note, note
+    assert_same_outputs(original, result.model)

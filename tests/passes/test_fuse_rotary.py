@@ -116,22 +116,42 @@ def test_interleaved_pairs_fuse_and_match(tmp_path):
     assert op.custom_options == fused[0].custom_options
 
 
-def test_near_misses_are_left_alone():
-    """A [S, D] table broadcasts over heads, not positions, in TFLite (the
-    kernel would read it as positions); a rotation of the wrong half."""
+def test_lower_rank_table_fuses_as_it_broadcasts():
+    """A [S, D] table broadcasts in TFLite as [1, 1, S, D]: against x
+    [B, S, H, D] its rows meet the heads axis (here H = S), not the
+    positions.  It fuses with the table reshaped to that rank-4 shape, which
+    the kernel reads the same way, and the outputs are the decomposed
+    graph's."""
     cos2, sin2 = tables(rank=2)
+
+    @tf.function
+    def rank2(x):
+        x1, x2 = tf.split(x, 2, axis=-1)
+        return x * cos2 + tf.concat([-x2, x1], axis=-1) * sin2
+
+    original = convert_function(rank2, tf.TensorSpec([2, SEQ, SEQ, DEPTH]))
+    result = optimize_twice(original, ["fuse_rotary"])
+    assert len(custom_ops(result.model, "fusekit_rotary_embedding")) == 1
+    assert not result.report.line("fuse_rotary").notes
+    assert_same_outputs(original, result.model)
+
+
+def test_near_misses_are_left_alone():
+    """cos and sin of different shapes (the kernel reads both the same
+    way); a rotation of the wrong half."""
     cos4, sin4 = tables()
+    sin3 = tf.reshape(sin4, [SEQ, 1, DEPTH])
 
     @tf.function
     def near(x, y):
         x1, x2 = tf.split(x, 2, axis=-1)
-        a = x * cos2 + tf.concat([-x2, x1], axis=-1) * sin2
+        a = x * cos4 + tf.concat([-x2, x1], axis=-1) * sin3
         y1, y2 = tf.split(y, 2, axis=-1)
         b = y * cos4 + tf.concat([-y1, y2], axis=-1) * sin4
         return a, b
 
     original = convert_function(
-        near, tf.TensorSpec([2, SEQ, SEQ, DEPTH]), tf.TensorSpec([2, SEQ, HEADS, DEPTH])
+        near, tf.TensorSpec([2, SEQ, HEADS, DEPTH]), tf.TensorSpec([2, SEQ, HEADS, DEPTH])
     )
     result = fusekit.optimize(original, passes=["fuse_rotary"])
     assert result.model == original

@@ -87,6 +87,9 @@ class AttentionMatch:
     output: int
     scale: float
     causal: bool = False
+    # Logit soft-capping (Gemma 2): softcap * tanh(scores / softcap) after
+    # the scale, before the mask.
+    softcap: float | None = None
     mask: int | None = None  # an additive float mask (or bias) tensor in the graph
     mask_scale: float = 1.0  # the scale applied to the scores after the mask was added
     keep: int | None = None  # a runtime bool tensor: mask = SELECT_V2(keep, 0, MASK_VALUE)
@@ -462,16 +465,73 @@ _INTEGER_TYPES = frozenset(
 _QUERY_AXIS = "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
 
 
-def reaches_activation_matmul(graph: Graph, tensor: int, hops: int = 6) -> bool:
-    """A BATCH_MATMUL of two activations within ``hops`` operators above
-    ``tensor``: the SOFTMAX is an attention's (worth a near-miss note), not
-    a classifier's."""
+def _is_matmul(graph: Graph, op: schema.OperatorT) -> bool:
+    """``op`` multiplies two activations: a BATCH_MATMUL, or a
+    FULLY_CONNECTED whose weights are an activation (x . W^T: the converter
+    writes a batched matmul with a 2-D right operand read transposed so),
+    without bias or activation, keeping its rank."""
+    code = graph.builtin(op)
+    if code == OP.BATCH_MATMUL:
+        return True
+    if code != OP.FULLY_CONNECTED or len(op.inputs) < 2 or graph.is_constant(int(op.inputs[1])):
+        return False
+    options = op.builtinOptions
+    return (
+        (len(op.inputs) < 3 or int(op.inputs[2]) < 0)
+        and no_activation(op)
+        and bool(getattr(options, "keepNumDims", False))
+        and graph.tensor(int(op.inputs[1])).type == FLOAT32
+    )
+
+
+def _adjoints(graph: Graph, op: schema.OperatorT) -> tuple[bool, bool]:
+    """(adj_x, adj_y) of a matmul ``_is_matmul`` accepts."""
+    if graph.builtin(op) == OP.FULLY_CONNECTED:
+        return False, True
+    options = op.builtinOptions
+    return bool(getattr(options, "adjX", False)), bool(getattr(options, "adjY", False))
+
+
+def _softcap(
+    graph: Graph, op: schema.OperatorT
+) -> tuple[float, list[schema.OperatorT], int] | None:
+    """(cap, [TANH, inner op], x) when ``op`` is MUL(TANH(x * (1/cap)), cap)
+    (or TANH(x / cap)) with cap > 0 and each intermediate read only there."""
+    if graph.builtin(op) != OP.MUL or not no_activation(op):
+        return None
+    cap = scalar(graph, int(op.inputs[1]))
+    tanh = graph.producer(int(op.inputs[0]))
+    if cap is None or cap <= 0.0 or tanh is None or graph.builtin(tanh) != OP.TANH:
+        return None
+    inner = graph.producer(int(tanh.inputs[0]))
+    if inner is None or graph.builtin(inner) not in (OP.MUL, OP.DIV) or not no_activation(inner):
+        return None
+    c = scalar(graph, int(inner.inputs[1]))
+    if c is None or c == 0.0:
+        return None
+    inverse = c if graph.builtin(inner) == OP.MUL else 1.0 / c
+    # x * fl(1/cap) differs from x / cap by an ulp: tanh' <= 1 keeps it one.
+    if abs(inverse * cap - 1.0) > 1e-6:
+        return None
+    if only_reader(graph, int(op.inputs[0])) is not op:
+        return None
+    if only_reader(graph, int(tanh.inputs[0])) is not tanh:
+        return None
+    return cap, [tanh, inner], int(inner.inputs[0])
+
+
+def reaches_activation_matmul(
+    graph: Graph, tensor: int, hops: int = 6, activations: int = 2
+) -> bool:
+    """A matmul of (at least ``activations``) activations within ``hops``
+    operators above ``tensor``: the SOFTMAX is an attention's (worth a
+    near-miss note), not a classifier's."""
     frontier = [tensor]
     for _ in range(hops):
         ops = [op for t in frontier if (op := graph.producer(t)) is not None]
         if any(
-            graph.builtin(op) == OP.BATCH_MATMUL
-            and not any(graph.is_constant(int(t)) for t in op.inputs[:2])
+            _is_matmul(graph, op)
+            and sum(not graph.is_constant(int(t)) for t in op.inputs[:2]) >= activations
             for op in ops
         ):
             return True
@@ -653,7 +713,18 @@ def _walk_scores(
     probs = int(softmax.outputs[0])
     tensor = int(softmax.inputs[0])
     scores = _Scores(graph.signature(tensor), [softmax])
-    if len(scores.shape) not in (4, 5) or graph.tensor(tensor).type != FLOAT32:
+    if graph.tensor(tensor).type != FLOAT32:
+        return None
+    if len(scores.shape) == 3 and reaches_activation_matmul(graph, tensor, hops=3, activations=1):
+        # A learned query (an attention-pooling probe) is a constant.
+        return _miss(
+            "scores_rank3",
+            f"the scores {scores.shape} are 3-D (batch and heads merged, as "
+            "nn.MultiheadAttention computes them) and never reshaped to [B, H, Sq, Skv], "
+            "so the heads cannot be told apart",
+            "compute attention with F.scaled_dot_product_attention on [B, H, S, D] tensors",
+        )
+    if len(scores.shape) not in (4, 5):
         return None
     while True:
         op = graph.producer(tensor)
@@ -661,7 +732,7 @@ def _walk_scores(
             return None
         reader_ok = only_reader(graph, tensor) is scores.chain[-1]
         code = graph.builtin(op)
-        if code == OP.BATCH_MATMUL and not scores.grouped:
+        if _is_matmul(graph, op) and not scores.grouped:
             break
         if code == OP.RESHAPE and not scores.grouped and reader_ok and _merge_back(graph, op):
             scores.chain.append(op)
@@ -695,13 +766,30 @@ def _walk_scores(
             return _QUERY_AXIS_MISS
         if not reader_ok:
             return _miss("shared_scores", _SHARED_SCORES)
-        if code in (OP.MUL, OP.DIV) and no_activation(op):
+        capped = _softcap(graph, op) if scores.stage != _SWAP else None
+        if capped is not None:
+            if scores.scaled or match.softcap is not None:
+                return _miss(
+                    "scaled_softcap",
+                    "the soft-capped scores (cap * tanh(s / cap)) are scaled again before "
+                    "the SOFTMAX: the kernel caps last, before the mask",
+                )
+            outer = op
+            match.softcap, (tanh, op), tensor = capped
+            # The walk goes on from the inner scale (appended below, last).
+            scores.chain += [outer, tanh]
+        elif code in (OP.MUL, OP.DIV) and no_activation(op):
             c = scalar(graph, int(op.inputs[1]))
             if c is None or c == 0.0:
                 return None
             scores.scaled = True
             match.scale *= c if code == OP.MUL else 1.0 / c
             tensor = int(op.inputs[0])
+        elif code in (OP.SELECT_V2, OP.ADD) and match.softcap is not None:
+            return _miss(
+                "mask_before_softcap",
+                "a mask applied before the soft-capping: the kernel caps the scores, then masks",
+            )
         elif code in (OP.SELECT_V2, OP.ADD) and scores.swapped:
             return _miss("mask_after_swap", "a mask applied to the transposed scores")
         elif code == OP.SELECT_V2 and scores.stage < _SELECT:
@@ -718,7 +806,10 @@ def _walk_scores(
             tensor, miss = _take_bias(graph, op, scores, match)
             if miss:
                 return miss
-            scores.stage = _BIAS
+            # A constant 0 / fill mask was read as a keep-mask: a bias
+            # (ALiBi, a position bias) may still be added below it.
+            read_as_keep = match.mask is None and scores.constant_fill is not None
+            scores.stage = _SELECT if read_as_keep else _BIAS
         elif code in (OP.SELECT_V2, OP.ADD):
             return _miss(
                 "second_mask", "a second mask on the scores: the kernel takes one and a bias"
@@ -753,7 +844,7 @@ def _merge_back(graph: Graph, op: schema.OperatorT) -> bool:
     have, want = graph.signature(source), graph.signature(int(op.outputs[0]))
     return (
         inner is not None
-        and graph.builtin(inner) == OP.BATCH_MATMUL
+        and _is_matmul(graph, inner)
         and len(have) == 3
         and len(want) == 4
         and all(d > 0 for d in want)
@@ -768,10 +859,10 @@ def _qk_operands(
     through scales, transposes, a batch-and-heads merge and a grouped-query
     repeat of k; the grouped form's q.  Operands in another layout than
     [B, S, H, D] get a TRANSPOSE before the op."""
-    options = qk.builtinOptions
-    if getattr(options, "adjX", False):
+    adj_x, adj_y = _adjoints(graph, qk)
+    if adj_x:
         return _miss("adj_x", "Q.K^T reads its first operand transposed (adj_x)")
-    second_layout = "bhsd" if getattr(options, "adjY", False) else "bhds"
+    second_layout = "bhsd" if adj_y else "bhds"
     if scores.grouped:
         first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST) or decode_grouped_q(
             graph, int(qk.inputs[0]), scores.shape
@@ -791,6 +882,8 @@ def _qk_operands(
     q_at = 1 if scores.swapped else 0
     q = operands.q_operand(graph, inputs[q_at], layouts[q_at], scores.merged)
     k = operands.kv_operand(graph, inputs[1 - q_at], layouts[1 - q_at], scores.merged, _unrepeat)
+    if k is None and scores.merged and layouts[1 - q_at] == "bhsd":
+        k = operands.shared_head(graph, inputs[1 - q_at], scores.shape)
     if (
         q is None
         or k is None
@@ -873,6 +966,8 @@ def _v_operand(
             return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
         return None
     v = operands.kv_operand(graph, values, "bhsd", scores.merged, _unrepeat)
+    if v is None and scores.merged:
+        v = operands.shared_head(graph, values, scores.shape)
     if v is None:
         return _miss("v_layout", "P.V does not read v transposed from [B, S, H, D]")
     if v.scale != 1.0:

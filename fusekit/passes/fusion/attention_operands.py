@@ -10,7 +10,11 @@ between them:
 - a grouped-query repeat of k or v: [B, S, Hkv, D] repeated on a new axis
   after the heads (keras-hub), or [B, Hkv, S, D] repeated on a new axis
   after the kv heads (torch: RESHAPE -> BROADCAST_TO -> RESHAPE).  Both
-  give query head h the kv head h // G, the kernel's mapping.
+  give query head h the kv head h // G, the kernel's mapping;
+- one kv head read by every query head (multi-query): a BROADCAST_TO of
+  [B, 1, S, D] over the heads, or, with a unit batch, the [S, D]
+  projection itself when the converter folds that broadcast into the
+  batched matmul's own (the op reads it as [1, S, 1, D]).
 
 A layout is a string over b, s, h, d naming the tensor's axes in order;
 the op reads [B, S, H, D] ("bshd") and gets a TRANSPOSE from the others.
@@ -181,6 +185,37 @@ def heads_first_unrepeat(graph: Graph, tensor: int) -> int | None:
     return _heads_first_repeat(graph, five)
 
 
+def broadcast_heads(graph: Graph, tensor: int) -> int | None:
+    """The single kv head [B, 1, S, D] (or [B, 1, D, S]) when ``tensor``
+    [B, H, S, D] (or [B, H, D, S]) is its
+    BROADCAST_TO over the heads (every query head reads kv head 0, the
+    kernel's h // G with one kv head); None otherwise."""
+    op = graph.producer(tensor)
+    if op is None or graph.builtin(op) != OP.BROADCAST_TO:
+        return None
+    source = int(op.inputs[0])
+    src, out = graph.signature(source), graph.signature(tensor)
+    if len(src) != 4 or len(out) != 4 or any(d <= 0 for d in src + out):
+        return None
+    if src[1] != 1 or [src[0], *src[2:]] != [out[0], *out[2:]]:
+        return None
+    return source
+
+
+def shared_head(graph: Graph, tensor: int, scores: list[int]) -> Operand | None:
+    """One kv head that the matmul itself broadcasts over batch and heads:
+    ``tensor`` [S, D] (or [1, S, D]) read against merged [B*H, Sq, S]
+    scores of a unit batch (``scores`` is their [B, H, Sq, S] shape); the
+    op reads it as [1, S, 1, D].  None otherwise (with B > 1 every batch
+    would read the same rows, which the op cannot express)."""
+    shape = graph.signature(tensor)
+    if scores[0] != 1 or len(shape) not in (2, 3) or any(d <= 0 for d in shape):
+        return None
+    if shape[:-2] not in ([], [1]) or shape[-2] != scores[-1]:
+        return None
+    return Operand(tensor, "bshd", reshape=[1, shape[-2], 1, shape[-1]])
+
+
 def kv_operand(graph: Graph, tensor: int, layout: str, merged: bool, unrepeat) -> Operand | None:
     """k or v behind a matmul operand (``layout`` the matmul reads), before a
     grouped-query repeat; ``unrepeat`` is the [B, S, Hkv, D] form's
@@ -198,10 +233,13 @@ def kv_operand(graph: Graph, tensor: int, layout: str, merged: bool, unrepeat) -
     found = trace(graph, tensor, layout)
     if found.layout == "bshd":
         found.tensor, found.reshape = unrepeat(graph, found.tensor)
-    elif found.layout == "bhsd":
-        kv = heads_first_unrepeat(graph, found.tensor)
+    elif found.layout in ("bhsd", "bhds"):
+        # Heads on axis 1 either way; the heads-first repeat is of [.., S, D].
+        kv = heads_first_unrepeat(graph, found.tensor) if found.layout == "bhsd" else None
+        if kv is None:
+            kv = broadcast_heads(graph, found.tensor)
         if kv is not None:
-            inner = trace(graph, kv, "bhsd")
+            inner = trace(graph, kv, found.layout)
             inner.scale *= found.scale
             found = inner
     return found

@@ -253,6 +253,8 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
     if rows is not None and (match.mask_row or match.keep_row):
         mask_kind += " as one key row for every query"
     attrs = {"causal": match.causal, "scale": match.scale}
+    if match.softcap is not None:
+        attrs["softcap"] = match.softcap
     output = match.output
     if match.output_perm is not None:
         shape = match.result_shape or _permuted(graph.signature(match.output))
@@ -268,7 +270,9 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
             graph.remove_op(peeled)
     return (
         f"fusekit_attention at {where!r} ({len(match.ops)} ops; causal={match.causal}, "
-        f"scale={np.float32(match.scale):g}, {mask_kind})"
+        f"scale={np.float32(match.scale):g}, {mask_kind}"
+        + ("" if match.softcap is None else f", softcap={match.softcap:g}")
+        + ")"
     )
 
 
@@ -316,6 +320,8 @@ def fuse_rotary(graph: Graph, match: RotaryMatch) -> str:
     """Replaces a proven rotary embedding by ``fusekit_rotary_embedding``."""
     attrs = {"interleaved": match.interleaved, "rotary_dim": 0}
     inputs = [match.x, match.cos, match.sin]
+    if match.table_shape is not None:
+        inputs = [match.x] + [_reshaped(graph, t, match.table_shape) for t in inputs[1:]]
     if match.half_tables is not None:
         inputs = [match.x] + [_full_table(graph, t, match.half_tables) for t in inputs[1:]]
     replace_with_custom(graph, "fusekit_rotary_embedding", inputs, match.output, attrs, match.ops)

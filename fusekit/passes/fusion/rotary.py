@@ -10,7 +10,8 @@ GPT-NeoX, Gemma)::
 or interleaved pairs (GPT-J: ``x[..., 0::2]``, ``x[..., 1::2]``)::
 
     even, odd = STRIDED_SLICE(x, start 0 / 1, stride 2 on the last axis)
-    rot    = RESHAPE(PACK([NEG(odd), even], axis=-1), x.shape)
+    rot    = RESHAPE(PACK([NEG(odd), even], axis=-1), x.shape)   (or the PACK
+             as CONCATENATION of the two reshaped to [..., 1]: litert-torch)
 
 The halves may also be two SLICEs or STRIDED_SLICEs, and litert-torch's
 complex-multiply form with half-width tables is matched too
@@ -18,8 +19,11 @@ complex-multiply form with half-width tables is matched too
 
 x is [B, S, H, D] float32 and cos/sin one shape [B|1, S|1, H|1, D]: the
 rank-4 layouts where TFLite's broadcasting and the kernel's reading of
-cos/sin agree (a rank-2 [S, D] table broadcasts over heads, not positions,
-in the decomposed graph).  The fused op computes the same products and sum.
+cos/sin agree.  A static table of lower rank broadcasts in the decomposed
+graph as if it had leading unit axes (a [T, D] table against x [B, H, T, D]
+reads position t for row t; against [B, S, H, D] its T axis meets the heads),
+so it is checked and reshaped for the op as that rank-4 shape.  The fused op
+computes the same products and sum.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ class RotaryMatch:
     # [B|1, S|1, H|1, D/2] cos/sin are read in; the rewrite concatenates
     # each with itself into the fused op's full-width table.
     half_tables: list[int] | None = None
+    # Tables of rank < 4 ([S, D], [1, S, D]: torch's cos/sin before the
+    # unsqueeze the converter folded) broadcast as this rank-4 shape, which
+    # the rewrite reshapes them to.
+    table_shape: list[int] | None = None
 
 
 def _last_axis(graph: Graph, tensor: int, rank: int) -> bool:
@@ -104,33 +112,70 @@ def _every_other(graph: Graph, tensor: int) -> tuple[int, int, schema.OperatorT]
     begin, end, strides = (graph.constant(t).reshape(-1).tolist() for t in operands)
     if strides != [1] * (rank - 1) + [2] or len(begin) != rank or len(end) != rank:
         return None
-    whole = (1 << (rank - 1)) - 1  # every axis but the last
-    if options.beginMask & whole != whole or options.endMask & whole != whole:
-        return None
+    for axis in range(rank - 1):
+        # Whole: by the masks, or by explicit bounds covering a known size.
+        from_start = options.beginMask >> axis & 1 or begin[axis] == 0
+        to_end = options.endMask >> axis & 1 or 0 < shape[axis] <= end[axis]
+        if not (from_start and to_end):
+            return None
     start = 0 if options.beginMask >> (rank - 1) & 1 else begin[-1]
     if start not in (0, 1) or not (options.endMask >> (rank - 1) & 1 or end[-1] >= shape[-1]):
         return None
     return x, start, op
 
 
-def _interleaved(
-    graph: Graph, pack: schema.OperatorT, rank: int
-) -> tuple[int, list[schema.OperatorT]] | None:
-    """(x, ops) when ``pack`` is PACK([-x[..., 1::2], x[..., 0::2]], axis=-1)."""
-    options = pack.builtinOptions
-    if options.valuesCount != 2 or options.axis not in (rank, -1):
+def _stacked_last(
+    graph: Graph, stack: schema.OperatorT, rank: int
+) -> tuple[list[int], list[schema.OperatorT]] | None:
+    """(the two parts, ops) when ``stack`` stacks two rank-``rank`` tensors
+    on a new last axis: PACK(axis=-1), or a CONCATENATION on the last axis
+    of the two each reshaped to [..., 1] (torch's ``stack`` as litert-torch
+    lowers it); the same elements in the same order either way."""
+    code = graph.builtin(stack)
+    options = stack.builtinOptions
+    if code == OP.PACK:
+        if options is None or options.valuesCount != 2 or options.axis not in (rank, -1):
+            return None
+        return [int(t) for t in stack.inputs], [stack]
+    if code != OP.CONCATENATION or not no_activation(stack) or len(stack.inputs) != 2:
         return None
-    negated = _negated(graph, int(pack.inputs[0]))
+    if options.axis not in (rank, -1):
+        return None
+    parts, ops = [], [stack]
+    for t in stack.inputs:
+        unit = graph.producer(int(t))
+        if unit is None or graph.builtin(unit) != OP.RESHAPE:
+            return None
+        source = int(unit.inputs[0])
+        if len(graph.signature(source)) != rank:
+            return None
+        if graph.signature(int(t)) != [*graph.signature(source), 1]:
+            return None
+        parts.append(source)
+        ops.append(unit)
+    return parts, ops
+
+
+def _interleaved(
+    graph: Graph, stack: schema.OperatorT, rank: int
+) -> tuple[int, list[schema.OperatorT]] | None:
+    """(x, ops) when ``stack`` stacks [-x[..., 1::2], x[..., 0::2]] on a new
+    last axis (``_stacked_last``)."""
+    stacked = _stacked_last(graph, stack, rank)
+    if stacked is None:
+        return None
+    parts, stack_ops = stacked
+    negated = _negated(graph, parts[0])
     if negated is None:
         return None
     odd, neg = negated
-    halves = [_every_other(graph, t) for t in (odd, int(pack.inputs[1]))]
+    halves = [_every_other(graph, t) for t in (odd, parts[1])]
     if any(h is None for h in halves):
         return None
     (x, one, odd_op), (x_even, zero, even_op) = halves
     if x != x_even or (one, zero) != (1, 0):
         return None
-    return x, [pack, neg, odd_op, even_op]
+    return x, [*stack_ops, neg, odd_op, even_op]
 
 
 def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT], bool] | None:
@@ -143,8 +188,7 @@ def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT]
     rank = len(graph.signature(tensor))
     if graph.builtin(op) == OP.RESHAPE:
         pack = graph.producer(int(op.inputs[0]))
-        options = pack.builtinOptions if pack is not None else None
-        if pack is None or graph.builtin(pack) != OP.PACK or options is None:
+        if pack is None:
             return None
         pairs = _interleaved(graph, pack, rank)
         if pairs is not None:
@@ -152,6 +196,9 @@ def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT]
             if graph.signature(tensor) != graph.signature(x):
                 return None
             return x, ops + pair_ops, True
+        options = pack.builtinOptions
+        if graph.builtin(pack) != OP.PACK or options is None:
+            return None
         # PACK on the new second-to-last axis, then the reshape merges it
         # with the last: the concatenation of the two along the last axis.
         if options.valuesCount != 2 or options.axis not in (rank - 1, -2):
@@ -182,11 +229,25 @@ def _rotate_half(graph: Graph, tensor: int) -> tuple[int, list[schema.OperatorT]
     return x, ops + [neg, *split_ops], False
 
 
+def _table_shape(graph: Graph, cos: int) -> list[int] | None:
+    """The rank-4 shape a static cos/sin of rank 1 to 3 broadcasts as
+    (leading unit axes: TFLite's broadcasting aligns trailing axes)."""
+    shape = graph.signature(cos)
+    if not 1 <= len(shape) < 4 or any(d <= 0 for d in shape):
+        return None
+    return [1] * (4 - len(shape)) + shape
+
+
 def _table_ok(graph: Graph, x: int, cos: int, sin: int) -> bool:
-    """cos/sin one float32 shape [B|1, S|1, H|1, D] against x [B, S, H, D]."""
+    """cos/sin one float32 shape [B|1, S|1, H|1, D] against x [B, S, H, D]
+    (or of lower rank, broadcast as that with leading unit axes)."""
     shape, cos_shape = graph.signature(x), graph.signature(cos)
-    if cos_shape != graph.signature(sin) or len(cos_shape) != 4:
+    if cos_shape != graph.signature(sin):
         return False
+    if len(cos_shape) != 4:
+        cos_shape = _table_shape(graph, cos)
+        if cos_shape is None:
+            return False
     if any(graph.tensor(t).type != FLOAT32 for t in (cos, sin)):
         return False
     if cos_shape[3] != shape[3]:
@@ -231,7 +292,8 @@ def _match(graph: Graph, add: schema.OperatorT, considered: set[int]) -> RotaryM
             ops = [add, direct, rotated] + rot_ops
             if graph.read_outside(ops, {output}) is not None:
                 return f"rotary embedding at {where!r}: an intermediate is read outside it"
-            return RotaryMatch(x, cos, sin, output, ops, interleaved)
+            table = _table_shape(graph, cos) if len(graph.signature(cos)) != 4 else None
+            return RotaryMatch(x, cos, sin, output, ops, interleaved, table_shape=table)
     return None
 
 
