@@ -5,6 +5,7 @@ closer to the float Keras model than the plain int8 model?
     .venv/bin/python benchmarks/int8_sweep.py                  # every family, ~11 min
     .venv/bin/python benchmarks/int8_sweep.py bert swin        # some
     .venv/bin/python benchmarks/int8_sweep.py --out /tmp/sweep # results elsewhere
+    .venv/bin/python benchmarks/int8_sweep.py --quick          # BERT, into a temp folder
 
 Families: every backbone of examples/survey_keras_hub.py plus SigLIP and
 MiT from the keras-hub fusion tests (2 layers, batch 2, 24 tokens or 32x32
@@ -27,7 +28,7 @@ quantizer cannot produce is listed with its error.
 
 Each family runs in its own subprocess (a crash in one is one row).
 Writes int8_sweep.md and int8_sweep.json into --out (default
-benchmarks/results).
+benchmarks/results; --quick: a temp folder).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -385,13 +387,16 @@ def _shorten(note: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("families", nargs="*")
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--quick", action="store_true", help="BERT only, into a temp folder")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the per-family subprocess
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp()) if args.quick else HERE / "results"
     if args.one:
         print(json.dumps(sweep_family(args.one)))
         return 0
-    names = args.families or list(builders())
+    names = args.families or (["bert"] if args.quick else list(builders()))
     unknown = set(names) - set(builders())
     if unknown:
         parser.error(f"unknown families {sorted(unknown)}")

@@ -5,6 +5,7 @@ symmetric int8), against the float Keras model.
 
     .venv/bin/python benchmarks/quantization_budget.py               # BERT, S=256
     .venv/bin/python benchmarks/quantization_budget.py --family llama
+    .venv/bin/python benchmarks/quantization_budget.py --quick        # S=16
 
 Prints the max and mean abs error of the output for: FULLY_CONNECTED
 weights only, GATHER tables only, both; and of the converter's
@@ -56,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", default="bert")
     parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--quick", action="store_true", help="S=16")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seq = 16
 
     import bench_quantized as bench
     import optimize_keras_hub as example

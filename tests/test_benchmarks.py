@@ -314,7 +314,7 @@ def test_quantized_benchmark_quick_run(tmp_path):
 
 def test_quantization_budget_runs():
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "quantization_budget.py"), "--seq", "16"],
+        [sys.executable, str(ROOT / "benchmarks" / "quantization_budget.py"), "--quick"],
         capture_output=True,
         text=True,
         timeout=900,
@@ -322,3 +322,13 @@ def test_quantization_budget_runs():
     assert proc.returncode == 0, proc.stderr[-3000:]
     for row in ("FULLY_CONNECTED weights", "GATHER tables", "both", "dynamic-range model"):
         assert row in proc.stdout
+
+
+def test_int8_sweep_quick_run(tmp_path):
+    """BERT through every quantized form the sweep tries: what converted
+    fuses as the float model does."""
+    (row,) = run_quick("int8_sweep.py", tmp_path, "int8_sweep.json", "int8_sweep.md")
+    forms = row["forms"]
+    assert forms["float"]["fused"]
+    for name in ("int8", "aeq_int8"):
+        assert forms[name]["fused"] == forms["float"]["fused"], name
