@@ -28,6 +28,7 @@ from fusekit.errors import (
     PluginBuildError,
     RuntimeNotAvailableError,
     RuntimeTooOldError,
+    RuntimeUnsafeModelError,
 )
 from fusekit.generation import DecodeLoop, DecodeLoopError
 from fusekit.run.compiled_model import CompiledModel, KernelRunError
@@ -84,6 +85,7 @@ __all__ = [
     "PassError",
     "RuntimeNotAvailableError",
     "RuntimeTooOldError",
+    "RuntimeUnsafeModelError",
     "__version__",
     "PluginBuildError",
     "available_runtimes",

@@ -115,6 +115,25 @@ class InvalidModelError(FusekitError, ValueError):
         return (type(self), (self.source, self.reason))
 
 
+class RuntimeUnsafeModelError(InvalidModelError):
+    """A valid model that a runtime crashes on instead of refusing (LiteRT's
+    CompiledModel and a custom op with an input left out as -1); fusekit
+    refuses it before that runtime reads it.  Interpreters run such models:
+    the message says which runtime and why, not that the model is invalid.
+    """
+
+    def __init__(self, source: str, reason: str, runtime: str = "LiteRT's CompiledModel"):
+        self.runtime = runtime
+        super().__init__(source, reason)
+        self.args = (f"{source}: a valid model that {runtime} cannot run: {reason}",)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.source, self.reason, self.runtime))
+
+
 class PassError(FusekitError, ValueError):
     """A pass cannot run: an unknown pass name, bad pass options, or a model
     the passes cannot work on (the message names the model and what is

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fusekit.errors import FusekitError, InvalidModelError, KernelRunError
+from fusekit.errors import FusekitError, KernelRunError, RuntimeUnsafeModelError
 from fusekit.model import model_check
 from fusekit.run import abi_versions, aligned_model, compat, litert_c, model_gate, plugin
 from fusekit.run.litert_buffers import TensorBuffer, dtype_of, environment
@@ -74,7 +74,7 @@ class CompiledModel:
         # library holds the check (C apps call it too).
         problem = litert_c.model_problem(plugin.open_plugin(libraries[0]), model_data)
         if problem is not None:
-            raise InvalidModelError(_path or model_check.MODEL_CONTENT, problem)
+            raise RuntimeUnsafeModelError(_path or model_check.MODEL_CONTENT, problem)
         compat.check_loadable(model_data, "litert")
         model_data = aligned_model.align_weights(model_data)
         lib = litert_c.lib()
@@ -130,6 +130,8 @@ class CompiledModel:
 
         Raises:
           InvalidModelError / MissingKernelError: as fusekit.Interpreter.
+          RuntimeUnsafeModelError: a valid model LiteRT's CompiledModel
+            would crash on (a custom op input left out as -1).
           KernelRunError: a fusekit kernel refused a node (its message names
             the op and what was wrong).
           FusekitError: LiteRT could not read or compile the model.

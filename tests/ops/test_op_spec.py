@@ -4,6 +4,7 @@ layers and the passes write, and version-1 models still run."""
 
 from __future__ import annotations
 
+import pickle
 import re
 
 import numpy as np
@@ -204,8 +205,13 @@ def test_compiled_model_refuses_an_absent_input_it_would_crash_on(norm_models, a
     np.testing.assert_allclose(y, want, atol=1e-5)
     name = ["x", "gamma", "beta"][absent]
     message = f"{LN}: subgraph 0 operator 0 input {absent} ('{name}') is tensor index -1"
-    with pytest.raises(fusekit.errors.InvalidModelError, match=re.escape(message)):
+    with pytest.raises(fusekit.errors.RuntimeUnsafeModelError, match=re.escape(message)) as info:
         fusekit.CompiledModel.from_buffer(dropped)
+    # The model is valid (the Interpreter above ran it): the message says
+    # which runtime cannot, not that the model is malformed.
+    assert "not a valid TFLite model" not in str(info.value)
+    assert "LiteRT's CompiledModel cannot run" in str(info.value)
+    assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)
 
 
 def test_an_emitted_op_the_kernel_refuses_is_a_pass_error(norm_models):
