@@ -71,12 +71,14 @@ def _float_operand(graph: Graph, tensor: int) -> int:
     return add_dequantize(graph, tensor)
 
 
-def _promotable(graph: Graph, op) -> bool:
+def _promotable(graph: Graph, op) -> list | None:
+    """The DEQUANTIZE readers of ``op``'s result when ``op`` can compute in
+    float (see the module docstring); None otherwise."""
     if graph.builtin(op) not in _PROMOTABLE or len(op.outputs) != 1:
-        return False
+        return None
     if not all(is_quantized(graph, int(t)) for t in op.inputs):
-        return False
-    return _float_readers(graph, int(op.outputs[0])) is not None
+        return None
+    return _float_readers(graph, int(op.outputs[0]))
 
 
 def float_residual_stream(graph: Graph) -> int:
@@ -88,10 +90,10 @@ def float_residual_stream(graph: Graph) -> int:
     while changed:
         changed = False
         for op in reversed(list(graph.ops)):
-            if not _promotable(graph, op):
+            readers = _promotable(graph, op)
+            if readers is None:
                 continue
             result = int(op.outputs[0])
-            readers = _float_readers(graph, result)
             inputs = [_float_operand(graph, int(t)) for t in op.inputs]
             out = float_like(graph, result, "/float")
             op.inputs = np.array(inputs, np.int32)
