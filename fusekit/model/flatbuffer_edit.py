@@ -32,6 +32,7 @@ import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model import tensor_refs
 from fusekit.model.model_check import MODEL_CONTENT, ModelBuffer, verify_model
 
 _BLOB_ALIGNMENT = 16
@@ -56,8 +57,12 @@ def read_model(model: ModelBuffer, source: str = MODEL_CONTENT) -> schema.ModelT
 
 
 def read_verified_model(model: ModelBuffer) -> schema.ModelT:
-    """``read_model`` for a buffer that ``verify_model`` has accepted."""
-    return schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    """``read_model`` for a buffer that ``verify_model`` has accepted.  Tensor
+    indices inside quantization details are linked to the tensors they name
+    (``tensor_refs``), so that they follow those tensors through rewrites."""
+    m = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    tensor_refs.link(m)
+    return m
 
 
 def custom_options(model: ModelBuffer, op: schema.OperatorT) -> bytes:
@@ -140,7 +145,10 @@ def _pack(m: schema.ModelT, size_hint: int) -> bytes:
 def pack_model(m: schema.ModelT, original: ModelBuffer, alignment: int = _BLOB_ALIGNMENT) -> bytes:
     """Serializes ``m`` (read from ``original``), with the blobs the model
     keeps after its flatbuffer appended, each at a multiple of ``alignment``
-    bytes from the start, and their offsets updated."""
+    bytes from the start, and their offsets updated.  Tensor indices inside
+    quantization details are written from the tensors they were linked to
+    first (``tensor_refs.resolve``)."""
+    tensor_refs.resolve(m)
     blobs = _blobs(m, original)
     if not blobs:
         return _pack(m, len(original))

@@ -19,6 +19,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.errors import PassError  # noqa: F401  (also importable from here)
+from fusekit.model import tensor_refs
 from fusekit.model.flatbuffer_edit import pack_model, read_model
 from fusekit.model.model_ops import builtin_code, op_counts
 from fusekit.model.op_properties import PURE_OPS
@@ -141,6 +142,9 @@ class ModelView:
     def prune_buffers(self) -> int:
         """Removes buffers no tensor or metadata entry refers to (buffer 0,
         the empty sentinel, stays); returns how many."""
+        # A tensor named only from quantization details and left out of its
+        # subgraph's list by a rewrite is put back first: its buffer is used.
+        tensor_refs.resolve(self.m)
         used = {0}
         for subgraph in self.m.subgraphs or []:
             used |= {t.buffer for t in subgraph.tensors or []}
@@ -488,6 +492,9 @@ class Graph:
                 used |= {
                     e.tensorIndex for e in (signature.inputs or []) + (signature.outputs or [])
                 }
+        # Scale (and zero-point) tensors of blockwise weights: no operator
+        # reads them, the weights' quantization details name them.
+        used |= tensor_refs.used_by_details(self.sg, used)
         if len(used) == len(self.sg.tensors):
             return 0
         mapping = {old: new for new, old in enumerate(sorted(used))}
@@ -508,6 +515,7 @@ class Graph:
             if signature.subgraphIndex == self.index:
                 for entry in (signature.inputs or []) + (signature.outputs or []):
                     entry.tensorIndex = mapping[entry.tensorIndex]
+        tensor_refs.resolve(self.model.m)
         self.changed()
         return removed
 
