@@ -125,8 +125,11 @@ def test_a_scale_tensor_dropped_from_its_subgraph_comes_back():
     plain = _quantized("hf_llama")
     view = ModelView(plain)
     graph = next(view.graphs())
-    named = {int(t.quantization.details.scales) for t in graph.sg.tensors if t.quantization
-             and t.quantization.detailsType == BLOCKWISE}
+    named = {
+        int(t.quantization.details.scales)
+        for t in graph.sg.tensors
+        if t.quantization and t.quantization.detailsType == BLOCKWISE
+    }
     graph.sg.tensors = [t for i, t in enumerate(graph.sg.tensors) if i not in named]
     # The operators' indices are left stale on purpose only for tensors
     # after the dropped ones; the scale tensors are the last ones written.
