@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fusekit.errors import DecodeLoopError
-from fusekit.generation import DecodeLoop, _signature
+from fusekit.generation import DecodeLoop, signature_of
 from fusekit.model.model_check import mapped_model
 from fusekit.model.tflite_schema import model as root_table
 
@@ -42,10 +42,6 @@ _TOKEN_NAMES = ("token", "input_id", "ids")
 _POSITION_NAMES = ("pos", "index", "step")
 _MASK_NAMES = ("mask",)
 _PROBE_POSITION = 1
-
-
-class GenerateBenchError(DecodeLoopError):
-    """A model bench-generate cannot run: what is missing and what to do."""
 
 
 @dataclass
@@ -191,7 +187,7 @@ def _mask(shape: tuple[int, ...], dtype: np.dtype, position: int) -> np.ndarray:
     """Causal mask of queries at position, position + 1, ... over the last
     axis (keys): allowed up to each query's own position."""
     if len(shape) < 2:
-        raise GenerateBenchError(f"a mask of shape {list(shape)}: expected [..., queries, keys]")
+        raise DecodeLoopError(f"a mask of shape {list(shape)}: expected [..., queries, keys]")
     queries, keys = shape[-2], shape[-1]
     allowed = np.arange(keys)[None, :] <= (position + np.arange(queries))[:, None]
     if dtype == np.bool_:
@@ -199,7 +195,7 @@ def _mask(shape: tuple[int, ...], dtype: np.dtype, position: int) -> np.ndarray:
     elif np.issubdtype(dtype, np.floating):
         value = np.where(allowed, 0.0, np.finfo(dtype).min)
     else:
-        raise GenerateBenchError(f"a mask of type {dtype}: expected bool or float")
+        raise DecodeLoopError(f"a mask of type {dtype}: expected bool or float")
     return np.broadcast_to(value.astype(dtype), shape).copy()
 
 
@@ -214,7 +210,7 @@ def feeds(
     ``vocab``, the positions it covers, a causal mask.
 
     Raises:
-      GenerateBenchError: an input that is none of these.
+      DecodeLoopError: an input that is none of these.
     """
     out = {}
     for name, (shape, dtype) in layouts.items():
@@ -227,7 +223,7 @@ def feeds(
         elif kind == "positions" and np.issubdtype(dtype, np.integer):
             out[name] = (position + np.arange(count)).reshape(shape).astype(dtype)
         else:
-            raise GenerateBenchError(
+            raise DecodeLoopError(
                 f"signature {signature!r} input {name!r} ({dtype}{list(shape)}): bench-generate "
                 "feeds token ids, positions (input_pos) and attention masks by name, and does "
                 "not know what this input holds"
@@ -241,7 +237,7 @@ def feeds(
 def _probe_axes(interp: Any, decode: str, caches: list[str], vocab: int) -> dict[str, int]:
     """The axis of each cache that indexes positions: one step at position 1
     on empty caches writes one row, at index 1 of that axis."""
-    sig = _signature(interp, decode)
+    sig = signature_of(interp, decode)
     runner = interp.get_signature_runner(decode)
     layouts = {n: sig.layouts[("inputs", n)] for n in sig.inputs if n not in caches}
     inputs = feeds(layouts, decode, _PROBE_POSITION, vocab, np.random.default_rng(0))
@@ -258,7 +254,7 @@ def _probe_axes(interp: Any, decode: str, caches: list[str], vocab: int) -> dict
             if (written[:, a] == _PROBE_POSITION).all()
         ]
         if len(found) != 1:
-            raise GenerateBenchError(
+            raise DecodeLoopError(
                 f"cache {name!r} {list(outputs[name].shape)}: cannot tell which axis holds "
                 f"positions (a step at position {_PROBE_POSITION} on an empty cache wrote "
                 f"{len(written)} values{'' if not found else f', at index 1 of axes {found}'})"
@@ -273,7 +269,7 @@ def _prefill_signature(signatures: list[str], interp: Any, tokens: int | None) -
     for key in signatures:
         if not key.startswith("prefill"):
             continue
-        sig = _signature(interp, key)
+        sig = signature_of(interp, key)
         widths = [
             shape[-1]
             for (role, name), (shape, _) in sig.layouts.items()
@@ -283,7 +279,7 @@ def _prefill_signature(signatures: list[str], interp: Any, tokens: int | None) -
             candidates[key] = widths[0]
     if not candidates:
         if tokens:
-            raise GenerateBenchError(
+            raise DecodeLoopError(
                 f"the model has no prefill signature (signatures: {signatures}): leave out "
                 "--prefill"
             )
@@ -293,7 +289,7 @@ def _prefill_signature(signatures: list[str], interp: Any, tokens: int | None) -
     for key, width in candidates.items():
         if width == tokens:
             return key
-    raise GenerateBenchError(
+    raise DecodeLoopError(
         f"no prefill signature takes {tokens} tokens; the model's: "
         + ", ".join(f"{k} ({w} tokens)" for k, w in sorted(candidates.items()))
     )
@@ -344,7 +340,7 @@ def bench_generate(
       warmup: untimed decode steps first.
 
     Raises:
-      GenerateBenchError: the model lacks a decode signature or a cache,
+      DecodeLoopError: the model lacks a decode signature or a cache,
         has inputs the benchmark cannot feed, or the positions do not fit
         its cache.
     """
@@ -353,9 +349,9 @@ def bench_generate(
     from fusekit.run.runtimes import resolve_runtime
 
     if decode < 1:
-        raise GenerateBenchError(f"--decode must be at least 1, got {decode}")
+        raise DecodeLoopError(f"--decode must be at least 1, got {decode}")
     if cache_position < 0:
-        raise GenerateBenchError(f"--cache-position must be >= 0, got {cache_position}")
+        raise DecodeLoopError(f"--cache-position must be >= 0, got {cache_position}")
     if isinstance(model, (str, Path)):
         name = name or str(model)
         with mapped_model(model) as mapped:
@@ -365,14 +361,14 @@ def bench_generate(
     interp = Interpreter(model_content=data, num_threads=threads, runtime=runtime)
     signatures = sorted(interp.get_signature_list())
     if decode_signature not in signatures:
-        raise GenerateBenchError(
+        raise DecodeLoopError(
             f"the model has no {decode_signature!r} signature (signatures: {signatures})"
         )
     interp.allocate_tensors()
-    dsig = _signature(interp, decode_signature)
+    dsig = signature_of(interp, decode_signature)
     caches = [n for n in dsig.inputs if n in dsig.outputs]
     if not caches:
-        raise GenerateBenchError(
+        raise DecodeLoopError(
             f"signature {decode_signature!r} has no KV cache (no name is both an input and "
             "an output)"
         )
@@ -382,7 +378,7 @@ def bench_generate(
     lengths = {n: dsig.layouts[("inputs", n)][0][a] for n, a in axes.items()}
     positions = min(lengths.values())
     if cache_position + decode > positions:
-        raise GenerateBenchError(
+        raise DecodeLoopError(
             f"decode steps at positions {cache_position}..{cache_position + decode - 1} do not "
             f"fit the cache of {positions} positions: lower --cache-position or --decode"
         )
@@ -392,7 +388,7 @@ def bench_generate(
     prefill_ms = None
     prefill_tokens = 0
     if prefill_key is not None:
-        psig = _signature(interp, prefill_key)
+        psig = signature_of(interp, prefill_key)
         layouts = {n: psig.layouts[("inputs", n)] for n in psig.inputs if n not in caches}
         inputs = feeds(layouts, prefill_key, 0, vocab, rng)
         prefill_tokens = next(s[-1] for n, (s, _) in layouts.items() if _kind(n) == "tokens" and s)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from fusekit.cli import main
-from fusekit.generation_bench import GenerateBenchError, bench_generate, feeds
+from fusekit.errors import DecodeLoopError
+from fusekit.generation_bench import bench_generate, feeds
 from fusekit.model.flatbuffer_edit import read_model
 
 DATA = Path(__file__).resolve().parent / "data" / "torch"
@@ -85,7 +86,7 @@ def test_a_model_without_generation_signatures_is_refused(capsys):
 
 
 def test_inputs_it_cannot_feed_are_named():
-    with pytest.raises(GenerateBenchError, match="input 'param_tensor'"):
+    with pytest.raises(DecodeLoopError, match="input 'param_tensor'"):
         bench_generate(DATA / "hf_lfm2_gpu.tflite", decode=2, cache_position=4, bandwidth=1e9)
 
 
