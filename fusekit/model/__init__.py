@@ -8,9 +8,12 @@ viewing and writing a model.
 * ``op_properties``: what fusekit knows about each builtin operator;
 * ``flatbuffer_edit``: the schema's object API, and packing it back with the
   blobs of models written with buffer offsets;
-* ``graph``: the graph view passes edit.
+* ``graph``: the graph view passes edit;
+* ``tensor_refs``: tensor indices inside quantization details (blockwise
+  scales), kept pointing at their tensors through every rewrite;
+* ``sub_byte``: INT4 / UINT4 / INT2 constants, packed and unpacked.
 
-Importing this package imports none of them.  ``flatbuffer_edit`` and
-``graph`` need ai-edge-litert's schema module (the conversion side); the
+Importing this package imports none of them.  ``flatbuffer_edit``,
+``tensor_refs`` and ``graph`` need ai-edge-litert's schema module (the conversion side); the
 others need only numpy and flatbuffers, as on a device.
 """
