@@ -138,3 +138,62 @@ def test_a_scale_tensor_dropped_from_its_subgraph_comes_back():
     model = view.pack()
     _check_scales(plain, model)
     _errors(model, FIXTURES["hf_llama"])
+
+
+def test_a_weight_copied_into_another_subgraph_brings_its_scales():
+    """A blockwise weight copied into another subgraph (as inlining a
+    composite's body copies its tensors) names a copy of its scale tensor
+    there; the new subgraph runs and equals the float matmul of the
+    dequantized weight."""
+    import copy
+
+    from ai_edge_litert import schema_py_generated as schema
+
+    from fusekit.model.graph import OP
+
+    view = ModelView(_quantized("hf_llama"))
+    graph = next(view.graphs())
+    index = next(
+        i
+        for i, t in enumerate(graph.sg.tensors)
+        if t.quantization and t.quantization.detailsType == BLOCKWISE
+    )
+    weight = graph.sg.tensors[index]
+    rows, cols = graph.shape(index)
+    scales = graph.constant(int(weight.quantization.details.scales)).astype(np.float32)
+    dequantized = graph.constant(index) * np.repeat(
+        scales, weight.quantization.details.blockSize, 1
+    )
+
+    def tensor(shape, name):
+        t = schema.TensorT()
+        t.shape, t.type, t.name, t.buffer = np.array(shape, np.int32), 0, name, 0
+        return t
+
+    sg = schema.SubGraphT()
+    sg.tensors = [tensor([1, cols], b"x"), copy.deepcopy(weight), tensor([1, rows], b"y")]
+    op = schema.OperatorT()
+    op.opcodeIndex = view.opcode_index(OP.FULLY_CONNECTED)
+    op.inputs, op.outputs = np.array([0, 1, -1], np.int32), np.array([2], np.int32)
+    op.builtinOptionsType = schema.BuiltinOptions.FullyConnectedOptions
+    op.builtinOptions = schema.FullyConnectedOptionsT()
+    sg.operators, sg.inputs, sg.outputs = [op], np.array([0]), np.array([2])
+    view.m.subgraphs.append(sg)
+    signature = schema.SignatureDefT()
+    signature.signatureKey, signature.subgraphIndex = b"copy", len(view.m.subgraphs) - 1
+    signature.inputs, signature.outputs = (
+        [schema.TensorMapT(), schema.TensorMapT()][:1],
+        [schema.TensorMapT()],
+    )
+    signature.inputs[0].name, signature.inputs[0].tensorIndex = b"x", 0
+    signature.outputs[0].name, signature.outputs[0].tensorIndex = b"y", 2
+    view.m.signatureDefs.append(signature)
+    model = view.pack()
+
+    packed = read_model(model).subgraphs[-1]
+    assert len(packed.tensors) == 4  # the scale tensor's copy, appended
+    assert packed.tensors[packed.tensors[1].quantization.details.scales].name.endswith(b"_scales")
+    x = np.random.default_rng(0).standard_normal((1, cols)).astype(np.float32)
+    y = fusekit.Interpreter(model_content=model).get_signature_runner("copy")(x=x)["y"]
+    # Dynamic-range FULLY_CONNECTED quantizes x to int8 on the fly.
+    np.testing.assert_allclose(y, x @ dequantized.T, atol=0.02 * np.abs(x @ dequantized.T).max())
