@@ -181,10 +181,7 @@ def test_a_weight_copied_into_another_subgraph_brings_its_scales():
     view.m.subgraphs.append(sg)
     signature = schema.SignatureDefT()
     signature.signatureKey, signature.subgraphIndex = b"copy", len(view.m.subgraphs) - 1
-    signature.inputs, signature.outputs = (
-        [schema.TensorMapT(), schema.TensorMapT()][:1],
-        [schema.TensorMapT()],
-    )
+    signature.inputs, signature.outputs = [schema.TensorMapT()], [schema.TensorMapT()]
     signature.inputs[0].name, signature.inputs[0].tensorIndex = b"x", 0
     signature.outputs[0].name, signature.outputs[0].tensorIndex = b"y", 2
     view.m.signatureDefs.append(signature)
