@@ -282,3 +282,32 @@ def test_the_verifier_refuses_details_a_runtime_would_follow_out_of_bounds(chang
         verify_model(model)
     with pytest.raises(InvalidModelError, match=message):
         fusekit.Interpreter(model_content=model)
+
+
+def _affine(scales: int, zero_points: int, axis: int):
+    def change(sg, _details, index):
+        q = schema.QuantizationParametersT()
+        q.scale = np.ones(scales, np.float32)
+        q.zeroPoint = np.zeros(zero_points, np.int64)
+        q.quantizedDimension = axis
+        sg.tensors[index].quantization = q
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_affine(2, 1, 0), "2 quantization scales but 1 zero points"),
+        (_affine(64, 64, 0), "64 quantization scales for dimension 0 of size 128"),
+        (_affine(128, 128, 2), "quantized dimension 2 out of range for shape"),
+    ],
+)
+def test_the_verifier_refuses_per_tensor_and_per_channel_parameters_that_disagree(change, message):
+    with pytest.raises(InvalidModelError, match=message):
+        verify_model(_mutated(change))
+
+
+def test_per_channel_parameters_that_fit_are_accepted():
+    verify_model(_mutated(_affine(128, 128, 0)))
+    verify_model(_mutated(_affine(1, 1, 0)))
