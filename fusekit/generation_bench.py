@@ -14,9 +14,11 @@ Models: a ``decode`` signature whose KV caches are both inputs and outputs
 (litert-torch's generative and Hugging Face exporters, keras-hub steps),
 optionally ``prefill*`` signatures.  Their other inputs are fed by name:
 token ids (``tokens``, ``input_ids``...), positions (``input_pos``,
-``positions``...) and attention masks (``mask``: causal over the filled
-positions).  The cache axis that indexes positions is found by running one
-step on an empty cache and seeing which rows it wrote.
+``positions``...), attention masks (``mask``: causal over the filled
+positions) and the runtime parameters of litert-torch's Hugging Face
+exporter (``param_tensor``: write offset and end).  The cache axis that
+indexes positions is found by running one step on an empty cache and seeing
+which rows it wrote.
 
 Runtime side: no TensorFlow import.
 """
@@ -173,6 +175,8 @@ def weight_bytes(model: bytes | memoryview, subgraph: int) -> int:
 
 def _kind(name: str) -> str | None:
     lowered = name.lower()
+    if lowered == "param_tensor":
+        return "params"
     for kind, names in (
         ("mask", _MASK_NAMES),
         ("tokens", _TOKEN_NAMES),
@@ -213,6 +217,7 @@ def feeds(
       DecodeLoopError: an input that is none of these.
     """
     out = {}
+    tokens = next((s[-1] for n, (s, _) in layouts.items() if _kind(n) == "tokens" and s), 1)
     for name, (shape, dtype) in layouts.items():
         kind = _kind(name)
         count = int(np.prod(shape, dtype=np.int64))
@@ -222,11 +227,17 @@ def feeds(
             out[name] = rng.integers(0, max(vocab, 1), shape).astype(dtype)
         elif kind == "positions" and np.issubdtype(dtype, np.integer):
             out[name] = (position + np.arange(count)).reshape(shape).astype(dtype)
+        elif kind == "params" and np.issubdtype(dtype, np.integer) and shape and shape[-1] >= 2:
+            # litert-torch's Hugging Face exporter: [..., (write offset, end
+            # of the tokens written), 0...].
+            value = np.zeros(shape, dtype)
+            value[..., 0], value[..., 1] = position, position + tokens
+            out[name] = value
         else:
             raise DecodeLoopError(
                 f"signature {signature!r} input {name!r} ({dtype}{list(shape)}): bench-generate "
-                "feeds token ids, positions (input_pos) and attention masks by name, and does "
-                "not know what this input holds"
+                "feeds token ids, positions (input_pos), attention masks and export_hf's "
+                "param_tensor by name, and does not know what this input holds"
             )
     return out
 

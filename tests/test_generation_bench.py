@@ -13,7 +13,7 @@ import pytest
 
 from fusekit.cli import main
 from fusekit.errors import DecodeLoopError
-from fusekit.generation_bench import bench_generate, feeds
+from fusekit.generation_bench import feeds
 from fusekit.model.flatbuffer_edit import read_model
 
 DATA = Path(__file__).resolve().parent / "data" / "torch"
@@ -85,9 +85,33 @@ def test_a_model_without_generation_signatures_is_refused(capsys):
     assert code == 1 and "no 'decode' signature" in err
 
 
+def test_the_hugging_face_exporters_route(capsys):
+    """litert-torch's export_hf (GPU composites): K [B, KV, S, H] beside V
+    [B, KV, H, S], a float mask and the runtime param_tensor."""
+    code, out, _ = _run(
+        capsys,
+        str(DATA / "hf_lfm2_gpu.tflite"),
+        "--decode",
+        "4",
+        "--cache-position",
+        "8",
+        "--bandwidth",
+        "20",
+        "--optimize",
+        "--json",
+    )
+    assert code == 0
+    r = json.loads(out)
+    assert r["prefill_signature"] == "prefill_8"
+    assert r["cache_axes"] == {
+        f"kv_cache_{kv}_{i}": 2 if kv == "k" else 3 for kv in "kv" for i in (0, 1)
+    }
+
+
 def test_inputs_it_cannot_feed_are_named():
-    with pytest.raises(DecodeLoopError, match="input 'param_tensor'"):
-        bench_generate(DATA / "hf_lfm2_gpu.tflite", decode=2, cache_position=4, bandwidth=1e9)
+    layouts = {"tokens": ((1, 1), np.dtype(np.int32)), "state": ((1, 4), np.dtype(np.float32))}
+    with pytest.raises(DecodeLoopError, match=r"input 'state' \(float32\[1, 4\]\)"):
+        feeds(layouts, "decode", 0, 10, np.random.default_rng(0))
 
 
 def test_masks_and_positions():
@@ -97,7 +121,9 @@ def test_masks_and_positions():
         "input_pos": ((2,), np.dtype(np.int32)),
         "tokens": ((1, 2), np.dtype(np.int32)),
     }
+    layouts["param_tensor"] = ((1, 1, 1, 7), np.dtype(np.int32))
     got = feeds(layouts, "decode", 3, 10, np.random.default_rng(0))
+    np.testing.assert_array_equal(got["param_tensor"].reshape(-1), [3, 5, 0, 0, 0, 0, 0])
     allowed = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]], bool)
     np.testing.assert_array_equal(got["bool_mask"][0, 0], allowed)
     np.testing.assert_array_equal(got["mask"][0, 0] == 0, allowed)
