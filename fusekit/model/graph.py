@@ -565,11 +565,17 @@ def copy_quantization(
     return out
 
 
+def laid_out_by_blocks(q: schema.QuantizationParametersT | None) -> bool:
+    """Whether ``q`` has details (blockwise, multi-axis scales) laid out for
+    the tensor's own shape: a rewrite that reshapes, permutes or rearranges
+    the tensor's values would need new scales, so it leaves the tensor be."""
+    return q is not None and bool(q.detailsType)
+
+
 def follows_axes(q: schema.QuantizationParametersT | None, axis_map: dict[int, int] | None) -> bool:
     """Whether ``q`` stays valid when the tensor's axes move by ``axis_map``:
     always for per-tensor and per-axis parameters, which ``copy_quantization``
-    moves; for blockwise / multi-axis details (scales laid out by block of the
-    original axes) only when no axis moves."""
-    if q is None or not q.detailsType or axis_map is None:
+    moves; for details laid out by block only when no axis moves."""
+    if not laid_out_by_blocks(q) or axis_map is None:
         return True
     return all(old == new for old, new in axis_map.items())
