@@ -189,7 +189,10 @@ def _kind(name: str) -> str | None:
 
 def _mask(shape: tuple[int, ...], dtype: np.dtype, position: int) -> np.ndarray:
     """Causal mask of queries at position, position + 1, ... over the last
-    axis (keys): allowed up to each query's own position."""
+    axis (keys): allowed up to each query's own position; an integer mask is
+    a padding mask (ones: no padding)."""
+    if np.issubdtype(dtype, np.integer):
+        return np.ones(shape, dtype)  # a padding mask: every token is real
     if len(shape) < 2:
         raise DecodeLoopError(f"a mask of shape {list(shape)}: expected [..., queries, keys]")
     queries, keys = shape[-2], shape[-1]
@@ -199,7 +202,7 @@ def _mask(shape: tuple[int, ...], dtype: np.dtype, position: int) -> np.ndarray:
     elif np.issubdtype(dtype, np.floating):
         value = np.where(allowed, 0.0, np.finfo(dtype).min)
     else:
-        raise DecodeLoopError(f"a mask of type {dtype}: expected bool or float")
+        raise DecodeLoopError(f"a mask of type {dtype}: expected bool, float or integer")
     return np.broadcast_to(value.astype(dtype), shape).copy()
 
 

@@ -119,6 +119,7 @@ def test_masks_and_positions():
         "mask": ((1, 1, 2, 6), np.dtype(np.float32)),
         "bool_mask": ((1, 1, 2, 6), np.dtype(np.bool_)),
         "input_pos": ((2,), np.dtype(np.int32)),
+        "padding_mask": ((1, 2), np.dtype(np.int32)),
         "tokens": ((1, 2), np.dtype(np.int32)),
     }
     layouts["param_tensor"] = ((1, 1, 1, 7), np.dtype(np.int32))
@@ -129,6 +130,7 @@ def test_masks_and_positions():
     np.testing.assert_array_equal(got["mask"][0, 0] == 0, allowed)
     assert (got["mask"][0, 0][~allowed] < -1e30).all()
     np.testing.assert_array_equal(got["input_pos"], [3, 4])
+    np.testing.assert_array_equal(got["padding_mask"], [[1, 1]])
     assert (
         got["tokens"].dtype == np.int32
         and (0 <= got["tokens"]).all()
