@@ -108,6 +108,10 @@ def run_llama(gguf: Path, args: argparse.Namespace) -> dict:
         str(LLAMA_BIN / "llama-bench"), "-m", str(gguf), "-p", str(args.prefill),
         "-n", str(args.decode), "-d", str(args.cache_position), "-t", str(args.threads),
         "-r", "1", "-o", "json",
+        # Without weight repacking: on CPUs that advertise AMX to the
+        # compiler but not to the process (some VMs), llama.cpp's repacked
+        # (AMX) matmul segfaults.
+        "--repack", "0",
     ]  # fmt: skip
     rows = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
     prefill = next(r for r in rows if r["n_prompt"] and not r["n_gen"])
@@ -203,7 +207,9 @@ def write(out: Path, result: dict[str, Any]) -> None:
     lines.append("")
     lines.append(
         "The read floor: the bytes a decode step reads once (its weights and the KV cache "
-        "rows up to its position) over the bandwidth. LiteRT-LM's engine is not run here."
+        "rows up to its position) over the bandwidth. LiteRT-LM's engine is not run here. "
+        "llama.cpp runs with `--repack 0`: its repacked (AMX) path segfaults on machines "
+        "whose CPU advertises AMX without granting it to the process."
     )
     lines += [f"- {note}" for note in result["skipped"]]
     (out / "llm_peers.md").write_text("\n".join(lines) + "\n")
