@@ -57,6 +57,7 @@ valid key produces.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,6 +65,8 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import attention_operands as operands
+from fusekit.passes.fusion.attention_axes import attention_by_axes
+from fusekit.passes.fusion.attention_check import measured_difference
 from fusekit.passes.fusion.attention_grouped_decode import decode_grouped_out, decode_grouped_q
 from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
 from fusekit.passes.fusion.key_mask import KeyRow, narrowed
@@ -125,6 +128,17 @@ class AttentionMatch:
     # [B*H, 1, Dv] read back by a reshape).
     result_shape: list[int] | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
+    # Found by the axes (fusion/attention_axes.py): the layout attrs the op
+    # reads q, k and v in, the operators that write its operands (q, k, v,
+    # the mask) called before the op is added, and the ones that map its
+    # result onto ``output`` (None: the result is ``output``).
+    layouts: dict[str, str] = field(default_factory=dict)
+    prepare: Callable[[Graph], None] | None = None
+    finish_output: Callable[[Graph, int], None] | None = None
+    proven_by: str = "form"
+    # The tensors the region reads besides constants (its proof by
+    # execution feeds them random draws).
+    region_inputs: list[int] = field(default_factory=list)
 
 
 def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float] | None:
@@ -1074,12 +1088,28 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
     if graph.tensor(int(softmax.inputs[0])).type in _INTEGER_TYPES:
         return None
     found = _match_attention(graph, softmax)
+    if not isinstance(found, AttentionMatch):
+        by_axes = _by_axes(graph, softmax)
+        if isinstance(by_axes, AttentionMatch) or (found is None and by_axes is not None):
+            return by_axes
     if found is None and reaches_activation_matmul(graph, int(softmax.inputs[0])):
         return _miss(
             "unknown_form",
             "the SOFTMAX reads a matmul of two activations, but not in a form of "
             "attention fusekit can prove (see fusion/attention.py for the forms)",
         )
+    return found
+
+
+def _by_axes(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
+    """Attention read from its axes (fusion/attention_axes.py), proven by
+    running it (fusion/attention_check.py)."""
+    found = attention_by_axes(graph, softmax)
+    if not isinstance(found, AttentionMatch):
+        return found
+    reason = measured_difference(graph, found, set(found.region_inputs), attention_by_axes)
+    if reason:
+        return _miss("check", f"not fused: {reason}")
     return found
 
 
