@@ -48,6 +48,7 @@ from fusekit.model.graph import OP, OPTIONS, Graph
 from fusekit.passes.fusion import axis_map
 from fusekit.passes.fusion.axis_map import BROADCAST, Atom, View
 from fusekit.passes.fusion.pattern import NearMiss, only_reader
+from fusekit.passes.fusion.softmax_forms import Softmax, softmax_at
 from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
 
 _VIEW_OPS = frozenset({OP.RESHAPE, OP.TRANSPOSE, OP.SQUEEZE, OP.EXPAND_DIMS})
@@ -90,16 +91,25 @@ def _is_activation_matmul(graph: Graph, op: schema.OperatorT) -> bool:
     )
 
 
+def _read_only_by(graph: Graph, tensor: int, readers: list[schema.OperatorT]) -> bool:
+    allowed = {id(r) for r in readers}
+    found = graph.consumers(tensor)
+    return bool(found) and not graph.is_output(tensor) and all(id(r) in allowed for r in found)
+
+
 def _walk_back(
-    graph: Graph, tensor: int, reader: schema.OperatorT, path: list[tuple[schema.OperatorT, int]]
+    graph: Graph,
+    tensor: int,
+    readers: list[schema.OperatorT],
+    path: list[tuple[schema.OperatorT, int]],
 ) -> tuple[schema.OperatorT, list[tuple[schema.OperatorT, int]]] | None:
-    """From the SOFTMAX's input back to Q.K^T: (Q.K^T, the ops between as
+    """From the softmax's input back to Q.K^T: (Q.K^T, the ops between as
     (op, the input position the scores come in at)), trying both operands
     of an ADD."""
     if len(path) > _MAX_PATH:
         return None
     op = graph.producer(tensor)
-    if op is None or only_reader(graph, tensor) is not reader:
+    if op is None or not _read_only_by(graph, tensor, readers):
         return None
     if graph.tensor(tensor).type != FLOAT32:
         return None
@@ -108,24 +118,44 @@ def _walk_back(
     code = graph.builtin(op)
     inputs = [int(t) for t in op.inputs]
     if code in _VIEW_OPS and axis_map.data_input(graph, op) is not None:
-        return _walk_back(graph, inputs[0], op, [(op, 0), *path])
+        return _walk_back(graph, inputs[0], [op], [(op, 0), *path])
     if code in (OP.MUL, OP.DIV) and no_activation(op) and len(inputs) == 2:
         c = scalar(graph, inputs[1])
         if c is None or c == 0.0 or not np.isfinite(c):
             return None
-        return _walk_back(graph, inputs[0], op, [(op, 0), *path])
+        return _walk_back(graph, inputs[0], [op], [(op, 0), *path])
     if code == OP.ADD and no_activation(op) and len(inputs) == 2:
         for position in (0, 1):
             if graph.is_constant(inputs[position]):
                 continue
-            found = _walk_back(graph, inputs[position], op, [(op, position), *path])
+            found = _walk_back(graph, inputs[position], [op], [(op, position), *path])
             if found is not None:
                 return found
     return None
 
 
-def _scores(graph: Graph, softmax: schema.OperatorT) -> _Scores | NearMiss | None:
-    walked = _walk_back(graph, int(softmax.inputs[0]), softmax, [])
+def blocker(graph: Graph, tensor: int) -> schema.OperatorT | None:
+    """The first operator above the scores ``tensor`` that is none of what
+    the walk back to Q.K^T goes through (a view, a scale, an addition),
+    following the scores' own operand; None when the walk reaches no such
+    operator or a matmul of activations first."""
+    for _ in range(_MAX_PATH):
+        op = graph.producer(tensor)
+        if op is None or _is_activation_matmul(graph, op):
+            return None
+        code = graph.builtin(op)
+        inputs = [int(t) for t in op.inputs]
+        if code in _VIEW_OPS or code in (OP.MUL, OP.DIV):
+            tensor = inputs[0]
+        elif code == OP.ADD:
+            tensor = next((t for t in inputs if not graph.is_constant(t)), inputs[0])
+        else:
+            return op
+    return None
+
+
+def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
+    walked = _walk_back(graph, softmax.input, softmax.ops, [])
     if walked is None:
         return None
     qk, path = walked
@@ -156,14 +186,21 @@ def _scores(graph: Graph, softmax: schema.OperatorT) -> _Scores | NearMiss | Non
             other = int(op.inputs[1 - position])
             if graph.tensor(other).type != FLOAT32:
                 return None
+            out_shape = graph.signature(out)
+            if out_shape != view.shape:
+                # Broadcasting against a mask of higher rank only adds
+                # leading unit axes to the scores.
+                lead = len(out_shape) - len(view.shape)
+                widened = axis_map.step_reshape(view, out_shape)
+                if lead < 0 or any(d != 1 for d in out_shape[:lead]) or widened is None:
+                    return _miss("bias_shape", "a tensor added to the scores widens them")
+                view = widened
             terms.append(_Term(other, view))
-        if graph.signature(out) != view.shape and code not in _VIEW_OPS:
-            return _miss("bias_shape", "a tensor added to the scores widens them")
-    beta = float(getattr(softmax.builtinOptions, "beta", 1.0) or 1.0)
+    beta = softmax.beta
     scale *= beta
     for term in terms:
         term.factor *= beta
-    ops = [qk, *(op for op, _ in path), softmax]
+    ops = [qk, *(op for op, _ in path), *softmax.ops]
     return _Scores(qk, ops, view, scale, terms)
 
 
@@ -232,12 +269,16 @@ class _Problem:
     where: dict[Atom, dict[str, Atom]] = field(default_factory=dict)  # O atom -> sink -> atom
 
 
-def attention_by_axes(graph: Graph, softmax: schema.OperatorT):
-    """An AttentionMatch for the attention around ``softmax``, a NearMiss
-    saying why the attention found there cannot be fused, or None when
-    the SOFTMAX is not between two matmuls of activations."""
+def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
+    """An AttentionMatch for the attention around the softmax ``anchor``
+    ends (fusion/softmax_forms.py), a NearMiss saying why the attention
+    found there cannot be fused, or None when it is no softmax between two
+    matmuls of activations."""
     from fusekit.passes.fusion.attention import AttentionMatch  # noqa: PLC0415 (cycle)
 
+    softmax = softmax_at(graph, anchor)
+    if softmax is None:
+        return None
     scores = _scores(graph, softmax)
     if not isinstance(scores, _Scores):
         return scores
@@ -248,13 +289,13 @@ def attention_by_axes(graph: Graph, softmax: schema.OperatorT):
     if rank < 2:
         return None
     kv_len = o_shape[n_axis]
-    if scores.view.axes[-1] != [Atom(n_axis, 1, kv_len)]:
+    if scores.view.axes[softmax.axis] != [Atom(n_axis, 1, kv_len)]:
         return _miss(
             "softmax_axis",
             "the SOFTMAX does not run over the keys of Q.K^T (its last axis is another one)",
         )
     # Forward: the probabilities through views to P.V.
-    p_view, tensor, forward = scores.view, int(softmax.outputs[0]), []
+    p_view, tensor, forward = scores.view, softmax.output, []
     while True:
         reader = only_reader(graph, tensor)
         if reader is None:

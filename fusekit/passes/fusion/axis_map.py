@@ -127,6 +127,12 @@ def _regroup(view: View, shape: list[int]) -> View | None:
     return _with_axes(view, axes)
 
 
+def step_reshape(view: View, shape: list[int]) -> View | None:
+    """The view read as ``shape`` (a RESHAPE of it)."""
+    found = _regroup(view, shape)
+    return None if found is None or found.shape != shape else found
+
+
 def _sliced(view: View, axis: int, begin: int, end: int) -> View | None:
     """Indices [begin, end) of ``axis`` kept."""
     atoms = view.axes[axis]

@@ -15,6 +15,7 @@ from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.pattern import Fusion, NearMiss, run_fusion
 from fusekit.passes.fusion.quantized import QUANTIZED_NORM
+from fusekit.passes.fusion.softmax_forms import ANCHORS as SOFTMAX_ANCHORS
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
 from fusekit.passes.fusion.values import FLOAT32
 from fusekit.passes.registry import PassOptions
@@ -288,7 +289,7 @@ class AttentionFusion(Fusion[AttentionMatch]):
     """Scaled dot-product attention cores (fusion/attention.py)."""
 
     kind = "attention"
-    anchors = frozenset([OP.SOFTMAX])
+    anchors = SOFTMAX_ANCHORS
 
     def __init__(self) -> None:
         # Key-only mask rows emitted in the current graph, by the tensor
