@@ -278,6 +278,32 @@ FORMS = [
 ]
 
 
+def export_hf_default(out: Path) -> dict:
+    """litert-torch's Hugging Face exporter in its default form (K cache
+    [B, KV, S, D], V cache [B, KV, D, S], float mask; prefill and decode):
+    scripts/export_hf_gpu.py's tiny LFM2 without the GPU options."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from export_hf_gpu import _no_randomize, export_hf_gpu
+
+    model, inputs, outputs = export_hf_gpu({}, SEED, _no_randomize)
+    name = "hf_default_lfm2"
+    (out / f"{name}.tflite").write_bytes(model)
+    arrays = {f"{sig}/in/{k}": v for sig, d in inputs.items() for k, v in d.items()}
+    arrays |= {f"{sig}/out/{k}": v for sig, d in outputs.items() for k, v in d.items()}
+    np.savez(out / f"{name}.npz", **arrays)
+    return {
+        "name": name,
+        "description": "export_hf default form (LFM2, 2 layers): prefill_8 and decode signatures",
+        "model": f"{name}.tflite",
+        "data": f"{name}.npz",
+        "signatures": {"prefill_8": 1, "decode": 2},
+        "attention": 3,
+        "fused": 3,
+    }
+
+
 def export(form: Form, out: Path) -> dict:
     import litert_torch
 
@@ -320,6 +346,8 @@ def main() -> int:
             continue
         entries[form.name] = export(form, args.out)
         print("exported", form.name)
+    if not args.only or "hf_default_lfm2" in args.only:
+        entries["hf_default_lfm2"] = export_hf_default(args.out)
     import litert_torch
 
     manifest = {
@@ -327,7 +355,7 @@ def main() -> int:
         "scripts/export_attention_forms.py; 'attention' counts the instances, 'fused' how many "
         "fusekit must fuse (the others are refused with a note)",
         "versions": {"torch": torch.__version__, "litert_torch": litert_torch.__version__},
-        "forms": [entries[f.name] for f in FORMS if f.name in entries],
+        "forms": [entries[n] for n in [f.name for f in FORMS] + ["hf_default_lfm2"] if n in entries],
     }
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     return 0
