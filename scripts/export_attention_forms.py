@@ -75,8 +75,10 @@ class Classic3D(nn.Module):
 
     def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         b, s, c = x.shape
-        q, k, v = self._to_batch(self.q(x)), self._to_batch(self.k(context)), self._to_batch(
-            self.v(context)
+        q, k, v = (
+            self._to_batch(self.q(x)),
+            self._to_batch(self.k(context)),
+            self._to_batch(self.v(context)),
         )
         scale = (c // self.heads) ** -0.5
         scores = torch.bmm(q, k.transpose(-1, -2)) * scale
@@ -256,25 +258,78 @@ def _deberta_inputs() -> dict[str, torch.Tensor]:
 
 
 FORMS = [
-    Form("vit_packed_qkv", "timm ViT attention, explicit softmax, [2, 17, 64], 4 heads",
-         lambda: PackedQKV(), lambda: {"x": torch.randn(2, 17, 64)}, 1, 1),
-    Form("vit_packed_sdpa", "timm ViT attention through F.scaled_dot_product_attention",
-         lambda: PackedQKV(sdpa=True), lambda: {"x": torch.randn(1, 17, 64)}, 1, 1),
-    Form("classic_3d", "diffusers' classic AttnProcessor: [B*H, S, S] scores, cross-attention",
-         lambda: Classic3D(), lambda: {"x": torch.randn(2, 16, 64), "context": torch.randn(2, 8, 64)},
-         1, 1),
-    Form("single_head", "one head, no head axis: [B, S, C] @ [B, C, S]",
-         lambda: SingleHead(), lambda: {"x": torch.randn(2, 20, 32)}, 1, 1),
-    Form("deberta_terms", "DeBERTa-v2: merged scores plus a c2p term, viewed 4-D, masked",
-         lambda: DebertaTerms(), _deberta_inputs, 1, 1),
-    Form("swin_windows", "Swin: packed qkv, relative-position bias, shift mask through 5-D view",
-         lambda: SwinWindows(), lambda: {"x": torch.randn(8, 16, 32)}, 1, 1),
-    Form("kv_transposed_decode", "decode step, K cache [B, KV, S, D], V cache [B, KV, D, S], GQA",
-         lambda: TransposedCache(), _decode_inputs, 1, 1),
-    Form("explicit_softmax", "softmax as exp(s - max) / sum over packed qkv",
-         lambda: ExplicitSoftmax(), lambda: {"x": torch.randn(1, 16, 64)}, 1, 1),
-    Form("talking_heads", "EfficientFormerV2 talking heads: convs across heads around the softmax",
-         lambda: TalkingHeads(), lambda: {"x": torch.randn(1, 16, 32)}, 1, 0),
+    Form(
+        "vit_packed_qkv",
+        "timm ViT attention, explicit softmax, [2, 17, 64], 4 heads",
+        lambda: PackedQKV(),
+        lambda: {"x": torch.randn(2, 17, 64)},
+        1,
+        1,
+    ),
+    Form(
+        "vit_packed_sdpa",
+        "timm ViT attention through F.scaled_dot_product_attention",
+        lambda: PackedQKV(sdpa=True),
+        lambda: {"x": torch.randn(1, 17, 64)},
+        1,
+        1,
+    ),
+    Form(
+        "classic_3d",
+        "diffusers' classic AttnProcessor: [B*H, S, S] scores, cross-attention",
+        lambda: Classic3D(),
+        lambda: {"x": torch.randn(2, 16, 64), "context": torch.randn(2, 8, 64)},
+        1,
+        1,
+    ),
+    Form(
+        "single_head",
+        "one head, no head axis: [B, S, C] @ [B, C, S]",
+        lambda: SingleHead(),
+        lambda: {"x": torch.randn(2, 20, 32)},
+        1,
+        1,
+    ),
+    Form(
+        "deberta_terms",
+        "DeBERTa-v2: merged scores plus a c2p term, viewed 4-D, masked",
+        lambda: DebertaTerms(),
+        _deberta_inputs,
+        1,
+        1,
+    ),
+    Form(
+        "swin_windows",
+        "Swin: packed qkv, relative-position bias, shift mask through 5-D view",
+        lambda: SwinWindows(),
+        lambda: {"x": torch.randn(8, 16, 32)},
+        1,
+        1,
+    ),
+    Form(
+        "kv_transposed_decode",
+        "decode step, K cache [B, KV, S, D], V cache [B, KV, D, S], GQA",
+        lambda: TransposedCache(),
+        _decode_inputs,
+        1,
+        1,
+    ),
+    Form(
+        "explicit_softmax",
+        "softmax as exp(s - max) / sum over packed qkv",
+        lambda: ExplicitSoftmax(),
+        lambda: {"x": torch.randn(1, 16, 64)},
+        1,
+        1,
+    ),
+    Form(
+        "talking_heads",
+        "EfficientFormerV2 talking heads: convs across heads around the softmax",
+        lambda: TalkingHeads(),
+        lambda: {"x": torch.randn(1, 16, 32)},
+        1,
+        0,
+    ),
 ]
 
 
@@ -355,7 +410,9 @@ def main() -> int:
         "scripts/export_attention_forms.py; 'attention' counts the instances, 'fused' how many "
         "fusekit must fuse (the others are refused with a note)",
         "versions": {"torch": torch.__version__, "litert_torch": litert_torch.__version__},
-        "forms": [entries[n] for n in [f.name for f in FORMS] + ["hf_default_lfm2"] if n in entries],
+        "forms": [
+            entries[n] for n in [f.name for f in FORMS] + ["hf_default_lfm2"] if n in entries
+        ],
     }
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     return 0

@@ -1093,7 +1093,9 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
     found = _match_attention(graph, softmax) if graph.builtin(softmax) == OP.SOFTMAX else None
     if not isinstance(found, AttentionMatch):
         by_axes = _by_axes(graph, softmax)
-        if isinstance(by_axes, AttentionMatch) or (found is None and by_axes is not None):
+        # A region the runtime disproved says so, whatever the forms said.
+        disproved = isinstance(by_axes, NearMiss) and by_axes.code == "attention.check"
+        if isinstance(by_axes, AttentionMatch) or disproved or (found is None and by_axes):
             return by_axes
     if found is None and reaches_activation_matmul(graph, region.input, hops=8):
         blocking = blocker(graph, region.input)

@@ -362,7 +362,8 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             if hi % lo:
                 return _miss("axes", "the operands split the scores' axes in ways that cross")
         problem_atoms += [
-            Atom(a, lo, hi // lo) for lo, hi in reversed(list(zip(points, points[1:], strict=False)))
+            Atom(a, lo, hi // lo)
+            for lo, hi in reversed(list(zip(points, points[1:], strict=False)))
         ]
     where: dict[Atom, dict[str, Atom | None]] = {}
     batch_like, query_like, rows = [], [], []

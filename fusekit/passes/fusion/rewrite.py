@@ -15,8 +15,8 @@ from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.pattern import Fusion, NearMiss, run_fusion
 from fusekit.passes.fusion.quantized import QUANTIZED_NORM
-from fusekit.passes.fusion.softmax_forms import ANCHORS as SOFTMAX_ANCHORS
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
+from fusekit.passes.fusion.softmax_forms import ANCHORS as SOFTMAX_ANCHORS
 from fusekit.passes.fusion.values import FLOAT32
 from fusekit.passes.registry import PassOptions
 

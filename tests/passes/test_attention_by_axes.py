@@ -1,0 +1,198 @@
+"""Attention found by what its axes mean (fusion/attention_axes.py), on
+PyTorch attention written the way model families write it (the committed
+fixtures of tests/data/torch/attention_forms, exported with litert-torch by
+scripts/export_attention_forms.py; no torch needed here): timm's packed
+qkv, diffusers' 3-D scores, one head, DeBERTa's terms and Swin's window
+mask added through reshaped scores, transposed KV caches, a softmax
+written out, litert-torch's Hugging Face exporter.  Each fuses as many
+instances as its manifest says, the fused model equals PyTorch's outputs
+and the plain model's, and what stays unfused has a note.
+
+Also the index maps themselves (fusion/axis_map.py) against the runtime:
+a chain of data-movement operators converted by TF, traced to its source,
+evaluated with numpy and compared with what the interpreter computes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flatbuffers import flexbuffers
+
+import fusekit
+from fusekit.model.graph import OP, ModelView
+from fusekit.passes.fusion import attention as attention_module
+from fusekit.passes.fusion import axis_map
+from fusekit.run.interpreter import Interpreter
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "torch" / "attention_forms"
+MANIFEST = {e["name"]: e for e in json.loads((DATA / "manifest.json").read_text())["forms"]}
+SINGLE = sorted(n for n, e in MANIFEST.items() if "signatures" not in e)
+
+
+def _optimize(name: str):
+    return fusekit.optimize((DATA / MANIFEST[name]["model"]).read_bytes(), ["fuse_attention"])
+
+
+def _fused_ops(model: bytes) -> list:
+    view = ModelView(model)
+    return [
+        (graph, op)
+        for graph in view.graphs()
+        for op in graph.ops
+        if view.op_name(op) == "CUSTOM:fusekit_attention"
+    ]
+
+
+def _notes(result) -> list[str]:
+    return [n for line in result.report.passes for n in line.notes]
+
+
+def _run(model: bytes, feeds: dict[str, np.ndarray]):
+    runner = Interpreter(model_content=model, num_threads=1).get_signature_runner()
+    return runner(**{name: feeds[name] for name in runner.get_input_details()})
+
+
+@pytest.mark.parametrize("name", SINGLE)
+def test_form_fuses_and_matches_torch(name):
+    entry = MANIFEST[name]
+    original = (DATA / entry["model"]).read_bytes()
+    result = _optimize(name)
+    assert len(_fused_ops(result.model)) == entry["fused"], _notes(result)
+    data = np.load(DATA / entry["data"])
+    feeds = {k[3:]: data[k] for k in data.files if k.startswith("in/")}
+    want = data["out/0"]
+    (plain,) = _run(original, feeds).values()
+    (fused,) = _run(result.model, feeds).values()
+    np.testing.assert_allclose(fused, want, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(fused, plain, atol=1e-5, rtol=0)
+    if entry["fused"] < entry["attention"]:
+        assert _notes(result), "an unfused attention without a note"
+
+
+def test_fused_forms_are_stable():
+    """A second run finds nothing more (the fused op is no softmax)."""
+    result = _optimize("vit_packed_qkv")
+    again = fusekit.optimize(result.model, ["fuse_attention"])
+    assert again.model == result.model
+
+
+def test_talking_heads_are_noted_with_the_reason():
+    (note,) = _notes(_optimize("talking_heads"))
+    assert "CONV_2D between Q.K^T and the softmax" in note
+    assert "talking-head" in note
+    assert ".py" not in note
+
+
+def test_transposed_caches_are_read_in_place():
+    """K [B, KV, S, D] and V [B, KV, D, S]: the op reads them through their
+    layouts (k_layout bhsd, v_layout bhds), reshaped at most, never
+    transposed or sliced, and the grouped-query repeat is gone."""
+    result = _optimize("kv_transposed_decode")
+    ((graph, op),) = _fused_ops(result.model)
+    attrs = flexbuffers.Loads(bytes(np.asarray(op.customOptions, np.uint8)))
+    assert attrs["k_layout"] == "bhsd" and attrs["v_layout"] == "bhds", attrs
+    inputs = [int(t) for t in op.inputs]
+    for position in (1, 2):
+        tensor = inputs[position]
+        while (producer := graph.producer(tensor)) is not None:
+            assert graph.builtin(producer) == OP.RESHAPE, graph.model.op_name(producer)
+            tensor = int(producer.inputs[0])
+        assert tensor in graph.inputs()
+    counts = ModelView(result.model).op_counts()
+    assert "BROADCAST_TO" not in counts and "TRANSPOSE" not in counts, counts
+
+
+def test_export_hf_default_form_fuses_prefill_and_decode():
+    entry = MANIFEST["hf_default_lfm2"]
+    original = (DATA / entry["model"]).read_bytes()
+    result = fusekit.optimize(original, ["fuse_attention"])
+    per_graph: dict[int, int] = {}
+    for graph, _ in _fused_ops(result.model):
+        per_graph[graph.index] = per_graph.get(graph.index, 0) + 1
+    assert sum(per_graph.values()) == entry["fused"] == entry["attention"], _notes(result)
+    data = np.load(DATA / entry["data"])
+    for signature in entry["signatures"]:
+        feeds = {
+            k[len(signature) + 4 :]: data[k] for k in data.files if k.startswith(signature + "/in/")
+        }
+        fused = Interpreter(model_content=result.model, num_threads=1).get_signature_runner(
+            signature
+        )(**feeds)
+        for key in data.files:
+            if key.startswith(signature + "/out/"):
+                got = fused[key[len(signature) + 5 :]]
+                np.testing.assert_allclose(got, data[key], atol=1e-4, rtol=0, err_msg=key)
+
+
+def test_a_region_the_runtime_disproves_keeps_its_ops(monkeypatch):
+    """The proof by execution: a match whose fused op computes something
+    else (here: a wrong scale) is refused, the note gives the difference."""
+    found = attention_module.attention_by_axes
+
+    def wrong(graph, anchor):
+        match = found(graph, anchor)
+        if isinstance(match, attention_module.AttentionMatch):
+            match.scale *= 2.0
+        return match
+
+    monkeypatch.setattr(attention_module, "attention_by_axes", wrong)
+    result = _optimize("vit_packed_qkv")
+    assert not _fused_ops(result.model)
+    (note,) = _notes(result)
+    assert "differ by" in note
+
+
+# -- the index maps ----------------------------------------------------------
+
+
+def _chains():
+    import tensorflow as tf
+
+    def packed(x):  # [2, 6, 24]: timm's qkv split
+        t = tf.transpose(tf.reshape(x, [2, 6, 3, 2, 4]), [2, 0, 3, 1, 4])
+        return tf.unstack(t, axis=0)[1]
+
+    def sliced(x):  # chunk of the features, heads first
+        k = x[:, :, 8:16]
+        return tf.transpose(tf.reshape(k, [2, 6, 2, 4]), [0, 2, 3, 1])
+
+    def repeated(x):  # grouped-query repeat, then merged batch and heads
+        k = tf.reshape(x[:, :, :8], [2, 6, 2, 1, 4])
+        k = tf.broadcast_to(k, [2, 6, 2, 3, 4])
+        return tf.reshape(tf.transpose(k, [0, 2, 3, 1, 4]), [12, 6, 4])
+
+    def gathered(x):
+        t = tf.reshape(x, [2, 6, 3, 8])
+        return tf.gather(t, 2, axis=2)[:, 1:5]
+
+    def split(x):
+        a, b, c = tf.split(x, 3, axis=-1)
+        return tf.tile(tf.reshape(c, [2, 6, 1, 8]), [1, 1, 2, 1])
+
+    return [packed, sliced, repeated, gathered, split]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_index_map_equals_the_runtime(index):
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    chain = _chains()[index]
+    model = convert_function(tf.function(chain), tf.TensorSpec([2, 6, 24]))
+    graph = next(ModelView(model).graphs())
+    (output,) = graph.outputs()
+    view = axis_map.trace(graph, output)
+    assert view is not None and view.source in graph.inputs()
+    x = np.random.default_rng(index).standard_normal([2, 6, 24]).astype(np.float32)
+    interpreter = Interpreter(model_content=model, num_threads=1)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    want = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    got = axis_map.evaluate(view, x)
+    assert got is not None
+    atoms = [a.size for axis in view.axes for a in axis]
+    np.testing.assert_array_equal(np.broadcast_to(got, atoms).reshape(view.shape), want)
