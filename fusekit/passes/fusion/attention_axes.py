@@ -313,7 +313,8 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             break
         return _miss(
             "no_pv",
-            "the probabilities do not go into a matmul with the values "
+            "the softmax reads a matmul of two activations, but not in a form of attention: "
+            "its probabilities do not go into a matmul with the values "
             f"(they reach {graph.model.op_name(reader)})",
         )
     if getattr(pv.builtinOptions, "adjX", False) or p_view.axes[-1] != [Atom(n_axis, 1, kv_len)]:
