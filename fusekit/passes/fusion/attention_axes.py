@@ -51,6 +51,11 @@ from fusekit.passes.fusion.pattern import NearMiss, only_reader
 from fusekit.passes.fusion.softmax_forms import Softmax, softmax_at
 from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
 
+# The largest masked value a keep-mask may set (fusion/attention.py's
+# reasoning: kept scores unchanged, masked ones -1e38 in the op) and the
+# op's additive value for masked keys.
+MAX_FILL = -1e4
+MASK_VALUE = -1e38
 _VIEW_OPS = frozenset({OP.RESHAPE, OP.TRANSPOSE, OP.SQUEEZE, OP.EXPAND_DIMS})
 _MAX_PATH = 24
 
@@ -76,6 +81,9 @@ class _Scores:
     view: View  # the softmax's input as a map of Q.K^T's output
     scale: float
     terms: list[_Term]
+    # SELECT_V2(keep, scores, fill) last before the softmax: (keep, fill).
+    keep: _Term | None = None
+    fill: float = 0.0
 
 
 def _is_activation_matmul(graph: Graph, op: schema.OperatorT) -> bool:
@@ -124,6 +132,9 @@ def _walk_back(
         if c is None or c == 0.0 or not np.isfinite(c):
             return None
         return _walk_back(graph, inputs[0], [op], [(op, 0), *path])
+    if code == OP.SELECT_V2 and len(inputs) == 3 and scalar(graph, inputs[2]) is not None:
+        if graph.tensor(inputs[0]).type == schema.TensorType.BOOL:
+            return _walk_back(graph, inputs[1], [op], [(op, 1), *path])
     if code == OP.ADD and no_activation(op) and len(inputs) == 2:
         for position in (0, 1):
             if graph.is_constant(inputs[position]):
@@ -167,9 +178,17 @@ def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
             "export with static shapes (a fixed batch and sequence length)",
         )
     scale, terms = 1.0, []
+    keep: _Term | None = None
+    fill = 0.0
     for op, position in path:
         code = graph.builtin(op)
         out = int(op.outputs[0])
+        if keep is not None and code not in _VIEW_OPS:
+            return _miss(
+                "after_mask",
+                f"the masked scores go through {graph.model.op_name(op)} before the softmax: "
+                "the fused op masks last",
+            )
         if code in _VIEW_OPS:
             view = axis_map.step(graph, op, view, out)
             if view is None:
@@ -183,8 +202,9 @@ def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
             for term in terms:
                 term.factor *= c
         else:
-            other = int(op.inputs[1 - position])
-            if graph.tensor(other).type != FLOAT32:
+            other = int(op.inputs[0 if code == OP.SELECT_V2 else 1 - position])
+            wanted = schema.TensorType.BOOL if code == OP.SELECT_V2 else FLOAT32
+            if graph.tensor(other).type != wanted:
                 return None
             out_shape = graph.signature(out)
             if out_shape != view.shape:
@@ -195,13 +215,24 @@ def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
                 if lead < 0 or any(d != 1 for d in out_shape[:lead]) or widened is None:
                     return _miss("bias_shape", "a tensor added to the scores widens them")
                 view = widened
-            terms.append(_Term(other, view))
+            if code == OP.SELECT_V2:
+                keep, fill = _Term(other, view), float(scalar(graph, int(op.inputs[2])))
+            else:
+                terms.append(_Term(other, view))
     beta = softmax.beta
     scale *= beta
+    fill *= beta
     for term in terms:
         term.factor *= beta
+    if keep is not None and not (np.isfinite(fill) and fill <= MAX_FILL):
+        return _miss(
+            "fill",
+            f"masked scores set to {fill:g}: only a finite value <= -1e4 keeps every row "
+            "(fully masked ones included) equal to the fused op's",
+            "mask with a large finite negative value (torch.finfo(dtype).min) instead of -inf",
+        )
     ops = [qk, *(op for op, _ in path), *softmax.ops]
-    return _Scores(qk, ops, view, scale, terms)
+    return _Scores(qk, ops, view, scale, terms, keep, fill)
 
 
 def _operand_axes(
@@ -289,7 +320,8 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     if rank < 2:
         return None
     kv_len = o_shape[n_axis]
-    if scores.view.axes[softmax.axis] != [Atom(n_axis, 1, kv_len)]:
+    keys = axis_map.normalized([Atom(n_axis, 1, kv_len)])  # none for a single key
+    if scores.view.axes[softmax.axis] != keys:
         return _miss(
             "softmax_axis",
             "the SOFTMAX does not run over the keys of Q.K^T (its last axis is another one)",
@@ -317,7 +349,7 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             "its probabilities do not go into a matmul with the values "
             f"(they reach {graph.model.op_name(reader)})",
         )
-    if getattr(pv.builtinOptions, "adjX", False) or p_view.axes[-1] != [Atom(n_axis, 1, kv_len)]:
+    if getattr(pv.builtinOptions, "adjX", False) or p_view.axes[-1] != keys:
         return _miss("pv_axis", "P.V does not contract the keys the SOFTMAX ran over")
     # Operand maps.
     q_view = axis_map.trace(graph, int(qk.inputs[0]))
@@ -455,7 +487,7 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         return _miss("shared_scores", "an intermediate of the attention is also read elsewhere")
     if any(graph.tensor(t).type != FLOAT32 for t in (q_view.source, k_view.source, v_view.source)):
         return _miss("dtype", "q, k and v are not float32")
-    mask_plan = _mask_plan(graph, scores.terms, batch, heads, rows, n_axis, kv_len)
+    mask_plan = _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len)
     if isinstance(mask_plan, NearMiss):
         return mask_plan
     scale = scores.scale * q_view.scale * k_view.scale
@@ -463,8 +495,9 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         return _miss("scale", "a scale that is not finite")
     match = AttentionMatch(q_view.source, k_view.source, v_view.source, end_tensor, scale)
     match.ops = region
+    terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
     match.region_inputs = [q_view.source, k_view.source, v_view.source] + [
-        t.tensor for t in scores.terms if not graph.is_constant(t.tensor)
+        t.tensor for t in terms if not graph.is_constant(t.tensor)
     ]
     match.layouts = {"q_layout": q_layout, "k_layout": k_layout, "v_layout": v_layout}
     result = [sizes[c] for c in q_layout]
@@ -554,39 +587,59 @@ def _output_end(graph: Graph, pv: schema.OperatorT, view: View):
     return best
 
 
-def _mask_plan(graph, terms, batch, heads, rows, n_axis, kv_len) -> Callable | NearMiss | None:
+def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | NearMiss:
+    """A tensor met on the scores' path as a view [B|1, H|1, Sq|1, Skv|1]
+    (repeats where it broadcasts)."""
+    shape = graph.signature(term.tensor)
+    at_shape = term.at.shape
+    if len(shape) > len(at_shape):
+        return _miss("bias_shape", f"a tensor of shape {shape} added to the scores")
+    lead = len(at_shape) - len(shape)
+    axes: list[list[Atom]] = []
+    for group in groups:
+        atoms = []
+        for p in group:
+            for j, axis in enumerate(term.at.axes):
+                at = _locate(axis, p)
+                if at is None:
+                    continue
+                dim = j - lead
+                if dim < 0 or shape[dim] == 1:
+                    atoms.append(Atom(BROADCAST, 0, p.size))
+                else:
+                    atoms.append(Atom(dim, at, p.size))
+                break
+            else:
+                return _miss("bias_axes", "a tensor added to the scores mixes their axes")
+        axes.append(atoms)
+    return View(term.tensor, shape, axes, [0] * len(shape))
+
+
+def _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len) -> Callable | NearMiss | None:
     """How the op's float mask [B|1, H|1, Sq|1, Skv] is written from the
     terms added to the scores (constants folded into one constant, the
-    rest mapped by views and added); None without terms."""
-    if not terms:
+    rest mapped by views and added) and the keep-mask selected over them
+    (masked keys get MASK_VALUE); None without either."""
+    terms = scores.terms
+    if not terms and scores.keep is None:
         return None
     groups = [batch, heads, rows, [Atom(n_axis, 1, kv_len)]]
+    keep_view = None
+    if scores.keep is not None:
+        keep_view = _term_view(graph, scores.keep, groups)
+        if isinstance(keep_view, NearMiss):
+            return keep_view
+        if graph.is_constant(scores.keep.tensor) or any(
+            len({a.axis == BROADCAST for a in atoms}) > 1 for atoms in keep_view.axes
+        ):
+            return _miss("keep_mask", "a constant keep-mask, or one repeating over part of an axis")
     constant: np.ndarray | None = None
     runtime: list[tuple[View, float]] = []
     for term in terms:
-        shape = graph.signature(term.tensor)
-        at_shape = term.at.shape
-        if len(shape) > len(at_shape):
-            return _miss("bias_shape", f"a tensor of shape {shape} added to the scores")
-        lead = len(at_shape) - len(shape)
-        axes: list[list[Atom]] = []
-        for group in groups:
-            atoms = []
-            for p in group:
-                for j, axis in enumerate(term.at.axes):
-                    at = _locate(axis, p)
-                    if at is None:
-                        continue
-                    dim = j - lead
-                    if dim < 0 or shape[dim] == 1:
-                        atoms.append(Atom(BROADCAST, 0, p.size))
-                    else:
-                        atoms.append(Atom(dim, at, p.size))
-                    break
-                else:
-                    return _miss("bias_axes", "a tensor added to the scores mixes their axes")
-            axes.append(atoms)
-        view = View(term.tensor, shape, axes, [0] * len(shape))
+        view = _term_view(graph, term, groups)
+        if isinstance(view, NearMiss):
+            return view
+        axes = view.axes
         if graph.is_constant(term.tensor):
             value = axis_map.evaluate(view, graph.constant(term.tensor).astype(np.float32))
             if value is None:
@@ -624,12 +677,28 @@ def _mask_plan(graph, terms, batch, heads, rows, n_axis, kv_len) -> Callable | N
             parts.append(tensor)
         if constant is not None:
             parts.append(graph.add_constant(np.ascontiguousarray(constant), f"{name}/bias"))
+        if not parts:
+            parts.append(graph.add_constant(np.zeros([1, 1, 1, 1], np.float32), f"{name}/zero"))
         total = parts[0]
         for part in parts[1:]:
             a, b = graph.shape(total), graph.shape(part)
             shape = [max(x, y) for x, y in zip(a, b, strict=True)]
             out = graph.add_tensor(shape, FLOAT32, f"{name}/mask_sum")
             graph.add_op(OP.ADD, [total, part], [out], OPTIONS.AddOptions, schema.AddOptionsT())
+            total = out
+        if keep_view is not None:
+            keep = axis_map.emit(graph, keep_view, f"{name}/keep")
+            fill = graph.add_constant(np.full((), MASK_VALUE, np.float32), f"{name}/fill")
+            a, b = graph.shape(total), graph.shape(keep)
+            shape = [max(x, y) for x, y in zip(a, b, strict=True)]
+            out = graph.add_tensor(shape, FLOAT32, f"{name}/mask")
+            graph.add_op(
+                OP.SELECT_V2,
+                [keep, total, fill],
+                [out],
+                OPTIONS.SelectV2Options,
+                schema.SelectV2OptionsT(),
+            )
             total = out
         return total
 

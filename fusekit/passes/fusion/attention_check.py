@@ -13,9 +13,10 @@ import copy
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model.graph import OP, Graph, ModelView
+from fusekit.model.graph import Graph, ModelView
 from fusekit.passes.fusion import composite_check
 from fusekit.passes.fusion.composite_check import Operand
+from fusekit.passes.fusion.softmax_forms import ANCHORS
 
 # One draw as drawn, one with q's source three times larger (sharper
 # softmax rows), one more as drawn.
@@ -93,7 +94,7 @@ def measured_difference(graph: Graph, match, boundary: set[int], find) -> str | 
     reference, inputs = _sub_model(graph, ops, match.output)
     view = ModelView(reference)
     sub = next(view.graphs())
-    softmax = [op for op in sub.ops if sub.builtin(op) == OP.SOFTMAX]
+    softmax = [op for op in sub.ops if sub.builtin(op) in ANCHORS]
     found = [m for m in (find(sub, op) for op in softmax) if hasattr(m, "prepare")]
     if len(found) != 1:
         return "its region, cut out alone, is not found again"

@@ -69,7 +69,8 @@ def identity(graph: Graph, tensor: int) -> View | None:
     shape = graph.signature(tensor)
     if any(d < 0 for d in shape):
         return None
-    return View(tensor, shape, [[Atom(a, 1, n)] for a, n in enumerate(shape)], [0] * len(shape))
+    axes = [normalized([Atom(a, 1, n)]) for a, n in enumerate(shape)]
+    return View(tensor, shape, axes, [0] * len(shape))
 
 
 def normalized(axis: list[Atom]) -> list[Atom]:
@@ -100,7 +101,7 @@ def _with_axes(view: View, axes: list[list[Atom]], offset: list[int] | None = No
 
 def _regroup(view: View, shape: list[int]) -> View | None:
     """RESHAPE: the atoms in row-major order regrouped into ``shape``."""
-    queue = [a for axis in view.axes for a in axis]
+    queue = [a for axis in view.axes for a in axis if a.size != 1]
     axes: list[list[Atom]] = []
     for dim in shape:
         need, group = dim, []
