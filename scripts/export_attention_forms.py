@@ -359,6 +359,67 @@ def export_hf_default(out: Path) -> dict:
     }
 
 
+def export_gen_transposed(out: Path) -> dict:
+    """litert-torch's generative builder with KV_LAYOUT_TRANSPOSED caches
+    (K [B, KV, S, D], V [B, KV, D, S]): scripts/export_torch_models.py's
+    decoder (2 layers, 4 heads, 2 kv groups), prefill_16 and decode."""
+    import sys
+
+    import litert_torch
+    from litert_torch.generative.layers import kv_cache as kv_utils
+    from litert_torch.generative.utilities import export_config as export_cfg
+    from litert_torch.generative.utilities import model_builder
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import export_torch_models as base
+
+    base._seed()
+    config = base._gen_config(False)
+    model = base._randomize(model_builder.DecoderOnlyModel(config, mask_cache_size=base.GEN_KV))
+    export_config = export_cfg.ExportConfig(output_logits_on_prefill=True)
+    export_config.kvcache_layout = kv_utils.KV_LAYOUT_TRANSPOSED
+    entry = base._GenEntry(model, export_config).eval()
+    kv = kv_utils.KVCache.from_model_config(
+        base.GEN_KV, config, kv_layout=kv_utils.KV_LAYOUT_TRANSPOSED
+    )
+    tokens = torch.randint(1, base.VOCAB, (1, base.GEN_PREFILL), dtype=torch.int32)
+    pos = torch.arange(0, base.GEN_PREFILL, dtype=torch.int32)
+    with torch.no_grad():
+        prefilled = entry(tokens, pos, kv)["kv_cache"]
+    decode = {
+        "tokens": torch.randint(1, base.VOCAB, (1, 1), dtype=torch.int32),
+        "input_pos": torch.tensor([base.GEN_PREFILL], dtype=torch.int32),
+        "kv_cache": prefilled,
+    }
+    prefill = {"tokens": tokens, "input_pos": pos, "kv_cache": kv}
+    signatures = {f"prefill_{base.GEN_PREFILL}": prefill, "decode": decode}
+    converter = litert_torch
+    arrays = {}
+    for sig, kwargs in signatures.items():
+        converter = converter.signature(sig, entry, sample_kwargs=kwargs)
+        with torch.no_grad():
+            result = entry(**kwargs)
+        arrays[f"{sig}/out/logits"] = result["logits"].numpy()
+        for name, tensor in base._inputs_named(base.Signature(sig, entry, kwargs=kwargs)):
+            arrays[f"{sig}/in/{name}"] = tensor.detach().numpy()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.tflite"
+        converter.convert().export(str(path))
+        model_bytes = path.read_bytes()
+    name = "gen_transposed_kv"
+    (out / f"{name}.tflite").write_bytes(model_bytes)
+    np.savez(out / f"{name}.npz", **arrays)
+    return {
+        "name": name,
+        "description": "generative builder, KV_LAYOUT_TRANSPOSED, 2 layers: prefill_16 and decode",
+        "model": f"{name}.tflite",
+        "data": f"{name}.npz",
+        "signatures": {f"prefill_{base.GEN_PREFILL}": 2, "decode": 2},
+        "attention": 4,
+        "fused": 4,
+    }
+
+
 def export(form: Form, out: Path) -> dict:
     import litert_torch
 
@@ -403,6 +464,8 @@ def main() -> int:
         print("exported", form.name)
     if not args.only or "hf_default_lfm2" in args.only:
         entries["hf_default_lfm2"] = export_hf_default(args.out)
+    if not args.only or "gen_transposed_kv" in args.only:
+        entries["gen_transposed_kv"] = export_gen_transposed(args.out)
     import litert_torch
 
     manifest = {
@@ -411,7 +474,7 @@ def main() -> int:
         "fusekit must fuse (the others are refused with a note)",
         "versions": {"torch": torch.__version__, "litert_torch": litert_torch.__version__},
         "forms": [
-            entries[n] for n in [f.name for f in FORMS] + ["hf_default_lfm2"] if n in entries
+            entries[n] for n in [f.name for f in FORMS] + ["hf_default_lfm2", "gen_transposed_kv"] if n in entries
         ],
     }
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")

@@ -30,6 +30,8 @@ from fusekit.run.interpreter import Interpreter
 DATA = Path(__file__).resolve().parent.parent / "data" / "torch" / "attention_forms"
 MANIFEST = {e["name"]: e for e in json.loads((DATA / "manifest.json").read_text())["forms"]}
 SINGLE = sorted(n for n, e in MANIFEST.items() if "signatures" not in e)
+# Prefill and decode signatures of the generative exporters.
+GENERATIVE = sorted(n for n, e in MANIFEST.items() if "signatures" in e)
 
 
 def _optimize(name: str):
@@ -105,8 +107,12 @@ def test_transposed_caches_are_read_in_place():
     assert "BROADCAST_TO" not in counts and "TRANSPOSE" not in counts, counts
 
 
-def test_export_hf_default_form_fuses_prefill_and_decode():
-    entry = MANIFEST["hf_default_lfm2"]
+@pytest.mark.parametrize("name", GENERATIVE)
+def test_generative_exports_fuse_prefill_and_decode(name):
+    """litert-torch's Hugging Face exporter (default form) and its
+    generative builder with transposed caches: every attention of both
+    signatures fused, logits and caches equal PyTorch's."""
+    entry = MANIFEST[name]
     original = (DATA / entry["model"]).read_bytes()
     result = fusekit.optimize(original, ["fuse_attention"])
     per_graph: dict[int, int] = {}

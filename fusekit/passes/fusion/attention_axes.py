@@ -441,6 +441,12 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             break
         batch.append(atom)
     kv_heads = batch_like[len(batch) :]
+    # Leading rows that every mask repeats over are query heads of a group
+    # folded into the rows (litert-torch's packed grouped-query attention:
+    # [B, Hkv, G*Sq, D]): read as heads, the masks keep one row per query.
+    terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
+    while len(rows) > 1 and all(_repeats_over(graph, t, rows[0]) for t in terms):
+        query_like.append(rows.pop(0))
     heads = kv_heads + query_like
     d_q, d_k = q_roles["inner"], k_roles["inner"]
     keys_k, keys_v, dv = k_roles["outer"], v_roles["inner"], v_roles["outer"]
@@ -585,6 +591,17 @@ def _output_end(graph: Graph, pv: schema.OperatorT, view: View):
         if axis_map.in_place(view):
             best = ((tensor, view), absorbed, True)
     return best
+
+
+def _repeats_over(graph: Graph, term: _Term, atom: Atom) -> bool:
+    """The tensor added (or selected) at ``term`` is the same along the
+    problem atom ``atom``."""
+    shape = graph.signature(term.tensor)
+    lead = len(term.at.shape) - len(shape)
+    for j, axis in enumerate(term.at.axes):
+        if _locate(axis, atom) is not None:
+            return j - lead < 0 or shape[j - lead] == 1
+    return False
 
 
 def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | NearMiss:
