@@ -333,6 +333,10 @@ FORMS = [
 ]
 
 
+# Exported by the generative exporters (prefill and decode signatures).
+GENERATIVE = ["hf_default_lfm2", "gen_transposed_kv"]
+
+
 def export_hf_default(out: Path) -> dict:
     """litert-torch's Hugging Face exporter in its default form (K cache
     [B, KV, S, D], V cache [B, KV, D, S], float mask; prefill and decode):
@@ -473,9 +477,7 @@ def main() -> int:
         "scripts/export_attention_forms.py; 'attention' counts the instances, 'fused' how many "
         "fusekit must fuse (the others are refused with a note)",
         "versions": {"torch": torch.__version__, "litert_torch": litert_torch.__version__},
-        "forms": [
-            entries[n] for n in [f.name for f in FORMS] + ["hf_default_lfm2", "gen_transposed_kv"] if n in entries
-        ],
+        "forms": [entries[n] for n in [f.name for f in FORMS] + GENERATIVE if n in entries],
     }
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     return 0

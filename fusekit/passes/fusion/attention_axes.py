@@ -89,7 +89,9 @@ class _Scores:
 def _is_activation_matmul(graph: Graph, op: schema.OperatorT) -> bool:
     code = graph.builtin(op)
     if code == OP.BATCH_MATMUL:
-        return all(not graph.is_constant(int(t)) for t in op.inputs[:2])
+        # A constant query is a learned probe (attention pooling); keys
+        # are always activations.
+        return not graph.is_constant(int(op.inputs[1]))
     if code != OP.FULLY_CONNECTED or len(op.inputs) < 2 or graph.is_constant(int(op.inputs[1])):
         return False
     return (
