@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ai_edge_litert import schema_py_generated as schema
 from flatbuffers import flexbuffers
 
 import fusekit
@@ -202,3 +203,47 @@ def test_index_map_equals_the_runtime(index):
     assert got is not None
     atoms = [a.size for axis in view.axes for a in axis]
     np.testing.assert_array_equal(np.broadcast_to(got, atoms).reshape(view.shape), want)
+
+
+def test_keep_mask_zeroed_after_the_softmax_becomes_the_bool_mask():
+    """Packed qkv (no form of the catalogue) under a runtime keep-mask that
+    fills -inf and zeroes the masked probabilities after the softmax (as
+    Keras 3 and DeBERTa's XSoftmax do): the op gets the keep-mask as its
+    bool mask, and a batch entry without any key is zeros on both sides."""
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    heads, depth, seq = 2, 8, 6
+
+    @tf.function
+    def attend(packed, keep):
+        qkv = tf.transpose(tf.reshape(packed, [2, seq, 3, heads, depth]), [2, 0, 3, 1, 4])
+        q, k, v = tf.unstack(qkv, axis=0)
+        scores = tf.matmul(q, k, transpose_b=True) * depth**-0.5
+        probs = tf.nn.softmax(tf.where(keep, scores, -np.inf))
+        return tf.matmul(tf.where(keep, probs, 0.0), v)
+
+    original = convert_function(
+        attend,
+        tf.TensorSpec([2, seq, 3 * heads * depth]),
+        tf.TensorSpec([2, 1, 1, seq], tf.bool),
+    )
+    result = fusekit.optimize(original, ["fuse_attention"])
+    ((graph, op),) = _fused_ops(result.model)
+    assert graph.tensor(int(op.inputs[3])).type == schema.TensorType.BOOL
+    rng = np.random.default_rng(3)
+    packed = rng.standard_normal([2, seq, 3 * heads * depth]).astype(np.float32)
+    keep = np.ones([2, 1, 1, seq], bool)
+    keep[0, ..., 4:] = False
+    keep[1] = False  # no key at all: zeros
+    outputs = []
+    for model in (original, result.model):
+        interpreter = Interpreter(model_content=model, num_threads=1)
+        interpreter.allocate_tensors()
+        for detail in interpreter.get_input_details():
+            value = keep if detail["dtype"] == np.bool_ else packed
+            interpreter.set_tensor(detail["index"], value)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)
+    assert not outputs[1][1].any()

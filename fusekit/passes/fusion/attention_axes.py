@@ -226,13 +226,6 @@ def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
     fill *= beta
     for term in terms:
         term.factor *= beta
-    if keep is not None and not (np.isfinite(fill) and fill <= MAX_FILL):
-        return _miss(
-            "fill",
-            f"masked scores set to {fill:g}: only a finite value <= -1e4 keeps every row "
-            "(fully masked ones included) equal to the fused op's",
-            "mask with a large finite negative value (torch.finfo(dtype).min) instead of -inf",
-        )
     ops = [qk, *(op for op, _ in path), *softmax.ops]
     return _Scores(qk, ops, view, scale, terms, keep, fill)
 
@@ -330,6 +323,7 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         )
     # Forward: the probabilities through views to P.V.
     p_view, tensor, forward = scores.view, softmax.output, []
+    zeroed = False
     while True:
         reader = only_reader(graph, tensor)
         if reader is None:
@@ -339,6 +333,20 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             p_view = axis_map.step(graph, reader, p_view, int(reader.outputs[0]))
             if p_view is None:
                 return _miss("probs_view", "the probabilities are reshaped across the key axis")
+            forward.append(reader)
+            tensor = int(reader.outputs[0])
+            continue
+        zeroing = (
+            code == OP.SELECT_V2
+            and scores.keep is not None
+            and not zeroed
+            and [int(t) for t in reader.inputs[:2]] == [scores.keep.tensor, tensor]
+            and scalar(graph, int(reader.inputs[2])) == 0.0
+        )
+        if zeroing:
+            # The masked keys' probabilities zeroed with the scores' own
+            # keep-mask: a row without keys is zeros, as in the kernel.
+            zeroed = True
             forward.append(reader)
             tensor = int(reader.outputs[0])
             continue
@@ -353,6 +361,16 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         )
     if getattr(pv.builtinOptions, "adjX", False) or p_view.axes[-1] != keys:
         return _miss("pv_axis", "P.V does not contract the keys the SOFTMAX ran over")
+    fill = scores.fill
+    exact_fill = np.isfinite(fill) and fill <= MAX_FILL
+    if scores.keep is not None and not (exact_fill or (zeroed and fill == -np.inf)):
+        return _miss(
+            "fill",
+            f"masked scores set to {fill:g}: only a finite value <= -1e4 (or -inf with the "
+            "masked probabilities zeroed after the softmax) keeps every row, fully masked "
+            "ones included, equal to the fused op's",
+            "mask with a large finite negative value (torch.finfo(dtype).min) instead",
+        )
     # Operand maps.
     q_view = axis_map.trace(graph, int(qk.inputs[0]))
     k_view = axis_map.trace(graph, int(qk.inputs[1]))
@@ -495,7 +513,7 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         return _miss("shared_scores", "an intermediate of the attention is also read elsewhere")
     if any(graph.tensor(t).type != FLOAT32 for t in (q_view.source, k_view.source, v_view.source)):
         return _miss("dtype", "q, k and v are not float32")
-    mask_plan = _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len)
+    mask_plan = _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len, zeroed)
     if isinstance(mask_plan, NearMiss):
         return mask_plan
     scale = scores.scale * q_view.scale * k_view.scale
@@ -634,7 +652,9 @@ def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | Ne
     return View(term.tensor, shape, axes, [0] * len(shape))
 
 
-def _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len) -> Callable | NearMiss | None:
+def _mask_plan(
+    graph, scores, batch, heads, rows, n_axis, kv_len, zeroed
+) -> Callable | NearMiss | None:
     """How the op's float mask [B|1, H|1, Sq|1, Skv] is written from the
     terms added to the scores (constants folded into one constant, the
     rest mapped by views and added) and the keep-mask selected over them
@@ -685,6 +705,10 @@ def _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len) -> Callable | 
         return _miss("bias_inf", "a constant mask with infinities besides a runtime one")
 
     def write(graph: Graph, name: str) -> int:
+        if zeroed and not runtime and constant is None:
+            # The keep-mask itself: the op's bool mask drops the keys and
+            # gives zeros for a row without any.
+            return axis_map.emit(graph, keep_view, f"{name}/keep")
         parts = []
         for i, (view, factor) in enumerate(runtime):
             tensor = axis_map.emit(graph, view, f"{name}/mask{i}")
@@ -707,7 +731,8 @@ def _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len) -> Callable | 
             total = out
         if keep_view is not None:
             keep = axis_map.emit(graph, keep_view, f"{name}/keep")
-            fill = graph.add_constant(np.full((), MASK_VALUE, np.float32), f"{name}/fill")
+            masked = -np.inf if zeroed else MASK_VALUE
+            fill = graph.add_constant(np.full((), masked, np.float32), f"{name}/fill")
             a, b = graph.shape(total), graph.shape(keep)
             shape = [max(x, y) for x, y in zip(a, b, strict=True)]
             out = graph.add_tensor(shape, FLOAT32, f"{name}/mask")
