@@ -247,3 +247,38 @@ def test_keep_mask_zeroed_after_the_softmax_becomes_the_bool_mask():
         outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
     np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)
     assert not outputs[1][1].any()
+
+
+def test_constant_causal_band_is_the_op_causal_flag():
+    """A constant mask of a bias (T5's position bias) plus a causal band
+    (-1e9 above the diagonal), over packed qkv: causal=True (the kernel
+    skips the masked keys) and the bias alone as the float mask."""
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    heads, depth, seq = 2, 8, 6
+    rng = np.random.default_rng(5)
+    bias = rng.standard_normal([heads, seq, seq]).astype(np.float32)
+    band = np.where(np.tril(np.ones((seq, seq), bool)), 0.0, -1e9).astype(np.float32)
+
+    @tf.function
+    def attend(packed):
+        # Heads in the batch: 3-D scores [H, S, S], as torch's bmm writes them.
+        qkv = tf.transpose(tf.reshape(packed, [seq, 3, heads, depth]), [1, 2, 0, 3])
+        q, k, v = tf.unstack(qkv, axis=0)
+        scores = tf.matmul(q, k, transpose_b=True) + bias + band
+        return tf.matmul(tf.nn.softmax(scores), v)
+
+    original = convert_function(attend, tf.TensorSpec([1, seq, 3 * heads * depth]))
+    result = fusekit.optimize(original, ["fuse_attention"])
+    (line,) = [c for p in result.report.passes for c in p.changes]
+    assert "causal=True" in line and "float mask" in line, line
+    packed = rng.standard_normal([1, seq, 3 * heads * depth]).astype(np.float32)
+    outputs = []
+    for model in (original, result.model):
+        interpreter = Interpreter(model_content=model, num_threads=1)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], packed)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)

@@ -513,14 +513,15 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         return _miss("shared_scores", "an intermediate of the attention is also read elsewhere")
     if any(graph.tensor(t).type != FLOAT32 for t in (q_view.source, k_view.source, v_view.source)):
         return _miss("dtype", "q, k and v are not float32")
-    mask_plan = _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len, zeroed)
-    if isinstance(mask_plan, NearMiss):
-        return mask_plan
+    plan = _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len, zeroed)
+    if isinstance(plan, NearMiss):
+        return plan
     scale = scores.scale * q_view.scale * k_view.scale
     if not np.isfinite(scale):
         return _miss("scale", "a scale that is not finite")
     match = AttentionMatch(q_view.source, k_view.source, v_view.source, end_tensor, scale)
     match.ops = region
+    match.causal = plan.causal
     terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
     match.region_inputs = [q_view.source, k_view.source, v_view.source] + [
         t.tensor for t in terms if not graph.is_constant(t.tensor)
@@ -536,7 +537,7 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         match.v = axis_map.emit(graph, make(v_view, [v_axes[c] for c in v_layout]), name + "/v")
         match.q_perm = match.k_perm = match.v_perm = None
         match.k_reshape = match.v_reshape = None
-        match.mask = mask_plan(graph, name) if mask_plan is not None else None
+        match.mask = plan.write(graph, name) if plan.write is not None else None
 
     def finish_output(graph: Graph, fused: int) -> None:
         view = View(fused, result, end_view.axes, [0, 0, 0, 0])
@@ -652,16 +653,14 @@ def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | Ne
     return View(term.tensor, shape, axes, [0] * len(shape))
 
 
-def _mask_plan(
-    graph, scores, batch, heads, rows, n_axis, kv_len, zeroed
-) -> Callable | NearMiss | None:
+def _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len, zeroed) -> _MaskPlan | NearMiss:
     """How the op's float mask [B|1, H|1, Sq|1, Skv] is written from the
     terms added to the scores (constants folded into one constant, the
     rest mapped by views and added) and the keep-mask selected over them
     (masked keys get MASK_VALUE); None without either."""
     terms = scores.terms
     if not terms and scores.keep is None:
-        return None
+        return _MaskPlan(None)
     groups = [batch, heads, rows, [Atom(n_axis, 1, kv_len)]]
     keep_view = None
     if scores.keep is not None:
@@ -703,6 +702,17 @@ def _mask_plan(
             runtime.append((view, term.factor))
     if constant is not None and not np.isfinite(constant).all() and runtime:
         return _miss("bias_inf", "a constant mask with infinities besides a runtime one")
+    causal = False
+    if constant is not None and not runtime and keep_view is None:
+        band = _causal_band(constant)
+        if band is not None:
+            # The kernel's causal skip drops the masked keys; what is left
+            # of the constant is a bias on the kept ones (or nothing).
+            causal = True
+            kept = np.where(band, constant, np.float32(0)).astype(np.float32)
+            if not kept.any():
+                return _MaskPlan(None, True)
+            constant = kept
 
     def write(graph: Graph, name: str) -> int:
         if zeroed and not runtime and constant is None:
@@ -746,4 +756,28 @@ def _mask_plan(
             total = out
         return total
 
-    return write
+    return _MaskPlan(write, causal)
+
+
+@dataclass
+class _MaskPlan:
+    """How the op's mask is written (None: no mask) and whether the op is
+    causal."""
+
+    write: Callable[[Graph, str], int] | None
+    causal: bool = False
+
+
+def _causal_band(constant: np.ndarray) -> np.ndarray | None:
+    """The kernel's causal band [Sq, Skv] (key j kept by query i when
+    j <= i + Skv - Sq) when the constant mask [B|1, H|1, Sq, Skv] sets
+    exactly the keys outside it to a value <= MAX_FILL, for every batch
+    entry and head; None otherwise."""
+    q_len, kv_len = constant.shape[-2:]
+    if q_len < 2 or kv_len < q_len:
+        return None
+    band = np.tril(np.ones((q_len, kv_len), bool), k=kv_len - q_len)
+    masked = constant <= MAX_FILL
+    if not (masked == ~band).all() or not np.isfinite(constant[..., band]).all():
+        return None
+    return band
