@@ -33,7 +33,13 @@ Whatever is added to the scores (masks, ALiBi, relative-position bias,
 DeBERTa's terms, Swin's window mask) is mapped the same way onto
 [B, H, Sq, Skv] (size 1 where it broadcasts) and becomes the op's float
 mask, times any scale applied after it; scales anywhere on the path
-multiply the op's scale.
+multiply the op's scale.  A constant mask whose masked keys are exactly the
+kernel's causal band makes the op causal.  A keep-mask SELECT_V2(keep, s,
+fill) last before the softmax selects -1e38 into the mask (fill a finite
+value <= -1e4: kept scores unchanged, masked ones weigh nothing, a row
+masked whole is uniform either way), or is the op's bool mask when the
+probabilities are zeroed after the softmax with the same keep (a row
+masked whole is zeros either way).
 """
 
 from __future__ import annotations
