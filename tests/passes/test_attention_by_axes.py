@@ -282,3 +282,87 @@ def test_constant_causal_band_is_the_op_causal_flag():
         interpreter.invoke()
         outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
     np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)
+
+
+def _random_form(seed: int):
+    """Attention written in a random layout: packed or separate q, k, v,
+    heads first or last, heads merged into the batch or not, a grouped
+    repeat of k and v, a bias, the softmax as SOFTMAX or written out."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    batch, seq, kv_heads, group, depth = 2, int(rng.integers(3, 9)), 2, int(rng.integers(1, 3)), 8
+    heads = kv_heads * group
+    packed = bool(rng.integers(2))
+    merged = bool(rng.integers(2))
+    explicit = bool(rng.integers(2))
+    bias = rng.standard_normal([1, heads, seq, seq]).astype(np.float32) if rng.integers(2) else None
+    width = (heads + 2 * kv_heads) * depth
+
+    def split(x, count, start):
+        t = x[:, :, start * depth : (start + count) * depth]
+        return tf.transpose(tf.reshape(t, [batch, seq, count, depth]), [0, 2, 1, 3])
+
+    @tf.function
+    def attend(x):
+        if packed:
+            q, k, v = (
+                split(x, heads, 0),
+                split(x, kv_heads, heads),
+                split(x, kv_heads, heads + kv_heads),
+            )
+        else:
+            q = tf.transpose(
+                tf.reshape(x[..., : heads * depth], [batch, seq, heads, depth]), [0, 2, 1, 3]
+            )
+            k = tf.reshape(
+                x[..., heads * depth : (heads + kv_heads) * depth], [batch, seq, kv_heads, depth]
+            )
+            k = tf.transpose(k, [0, 2, 1, 3])
+            v = tf.transpose(
+                tf.reshape(x[..., -kv_heads * depth :], [batch, seq, kv_heads, depth]), [0, 2, 1, 3]
+            )
+        if group > 1:
+            k, v = (
+                tf.reshape(
+                    tf.broadcast_to(t[:, :, None], [batch, kv_heads, group, seq, depth]),
+                    [batch, heads, seq, depth],
+                )
+                for t in (k, v)
+            )
+        if merged:
+            q, k, v = (tf.reshape(t, [batch * heads, seq, depth]) for t in (q, k, v))
+        s = tf.matmul(q * depth**-0.5, k, transpose_b=True)
+        if bias is not None:
+            s = tf.reshape(tf.reshape(s, [batch, heads, seq, seq]) + bias, tf.shape(s))
+        if explicit:
+            e = tf.exp(s - tf.reduce_max(s, axis=-1, keepdims=True))
+            p = e / tf.reduce_sum(e, axis=-1, keepdims=True)
+        else:
+            p = tf.nn.softmax(s)
+        out = tf.reshape(tf.matmul(p, v), [batch, heads, seq, depth])
+        return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [batch, seq, heads * depth])
+
+    return attend, [batch, seq, width]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_layouts_fuse_exactly(seed):
+    """Forms nobody listed: whatever the layout, one fused op, the same
+    numbers as the plain model."""
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    attend, shape = _random_form(seed)
+    original = convert_function(attend, tf.TensorSpec(shape))
+    result = fusekit.optimize(original, ["fuse_attention"])
+    assert len(_fused_ops(result.model)) == 1, _notes(result)
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    outputs = []
+    for model in (original, result.model):
+        interpreter = Interpreter(model_content=model, num_threads=1)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)
