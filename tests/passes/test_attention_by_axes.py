@@ -286,8 +286,8 @@ def test_constant_causal_band_is_the_op_causal_flag():
 
 def _random_form(seed: int):
     """Attention written in a random layout: packed or separate q, k, v,
-    heads first or last, heads merged into the batch or not, a grouped
-    repeat of k and v, a bias, the softmax as SOFTMAX or written out."""
+    heads merged into the batch or not, a grouped repeat of k and v, a
+    bias, the softmax as SOFTMAX or written out, Q.K^T or (K.Q^T)^T."""
     import tensorflow as tf
 
     rng = np.random.default_rng(seed)
@@ -296,6 +296,7 @@ def _random_form(seed: int):
     packed = bool(rng.integers(2))
     merged = bool(rng.integers(2))
     explicit = bool(rng.integers(2))
+    swap = bool(rng.integers(2))  # (K.Q^T)^T, as Keras 3's einsum writes it
     bias = rng.standard_normal([1, heads, seq, seq]).astype(np.float32) if rng.integers(2) else None
     width = (heads + 2 * kv_heads) * depth
 
@@ -332,7 +333,10 @@ def _random_form(seed: int):
             )
         if merged:
             q, k, v = (tf.reshape(t, [batch * heads, seq, depth]) for t in (q, k, v))
-        s = tf.matmul(q * depth**-0.5, k, transpose_b=True)
+        if swap:
+            s = tf.linalg.matrix_transpose(tf.matmul(k, q * depth**-0.5, transpose_b=True))
+        else:
+            s = tf.matmul(q * depth**-0.5, k, transpose_b=True)
         if bias is not None:
             s = tf.reshape(tf.reshape(s, [batch, heads, seq, seq]) + bias, tf.shape(s))
         if explicit:

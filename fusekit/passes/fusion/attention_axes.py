@@ -317,16 +317,23 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     qk = scores.qk
     o_shape = graph.signature(int(qk.outputs[0]))
     rank = len(o_shape)
-    n_axis, m_axis = rank - 1, rank - 2
     if rank < 2:
         return None
-    kv_len = o_shape[n_axis]
-    keys = axis_map.normalized([Atom(n_axis, 1, kv_len)])  # none for a single key
-    if scores.view.axes[softmax.axis] != keys:
+    # The keys are the axis the softmax runs over: Q.K^T's last, or its
+    # rows when the matmul is K.Q^T transposed (Keras 3's einsum).
+    n_axis, m_axis = rank - 1, rank - 2
+    for key_axis in (n_axis, m_axis):
+        kv_len = o_shape[key_axis]
+        keys = axis_map.normalized([Atom(key_axis, 1, kv_len)])  # none for a single key
+        if scores.view.axes[softmax.axis] == keys:
+            break
+    else:
         return _miss(
             "softmax_axis",
-            "the SOFTMAX does not run over the keys of Q.K^T (its last axis is another one)",
+            "the softmax does not run over the keys of Q.K^T (it mixes them with other axes)",
         )
+    swapped = key_axis == m_axis
+    row_axis = n_axis if swapped else m_axis
     # Forward: the probabilities through views to P.V.
     p_view, tensor, forward = scores.view, softmax.output, []
     zeroed = False
@@ -378,17 +385,19 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             "mask with a large finite negative value (torch.finfo(dtype).min) instead",
         )
     # Operand maps.
-    q_view = axis_map.trace(graph, int(qk.inputs[0]))
-    k_view = axis_map.trace(graph, int(qk.inputs[1]))
+    first = axis_map.trace(graph, int(qk.inputs[0]))
+    second = axis_map.trace(graph, int(qk.inputs[1]))
     v_view = axis_map.trace(graph, int(pv.inputs[1]))
-    if q_view is None or k_view is None or v_view is None:
+    if first is None or second is None or v_view is None:
         return _miss("dynamic_shape", "q, k or v has a shape known only at run time")
     fc = graph.builtin(qk) == OP.FULLY_CONNECTED
     adj_x = bool(getattr(qk.builtinOptions, "adjX", False)) and not fc
     adj_y = fc or bool(getattr(qk.builtinOptions, "adjY", False))
     batch_dims = o_shape[:-2]
-    q_roles = _operand_axes(q_view, batch_dims, -2 if adj_x else -1, -1 if adj_x else -2)
-    k_roles = _operand_axes(k_view, batch_dims, -1 if adj_y else -2, -2 if adj_y else -1)
+    first_roles = _operand_axes(first, batch_dims, -2 if adj_x else -1, -1 if adj_x else -2)
+    second_roles = _operand_axes(second, batch_dims, -1 if adj_y else -2, -2 if adj_y else -1)
+    q_view, k_view = (second, first) if swapped else (first, second)
+    q_roles, k_roles = (second_roles, first_roles) if swapped else (first_roles, second_roles)
     p_batch = p_view.shape[:-2]
     v_adj = bool(getattr(pv.builtinOptions, "adjY", False))
     v_roles = _operand_axes(v_view, p_batch, -1 if v_adj else -2, -2 if v_adj else -1)
@@ -397,10 +406,10 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     if v_view.scale != 1.0:
         return _miss("scaled_v", "v is scaled before P.V")
     # The problem atoms: O's axes (but the keys) cut wherever any map cuts.
-    cuts: dict[int, set[int]] = {a: {1, o_shape[a]} for a in range(rank - 1)}
+    cuts: dict[int, set[int]] = {a: {1, o_shape[a]} for a in range(rank) if a != key_axis}
     for a in range(rank - 2):
         cuts[a] |= axis_map.cuts(q_roles[f"b{a}"]) | axis_map.cuts(k_roles[f"b{a}"])
-    cuts[m_axis] |= axis_map.cuts(q_roles["outer"])
+    cuts[row_axis] |= axis_map.cuts(q_roles["outer"])
     scores_views = [scores.view, p_view] + [t.at for t in scores.terms]
     for view in scores_views:
         for axis in view.axes:
@@ -411,11 +420,12 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         for t in axis_map.cuts(v_roles[f"b{j}"]):
             stride = 1
             for atom in reversed(axis):
-                if stride <= t < stride * atom.size and t % stride == 0:
+                inside = stride <= t < stride * atom.size and t % stride == 0
+                if inside and atom.axis in cuts:
                     cuts[atom.axis].add(atom.stride * (t // stride))
                 stride *= atom.size
     problem_atoms: list[Atom] = []
-    for a in range(rank - 1):
+    for a in sorted(cuts):
         points = sorted(cuts[a])
         for lo, hi in zip(points, points[1:], strict=False):
             if hi % lo:
@@ -427,11 +437,11 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     where: dict[Atom, dict[str, Atom | None]] = {}
     batch_like, query_like, rows = [], [], []
     for atom in problem_atoms:
-        role = "outer" if atom.axis == m_axis else f"b{atom.axis}"
+        role = "outer" if atom.axis == row_axis else f"b{atom.axis}"
         q_atom = _single(axis_map.piece(q_roles[role], atom.stride, atom.size))
         k_atom = (
             Atom(BROADCAST, 0, atom.size)
-            if atom.axis == m_axis
+            if atom.axis == row_axis
             else _single(axis_map.piece(k_roles[role], atom.stride, atom.size))
         )
         v_atom = None
@@ -452,7 +462,7 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         if k_rep != v_rep:
             return _miss("kv_heads", "k and v are repeated over different heads")
         where[atom] = {"q": q_atom, "k": k_atom, "v": v_atom}
-        if atom.axis == m_axis:
+        if atom.axis == row_axis:
             rows.append(atom)
         elif k_rep:
             query_like.append(atom)
@@ -519,7 +529,7 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         return _miss("shared_scores", "an intermediate of the attention is also read elsewhere")
     if any(graph.tensor(t).type != FLOAT32 for t in (q_view.source, k_view.source, v_view.source)):
         return _miss("dtype", "q, k and v are not float32")
-    plan = _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len, zeroed)
+    plan = _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed)
     if isinstance(plan, NearMiss):
         return plan
     scale = scores.scale * q_view.scale * k_view.scale
@@ -659,7 +669,7 @@ def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | Ne
     return View(term.tensor, shape, axes, [0] * len(shape))
 
 
-def _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len, zeroed) -> _MaskPlan | NearMiss:
+def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _MaskPlan | NearMiss:
     """How the op's float mask [B|1, H|1, Sq|1, Skv] is written from the
     terms added to the scores (constants folded into one constant, the
     rest mapped by views and added) and the keep-mask selected over them
@@ -667,7 +677,7 @@ def _mask_plan(graph, scores, batch, heads, rows, n_axis, kv_len, zeroed) -> _Ma
     terms = scores.terms
     if not terms and scores.keep is None:
         return _MaskPlan(None)
-    groups = [batch, heads, rows, [Atom(n_axis, 1, kv_len)]]
+    groups = [batch, heads, rows, [Atom(key_axis, 1, kv_len)]]
     keep_view = None
     if scores.keep is not None:
         keep_view = _term_view(graph, scores.keep, groups)
