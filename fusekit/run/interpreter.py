@@ -60,7 +60,14 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
         kwargs["model_path"] = str(model_path)
     if num_threads is not None:
         kwargs["num_threads"] = num_threads
-    return _explaining(module.Interpreter, name)(experimental_delegates=delegates, **kwargs)
+    interp = _explaining(module.Interpreter, name)(experimental_delegates=delegates, **kwargs)
+    # A resize rewrites the shape signature the runtime reports: keep the
+    # model's own to name a static dim a resize changed.
+    interp._fusekit_input_signatures = {
+        int(d["index"]): (d["name"], [int(n) for n in d.get("shape_signature", d["shape"])])
+        for d in interp.get_input_details()
+    }
+    return interp
 
 
 _EXPLAINING: dict[type, type] = {}
@@ -85,6 +92,7 @@ def _explaining(interpreter_class: type, runtime: str) -> type:
         try:
             return interpreter_class.allocate_tensors(self)
         except RuntimeError as error:
+            _explain_static_resize(self, error)
             text = str(error)
             if "XNNPACK" not in text or "unresolved custom op" not in text:
                 raise
@@ -97,12 +105,21 @@ def _explaining(interpreter_class: type, runtime: str) -> type:
                 "another runtime (ai-edge-litert)."
             ) from error
 
+    def invoke(self: Any) -> Any:
+        try:
+            return interpreter_class.invoke(self)
+        except RuntimeError as error:
+            _explain_static_resize(self, error)
+            raise
+
     allocate_tensors.__doc__ = interpreter_class.allocate_tensors.__doc__
+    invoke.__doc__ = interpreter_class.invoke.__doc__
     explaining = type(
         interpreter_class.__name__,
         (interpreter_class,),
         {
             "allocate_tensors": allocate_tensors,
+            "invoke": invoke,
             "__module__": interpreter_class.__module__,
             "__qualname__": interpreter_class.__qualname__,
             "__doc__": interpreter_class.__doc__,
@@ -110,3 +127,35 @@ def _explaining(interpreter_class: type, runtime: str) -> type:
     )
     _EXPLAINING[interpreter_class] = explaining
     return explaining
+
+
+def _explain_static_resize(interp: Any, error: RuntimeError) -> None:
+    """Raises InputShapeError when ``error`` (the runtime's failure to
+    prepare or run the model) follows a resize of an input's static dims:
+    TFLite lets any dim be resized, and a model whose ops fix that dim then
+    fails deep in XNNPACK ("failed to reshape runtime") without naming the
+    input.  A resize the model does take (e.g. a batch dim it was exported
+    static with) never comes here, as it does not fail."""
+    from fusekit.errors import InputShapeError
+
+    signatures = getattr(interp, "_fusekit_input_signatures", {})
+    changed = []
+    for d in interp.get_input_details():
+        name, signature = signatures.get(int(d["index"]), (d["name"], None))
+        given = [int(n) for n in d["shape"]]
+        if signature is not None and (
+            len(given) != len(signature)
+            or any(s >= 0 and s != g for s, g in zip(signature, given, strict=False))
+        ):
+            changed.append(
+                f"input {name!r} (index {d['index']}) has shape signature {signature} "
+                f"and was given {given}"
+            )
+    if changed:
+        raise InputShapeError(
+            "the model cannot run on the shapes given: "
+            + "; ".join(changed)
+            + " (only its -1 dims may change; the runtime said: "
+            + str(error).split("Node number")[0].strip()
+            + ")"
+        ) from error
