@@ -228,16 +228,22 @@ def _same_bytes(a: str, b: str) -> bool:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    import warnings
+
     import fusekit
     from fusekit.toolchain.plugin_build import host_target
 
-    path = fusekit.build_plugin(
-        args.name,
-        args.sources,
-        extra_cflags=args.cflag or (),
-        verbose=args.verbose,
-        target=args.target,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path = fusekit.build_plugin(
+            args.name,
+            args.sources,
+            extra_cflags=args.cflag or (),
+            verbose=args.verbose,
+            target=args.target,
+        )
+    for warning in caught:
+        print(f"fusekit build: warning: {warning.message}", file=sys.stderr)
     if args.target is not None and args.target != host_target():
         # Another machine's library: this process cannot load it to list kernels.
         if args.json:
@@ -432,9 +438,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence_native_logs() -> None:
+    """-q: no TensorFlow/absl/TFLite C++ logs, no library warnings."""
+    import logging
+    import warnings
+
+    from fusekit import _native_logs
+
+    _native_logs.silence_for_process()
+    warnings.filterwarnings("ignore")
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser().parse_args(argv)
+    if getattr(args, "quiet", False) and argv is None:
+        # Only for the command itself: a caller of main(argv) keeps its streams.
+        _silence_native_logs()
     from fusekit.errors import FusekitError
 
     try:

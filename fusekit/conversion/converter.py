@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fusekit import _native_logs
 from fusekit.conversion import tf_private
 from fusekit.conversion.kernel_match import Reason
 from fusekit.conversion.plan import Plan, check_saved_model, inspect
@@ -246,7 +247,9 @@ def convert(
     """
     if buffer_offsets:
         converter_options = {**converter_options, **tf_private.buffer_offset_options()}
-    with as_saved_model(model) as saved_model:
+    # Keras' export and the TFLite converter log to descriptor 2 in C++; the
+    # report says what happened (FUSEKIT_NATIVE_LOGS=1 shows them).
+    with _native_logs.held(), as_saved_model(model) as saved_model:
         path = check_saved_model(saved_model)
         seconds: dict[str, float] = {}
         _progress(progress, f"reading {path} to find composites")

@@ -148,7 +148,9 @@ class OptimizeResult:
 def selected_passes(passes: Sequence[str] | str | None, space_to_depth: str) -> list[str]:
     """The pass names to run: ``passes`` (a list or "a,b"), DEFAULT_PASSES
     when None; ``space_to_depth="on"`` adds that pass when not listed and
-    "off" removes it."""
+    "off" removes it.  Names that all start with ``+`` or ``-`` edit the
+    default set instead ("+kv_cache_in_place" appends a pass, "-layout"
+    drops one)."""
     if passes is None:
         names = list(DEFAULT_PASSES)
     elif isinstance(passes, str):
@@ -161,6 +163,9 @@ def selected_passes(passes: Sequence[str] | str | None, space_to_depth: str) -> 
             )
     else:
         names = list(passes)
+    edits = [n for n in names if n[:1] in "+-"]
+    if edits:
+        names = _edited_defaults(names, edits)
     if space_to_depth == "on" and "space_to_depth" not in names:
         names.append("space_to_depth")
     if space_to_depth == "off":
@@ -171,6 +176,31 @@ def selected_passes(passes: Sequence[str] | str | None, space_to_depth: str) -> 
         if name not in seen:
             seen.append(name)
     return seen
+
+
+def _edited_defaults(names: list[str], edits: list[str]) -> list[str]:
+    """DEFAULT_PASSES with "+name" appended and "-name" removed, in order."""
+    if len(edits) != len(names):
+        plain = [n for n in names if n[:1] not in "+-"]
+        raise PassError(
+            f"passes {names} mix names ({', '.join(plain)}) with edits of the default set "
+            f"({', '.join(edits)}): give either the whole list, or only +name / -name"
+        )
+    result = list(DEFAULT_PASSES)
+    for edit in edits:
+        name = edit[1:].strip()
+        get(name)  # an unknown name fails before any work
+        if edit[0] == "+":
+            if name not in result:
+                result.append(name)
+        elif name in result:
+            result.remove(name)
+        else:
+            raise PassError(
+                f"passes: -{name} removes a pass the default set does not hold "
+                f"(defaults: {', '.join(DEFAULT_PASSES)})"
+            )
+    return result
 
 
 def run_passes(
