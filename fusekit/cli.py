@@ -50,9 +50,63 @@ def _converter_options(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import fusekit
 
+    if os.path.isfile(args.saved_model):
+        return _inspect_model_file(args)
     _say(args, f"importing {args.saved_model}")
     plan = fusekit.inspect(args.saved_model, plugins=args.plugin)
     print(plan.to_json() if args.json else plan.to_text())
+    return 0
+
+
+def _inspect_model_file(args: argparse.Namespace) -> int:
+    """``fusekit inspect MODEL.tflite``: the custom ops the model needs, where
+    its kernel metadata says they come from, and whether a loaded library
+    (fusekit's, or --plugin) provides them."""
+    from pathlib import Path
+
+    from fusekit.model import kernel_metadata, model_check, model_ops
+    from fusekit.run import plugin
+
+    data = Path(args.saved_model).read_bytes()
+    model_check.verify_model(data, args.saved_model)
+    used = sorted({op.custom_code for op in model_ops.list_verified_ops(data) if op.custom_code})
+    metadata = kernel_metadata.read(data)
+    providers = plugin.kernel_providers(args.plugin)
+    rows = []
+    for op in used:
+        need = metadata.need(op) if metadata is not None else None
+        rows.append(
+            {
+                "op": op,
+                "provider": need.provider if need else None,
+                "plugin": need.plugin if need else None,
+                "from": need.where() if need else None,
+                "loaded": providers.get(op),
+            }
+        )
+    info = {
+        "model": args.saved_model,
+        "kernel_metadata": metadata is not None,
+        "written_by_fusekit": metadata.fusekit_version if metadata else None,
+        "custom_ops": rows,
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(
+        f"{args.saved_model}: "
+        + (
+            f"written by fusekit {metadata.fusekit_version} (kernel metadata format "
+            f"{metadata.format})"
+            if metadata
+            else "no fusekit kernel metadata (not written by fusekit, or by an older one)"
+        )
+    )
+    if not rows:
+        print("no custom ops: any TFLite runtime runs it")
+    for row in rows:
+        loaded = f"loaded from {row['loaded']}" if row["loaded"] else "NOT loaded"
+        print(f"  {row['op']:<32} {loaded}; from {row['from'] or 'unknown'}")
     return 0
 
 
@@ -375,10 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "inspect",
-        help="list the composites a SavedModel holds (the plan)",
+        help="list the composites a SavedModel holds (the plan), or the kernels a .tflite needs",
         description="Read the SavedModel's function library and list every composite: "
         "op name, attrs with types, argument/result types, call sites, whether "
-        "a fusekit kernel exists and why a composite cannot fuse.",
+        "a fusekit kernel exists and why a composite cannot fuse. Given a .tflite file: "
+        "the custom ops it needs, where its fusekit_kernels metadata says each kernel "
+        "comes from, and whether a loaded library provides it.",
     )
     common(p)
     p.set_defaults(func=cmd_inspect)

@@ -277,6 +277,11 @@ def test_converting_a_keras_model_prints_no_native_logs(capfd):
     err = capfd.readouterr().err
     for line in ("Reading SavedModel", "loader.cc", "Ignored output_format"):
         assert line not in err, err
+    # The model names the kernel it needs and where it comes from.
+    from fusekit.model import kernel_metadata
+
+    metadata = kernel_metadata.read(result.model)
+    assert [(k.op, k.provider) for k in metadata.kernels] == [("fusekit_layer_norm", "fusekit")]
     plain = keras.Model(inputs, keras.layers.Dense(3)(inputs))
     with pytest.warns(UserWarning, match="no composites found"):
         fusekit.convert(plain, strict=False)

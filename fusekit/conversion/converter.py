@@ -23,9 +23,9 @@ from fusekit.conversion.sources import as_saved_model
 from fusekit.conversion.typed_attrs_pass import restore_typed_attrs, smuggled_attrs
 from fusekit.conversion.unfuse import unfused_copy
 from fusekit.errors import ConversionError
-from fusekit.model import model_ops
+from fusekit.model import flatbuffer_edit, model_ops
 from fusekit.passes.pipeline import run_passes
-from fusekit.run import compat
+from fusekit.run import compat, plugin
 
 _FAILED_TO_FUSE = re.compile(r"failed to fuse for op: ([\w./-]+)")
 
@@ -123,6 +123,8 @@ def finish(
         # pass reading custom options sees what the kernels will.
         optimized = run_passes(model, list(passes), space_to_depth, name=plan.saved_model)
         model, pass_lines = optimized.model, optimized.report.lines()
+    # What kernels the model needs and where they come from, in the model.
+    model = flatbuffer_edit.stamped(model, plugin.op_plugins())
     seconds["passes"] = time.perf_counter() - start
 
     start = time.perf_counter()

@@ -15,6 +15,7 @@ from typing import Any
 from fusekit.errors import InvalidModelError, PassError
 from fusekit.model.graph import ModelView
 from fusekit.passes.registry import PassOptions, available, get
+from fusekit.run.plugin import op_plugins
 
 # What `fusekit optimize` and `fusekit.optimize` run when no passes are
 # named.  Kept in one place: other passes (pattern fusion) may join it.
@@ -219,6 +220,7 @@ def run_passes(
     if max_iterations < 1:
         raise PassError(f"max_iterations must be at least 1, got {max_iterations}")
     view = ModelView(bytes(model) if not isinstance(model, bytes) else model, name)
+    view.plugins = op_plugins()
     start_counts = view.op_counts()
     lines = {n: PassLine(n) for n in names}
     iterations, converged, any_change = 0, False, False
