@@ -25,8 +25,11 @@ examples:
   fusekit build my_ops my_op.cc --target aarch64   ... cross-compiled for an ARM64 device
   fusekit optimize m.tflite -o out.tflite  fuse decomposed norms/RoPE/attention, then layout...
   fusekit optimize m.tflite -o out.tflite --passes layout,space_to_depth
-  fusekit verify m.tflite out.tflite        a model against its optimized copy, output by output
-  fusekit bench m.tflite out.tflite         time a model against its optimized copy
+  fusekit optimize m.tflite -o out.tflite --passes +kv_cache_in_place   the defaults and one more
+  fusekit verify m.tflite out.tflite        a model against its optimized copy, every signature
+  fusekit verify m.tflite out.tflite --signature decode --input decode:tokens=t.npy
+  fusekit bench m.tflite out.tflite --cpu-time   time a model against its optimized copy
+  fusekit inspect out.tflite                the custom kernels a model needs, and where from
 Composites are written with @fusekit.composite or come from fusekit.ops.
 """
 
@@ -50,12 +53,20 @@ def _converter_options(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import fusekit
 
-    if os.path.isfile(args.saved_model):
+    if _is_tflite_file(args.saved_model):
         return _inspect_model_file(args)
     _say(args, f"importing {args.saved_model}")
     plan = fusekit.inspect(args.saved_model, plugins=args.plugin)
     print(plan.to_json() if args.json else plan.to_text())
     return 0
+
+
+def _is_tflite_file(path: str) -> bool:
+    """A file holding a TFLite flatbuffer (its file identifier, "TFL3")."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(8)[4:8] == b"TFL3"
 
 
 def _inspect_model_file(args: argparse.Namespace) -> int:

@@ -144,14 +144,17 @@ def pack_model(
     original: ModelBuffer,
     alignment: int = _BLOB_ALIGNMENT,
     plugins: Mapping[str, str] | None = None,
+    kernel_entry: bool = True,
 ) -> bytes:
     """Serializes ``m`` (read from ``original``), with the blobs the model
     keeps after its flatbuffer appended, each at a multiple of ``alignment``
     bytes from the start, and their offsets updated.  Every model packed
     here carries the ``fusekit_kernels`` metadata entry
     (``fusekit.model.kernel_metadata``; ``plugins``: op -> plugin name of
-    users' kernels)."""
-    kernel_metadata.stamp(m, plugins)
+    users' kernels), unless ``kernel_entry`` is False: a runtime's private
+    copy whose every byte placement is fixed (``fusekit.run.aligned_model``)."""
+    if kernel_entry:
+        kernel_metadata.stamp(m, plugins)
     blobs = _blobs(m, original)
     if not blobs:
         return _pack(m, len(original))

@@ -40,6 +40,11 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
         uses (e.g. tflite-runtime 2.14 and FULLY_CONNECTED v12).
       FusekitError: a plugin path is empty or missing, or a plugin is
         unusable (ABI version, missing exports, broken registry).
+
+    The interpreter's ``allocate_tensors`` and ``invoke`` raise
+    InputShapeError (naming the input, its shape signature and the shape
+    given) where the runtime fails to prepare the model after an input's
+    static dim was resized to a size the model cannot take.
     """
     if (model_path is None) == (model_content is None):
         raise ValueError("pass exactly one of model_path or model_content")
