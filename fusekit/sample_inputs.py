@@ -35,7 +35,11 @@ def is_cache(operand: Operand, outputs: Sequence[Operand]) -> bool:
 
 
 def _is_positions(operand: Operand) -> bool:
-    return np.issubdtype(operand.dtype, np.integer) and "pos" in operand.name.lower()
+    return (
+        np.issubdtype(operand.dtype, np.integer)
+        and operand.quantization is None
+        and "pos" in operand.name.lower()
+    )
 
 
 def _is_mask(operand: Operand) -> bool:

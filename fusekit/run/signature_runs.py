@@ -67,6 +67,19 @@ def _operand(name: str, d: Mapping[str, Any]) -> Operand:
     )
 
 
+def _fed(operand: Operand, value: Any) -> np.ndarray:
+    """``value`` in the input's dtype: float64 arrays (numpy's default, a
+    saved .npy) become float32 and the like; a cast across kinds (floats
+    into integers) is refused, naming the input."""
+    array = np.asarray(value)
+    try:
+        return array.astype(operand.dtype, casting="same_kind", copy=False)
+    except TypeError as error:
+        raise ValueError(
+            f"input {operand.name!r} takes {operand.dtype}, got an array of {array.dtype}"
+        ) from error
+
+
 def short_name(name: str) -> str:
     """The argument name of a converted model's input tensor outside any
     signature (``serving_default_x:0`` -> ``x``)."""
@@ -106,7 +119,7 @@ class _InterpreterSignature(SignatureRun):
         self._subgraph = int(interp._interpreter.GetSubgraphIndexFromSignature(key))
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = self._runner(**{name: np.asarray(a) for name, a in arrays.items()})
+        out = self._runner(**{o.name: _fed(o, arrays[o.name]) for o in self.inputs})
         return {name: np.array(value) for name, value in out.items()}
 
     def prepared(self, arrays: Mapping[str, np.ndarray]) -> Callable[[], None]:
@@ -132,7 +145,7 @@ class _FirstSubgraph(SignatureRun):
             self._interp.resize_tensor_input(d["index"], list(np.shape(arrays[operand.name])))
         self._interp.allocate_tensors()
         for d, operand in zip(self._in, self.inputs, strict=True):
-            self._interp.set_tensor(d["index"], np.asarray(arrays[operand.name]))
+            self._interp.set_tensor(d["index"], _fed(operand, arrays[operand.name]))
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         self._set(arrays)
@@ -169,7 +182,7 @@ class _CompiledSignature(SignatureRun):
         ins = self._compiled.create_input_buffers(self._index)
         outs = self._compiled.create_output_buffers(self._index)
         for buffer, operand in zip(ins, self.inputs, strict=True):
-            buffer.write(np.asarray(arrays[operand.name], operand.dtype))
+            buffer.write(_fed(operand, arrays[operand.name]))
         return ins, outs
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
