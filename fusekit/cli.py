@@ -212,7 +212,22 @@ def _check_run_arguments(args: argparse.Namespace) -> dict[str, Any]:
     for plugin in args.plugin:
         if not os.path.exists(plugin):
             raise UsageError(f"--plugin {plugin}: no such file")
-    _after(args)
+    if _after(args) is not None and args.signature:
+        # Two .tflite files: their signature names are read without loading them.
+        from fusekit.errors import InvalidModelError
+        from fusekit.model import model_ops
+
+        with open(args.saved_model, "rb") as f:
+            try:
+                keys = model_ops.signature_keys(f.read())
+            except InvalidModelError:
+                keys = None  # loading it names what is wrong
+        unknown = [k for k in args.signature if keys is not None and k not in keys]
+        if unknown:
+            raise UsageError(
+                f"--signature {', '.join(unknown)}: {args.saved_model} has no such signature "
+                f"(its signatures: {', '.join(keys or []) or 'none'})"
+            )
     return {
         "inputs": _given_inputs(args),
         "shapes": _parse_shapes(getattr(args, "shape", None)),

@@ -136,6 +136,9 @@ def test_cli_verify_and_bench_every_signature(decoder_pair, tmp_path):
     proc = _cli("bench", plain, fused, "--json", "-q", "--rounds", "2")
     assert proc.returncode == 0, proc.stderr
     assert list(json.loads(proc.stdout)["signatures"]) == ["prefill_16", "decode"]
+    proc = _cli("verify", plain, fused, "-q", "--signature", "generate")
+    assert proc.returncode == 1
+    assert "--signature generate: " in proc.stderr and "prefill_16, decode" in proc.stderr
 
 
 @pytest.mark.parametrize(
