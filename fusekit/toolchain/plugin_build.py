@@ -25,7 +25,7 @@ from typing import Any
 
 from fusekit._compiled import built_path
 from fusekit._version import __version__
-from fusekit.errors import PluginBuildError  # noqa: F401  (also importable from here)
+from fusekit.errors import FusekitError, PluginBuildError  # noqa: F401  (also importable from here)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The file name endings build_plugin compiles (as C++).
@@ -303,7 +303,11 @@ def _warn_if_empty(name: str, library: str) -> None:
 
     from fusekit.run.plugin import kernel_names
 
-    if not kernel_names(library):
+    try:
+        names = kernel_names(library)
+    except FusekitError:
+        return  # loading it says what is wrong, where it is used
+    if not names:
         warnings.warn(
             f"plugin {name} ({library}) registers no kernel: its sources hold no "
             "FUSEKIT_REGISTER_KERNEL (see docs/custom_op.md), so no model op can use it",
