@@ -160,17 +160,53 @@ class _FirstSubgraph(SignatureRun):
         return self._interp.invoke
 
 
+def _signature_quantization(model: bytes) -> dict[tuple[str, str, str], tuple[float, int]]:
+    """(signature key, side, operand name) -> (scale, zero point) of the model's
+    per-tensor quantized signature operands, read from the flatbuffer
+    (CompiledModel's tensor details do not carry them)."""
+    from fusekit.model import tflite_schema
+
+    root = tflite_schema.model(model)
+    subgraphs = root.items("subgraphs")
+    found = {}
+    for signature in root.items("signature_defs"):
+        key = (signature.string("signature_key") or b"").decode()
+        index = int(signature.scalar("subgraph_index"))
+        if not 0 <= index < len(subgraphs):
+            continue
+        tensors = subgraphs[index].items("tensors")
+        for side in ("inputs", "outputs"):
+            for entry in signature.items(side):
+                t = int(entry.scalar("tensor_index"))
+                q = tensors[t].table("quantization") if 0 <= t < len(tensors) else None
+                if q is None or len(q.values("scale")) != 1:
+                    continue
+                zero = q.values("zero_point")
+                name = (entry.string("name") or b"").decode()
+                scale = float(q.values("scale")[0])
+                found[(key, side, name)] = (scale, int(zero[0]) if zero else 0)
+    return found
+
+
 class _CompiledSignature(SignatureRun):
-    def __init__(self, compiled: Any, index: int) -> None:
+    def __init__(
+        self,
+        compiled: Any,
+        index: int,
+        quantization: dict[tuple[str, str, str], tuple[float, int]],
+    ) -> None:
         self._compiled = compiled
         self._index = index
         self.key = compiled.get_signature_by_index(index)["key"]
-        self.inputs = [
-            _operand(n, d) for n, d in compiled.get_input_tensor_details(self.key).items()
-        ]
-        self.outputs = [
-            _operand(n, d) for n, d in compiled.get_output_tensor_details(self.key).items()
-        ]
+
+        def operands(side: str, details: dict[str, Any]) -> list[Operand]:
+            return [
+                _operand(n, {**d, "quantization": quantization.get((self.key, side, n), (0.0, 0))})
+                for n, d in details.items()
+            ]
+
+        self.inputs = operands("inputs", compiled.get_input_tensor_details(self.key))
+        self.outputs = operands("outputs", compiled.get_output_tensor_details(self.key))
 
     def _buffers(self, arrays: Mapping[str, np.ndarray]) -> tuple[list[Any], list[Any]]:
         current = self._compiled._current(self._index, "inputs")
@@ -215,7 +251,8 @@ def compiled_signatures(
     from fusekit.run.compiled_model import CompiledModel
 
     compiled = CompiledModel.from_buffer(model, num_threads=num_threads or 1, plugins=plugins)
-    return {
-        run.key: run
-        for run in (_CompiledSignature(compiled, i) for i in range(compiled.get_num_signatures()))
-    }
+    quantization = _signature_quantization(model)
+    runs = (
+        _CompiledSignature(compiled, i, quantization) for i in range(compiled.get_num_signatures())
+    )
+    return {run.key: run for run in runs}
