@@ -134,3 +134,13 @@ def test_a_resized_static_dim_names_the_input(runtime, fused):
     interp.allocate_tensors()
     interp.set_tensor(d["index"], np.ones((2, 16, 64), np.float32))
     interp.invoke()
+    # The signature runner resizes to what it is given: named the same way.
+    fresh = fusekit.Interpreter(model_content=model, runtime=runtime)
+    runner = fresh.get_signature_runner()
+    with pytest.raises(
+        fusekit.InputShapeError,
+        match=r"signature 'serving_default': .*input 'args_0' has shape signature "
+        r"\[1, 16, 64\] and was given \[1, 16, 67\]",
+    ):
+        runner(args_0=np.ones((1, 16, 67), np.float32))
+    assert runner(args_0=np.ones((1, 16, 64), np.float32))["output_0"].shape == (1, 16, 64)
