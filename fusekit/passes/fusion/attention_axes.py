@@ -45,7 +45,7 @@ masked whole is zeros either way).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -288,17 +288,6 @@ def _single(atoms: list[Atom] | None) -> Atom | None:
     if atoms is None or len(atoms) > 1:
         return None
     return atoms[0] if atoms else None
-
-
-@dataclass
-class _Problem:
-    """The fused op's axes as atoms of each operand's source."""
-
-    batch: list[Atom]  # problem (O) atoms
-    kv_heads: list[Atom]
-    group: list[Atom]
-    rows: list[Atom]
-    where: dict[Atom, dict[str, Atom]] = field(default_factory=dict)  # O atom -> sink -> atom
 
 
 def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
