@@ -79,18 +79,7 @@ class CompiledModel:
         model_data = aligned_model.align_weights(model_data)
         lib = litert_c.lib()
         self.num_threads = num_threads
-        # LiteRT reads the model in place: keep it, 64-byte aligned.
-        raw = np.empty(len(model_data) + 64, np.uint8)
-        start = (-raw.ctypes.data) % 64
-        self._data = raw[start:start + len(model_data)]
-        self._data[:] = np.frombuffer(model_data, np.uint8)
         try:
-            model = ctypes.c_void_p()
-            litert_c.check(lib.LiteRtCreateModelFromBuffer(
-                environment(), self._data.ctypes.data, len(model_data), ctypes.byref(model)),
-                "reading the model")
-            self._model = model.value
-            self._signatures = self._read_signatures()
             options = ctypes.c_void_p()
             litert_c.check(lib.LiteRtCreateOptions(ctypes.byref(options)), "creating options")
             self._options = options.value
@@ -98,18 +87,32 @@ class CompiledModel:
                 self._options, litert_c.HW_ACCELERATOR_CPU), "choosing the CPU")
             litert_c.check(lib.LiteRtAddOpaqueOptions(self._options, _cpu_options(num_threads)),
                            "adding the CPU options")
+            # Each library gives the nodes of its ops custom codes of their
+            # own in its copy of the model and one kernel per node (LiteRT
+            # never says which node a kernel call is for); the next library
+            # rewrites the previous one's copy.  LiteRT reads the last copy
+            # in place: the handles own it.
+            data, size = self._data_ref(model_data)
             for path in libraries:
                 handle_lib = plugin.open_plugin(path)
-                if not hasattr(handle_lib, "fusekit_litert_add_kernels"):
+                if not hasattr(handle_lib, "fusekit_litert_add_model_kernels"):
                     raise FusekitError(
-                        f"plugin {path} has no LiteRT entry point (fusekit_litert_add_kernels): "
-                        "rebuild it with fusekit.build_plugin"
+                        f"plugin {path} has no LiteRT entry point "
+                        "(fusekit_litert_add_model_kernels): rebuild it with fusekit.build_plugin"
                     )
                 litert_c.bind_plugin(handle_lib)
-                handle = handle_lib.fusekit_litert_add_kernels(self._options, None, num_threads)
+                handle = handle_lib.fusekit_litert_add_model_kernels(
+                    self._options, data, size, num_threads)
                 if not handle:
                     raise FusekitError(_text(handle_lib.fusekit_litert_last_error(None)))
                 self._handles.append((handle_lib, handle))
+                data = handle_lib.fusekit_litert_model_data(handle)
+                size = handle_lib.fusekit_litert_model_size(handle)
+            model = ctypes.c_void_p()
+            litert_c.check(lib.LiteRtCreateModelFromBuffer(
+                environment(), data, size, ctypes.byref(model)), "reading the model")
+            self._model = model.value
+            self._signatures = self._read_signatures()
             compiled = ctypes.c_void_p()
             status = lib.LiteRtCreateCompiledModel(
                 environment(), self._model, self._options, ctypes.byref(compiled))
@@ -122,6 +125,15 @@ class CompiledModel:
         except BaseException:
             self.close()
             raise
+
+    def _data_ref(self, model_data: bytes) -> tuple[int, int]:
+        """Address and size of ``model_data`` kept alive (64-byte aligned)
+        until the first library has made its copy."""
+        raw = np.empty(len(model_data) + 64, np.uint8)
+        start = (-raw.ctypes.data) % 64
+        self._data = raw[start:start + len(model_data)]
+        self._data[:] = np.frombuffer(model_data, np.uint8)
+        return self._data.ctypes.data, len(model_data)
 
     @classmethod
     def from_file(cls, model_path: str | os.PathLike[str], num_threads: int = 1,
@@ -406,20 +418,22 @@ class CompiledModel:
     # -------------------------------------------------------------- lifetime
 
     def close(self) -> None:
-        """Releases LiteRT's objects (the model can no longer run)."""
+        """Releases LiteRT's objects (the model can no longer run).  The
+        handles go last: they own the model LiteRT read."""
         lib = litert_c.lib()
         if self._compiled is not None:
             lib.LiteRtDestroyCompiledModel(self._compiled)
             self._compiled = None
-        for handle_lib, handle in self._handles:
-            handle_lib.fusekit_litert_release(handle)
-        self._handles = []
-        if self._options is not None:
-            lib.LiteRtDestroyOptions(self._options)
-            self._options = None
         if self._model is not None:
             lib.LiteRtDestroyModel(self._model)
             self._model = None
+        if self._options is not None:
+            lib.LiteRtDestroyOptions(self._options)
+            self._options = None
+        for handle_lib, handle in self._handles:
+            handle_lib.fusekit_litert_release(handle)
+        self._handles = []
+        self._data = None
 
     def __enter__(self) -> CompiledModel:
         return self
