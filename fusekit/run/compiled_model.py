@@ -22,7 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from fusekit.errors import FusekitError, KernelRunError, RuntimeUnsafeModelError
+from fusekit.errors import (
+    FusekitError,
+    KernelRunError,
+    ResizeRefusedError,
+    RuntimeUnsafeModelError,
+)
 from fusekit.model import model_check
 from fusekit.run import (
     abi_versions,
@@ -299,15 +304,25 @@ class CompiledModel:
         if self._compiled is None and not self._stale:
             raise FusekitError("the compiled model was closed")
         if self._stale:
+            pending = self._pending
+            if pending is None:
+                pending = shaped_model.with_input_shapes(
+                    self._source, self._shape_map(self._resized), self._libraries[1:])
+            self._pending = pending
             self._stale = False
             self._release()
             try:
-                self._compile(self._pending)
+                self._compile(pending)
             except BaseException:
                 self.close()
                 raise
         assert self._compiled is not None
         return self._compiled
+
+    def _shape_map(self, resized: Mapping[tuple[int, int], list[int]]
+                   ) -> dict[tuple[str, str], list[int]]:
+        return {(self._signatures[s].key, self._signatures[s].inputs[i][0]): d
+                for (s, i), d in resized.items()}
 
     def resize_input_tensor(self, input_index: int, dims: Sequence[int],
                             signature_index: int = 0, strict: bool = True) -> None:
@@ -355,12 +370,16 @@ class CompiledModel:
         if dims == current:
             return
         resized = {**self._resized, (signature_index, input_index): dims}
-        shapes = {(self._signatures[s].key, self._signatures[s].inputs[i][0]): d
-                  for (s, i), d in resized.items()}
-        # Checked now (a refusal leaves the model as it was); compiled at
-        # the next use, once every input of a run has its shape.
-        self._pending = shaped_model.with_input_shapes(self._source, shapes,
-                                                       self._libraries[1:])
+        # Checked now when the inputs' shapes fit together (a refusal leaves
+        # the model as it was); else at the next use, once every input of a
+        # run has its shape.  Compiled at the next use.
+        try:
+            self._pending = shaped_model.with_input_shapes(
+                self._source, self._shape_map(resized), self._libraries[1:])
+        except ResizeRefusedError:
+            raise
+        except FusekitError:
+            self._pending = None
         self._resized = resized
         self._shapes.clear()
         self._stale = True
