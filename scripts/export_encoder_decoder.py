@@ -32,8 +32,7 @@ class _EncoderDecoder(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor):
-        out = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids,
-                         return_dict=True)
+        out = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, return_dict=True)
         return out.last_hidden_state, out.encoder_last_hidden_state
 
 
@@ -42,10 +41,19 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(SEED)
     config = transformers.BartConfig(
-        vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2,
-        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, bos_token_id=0,
-        eos_token_id=2, decoder_start_token_id=2,
+        vocab_size=128,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
     )
     model = transformers.BartModel(config).eval()
     with torch.no_grad():
@@ -59,9 +67,13 @@ def main(argv: list[str]) -> int:
     litert_torch.convert(wrapped, (ids, decoder_ids)).export(str(out / "hf_bart.tflite"))
     with torch.no_grad():
         decoded, encoded = wrapped(ids, decoder_ids)
-    np.savez(out / "hf_bart.npz", args_0=ids.numpy().astype(np.int32),
-             args_1=decoder_ids.numpy().astype(np.int32), output_0=decoded.numpy(),
-             output_1=encoded.numpy())
+    np.savez(
+        out / "hf_bart.npz",
+        args_0=ids.numpy().astype(np.int32),
+        args_1=decoder_ids.numpy().astype(np.int32),
+        output_0=decoded.numpy(),
+        output_1=encoded.numpy(),
+    )
     return 0
 
 

@@ -33,14 +33,15 @@ def _feeds(npz: Path, signature: str | None) -> dict[str, np.ndarray]:
         if signature is None:  # the encoder-decoder fixture: args_*
             return {k: data[k] for k in data.files if k.startswith("args_")}
         prefix = f"{signature}/in/"
-        return {k[len(prefix):]: data[k] for k in data.files if k.startswith(prefix)}
+        return {k[len(prefix) :]: data[k] for k in data.files if k.startswith(prefix)}
 
 
 def _torch_case(name: str) -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
     (entry,) = [f for f in TORCH if f["name"] == name]
     plain = (DATA / "torch" / entry["model"]).read_bytes()
-    feeds = {s["name"]: _feeds(DATA / "torch" / entry["data"], s["name"])
-             for s in entry["signatures"]}
+    feeds = {
+        s["name"]: _feeds(DATA / "torch" / entry["data"], s["name"]) for s in entry["signatures"]
+    }
     return plain, feeds
 
 
@@ -59,8 +60,9 @@ def _keras(layer, shape) -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
     h = layer(h)
     model = keras.Model(inp, keras.layers.Dense(4)(h))
     # Off Keras' initial gamma 1 / beta 0, which would hide a swapped operand.
-    model.set_weights([rng.uniform(-0.5, 0.5, w.shape).astype(w.dtype)
-                       for w in model.get_weights()])
+    model.set_weights(
+        [rng.uniform(-0.5, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
     plain = tf.lite.TFLiteConverter.from_keras_model(model).convert()
     x = rng.standard_normal((1, *shape)).astype(np.float32)
     runner = fusekit.Interpreter(model_content=plain).get_signature_runner()
@@ -86,8 +88,9 @@ CASES = {
     "keras_beta_only": _keras_beta_only,
     "keras_dynamic_batch": _keras_dynamic_batch,
 }
-CASES.update({f["name"]: (lambda n=f["name"]: _torch_case(n)) for f in TORCH
-              if f["name"] not in CASES})
+CASES.update(
+    {f["name"]: (lambda n=f["name"]: _torch_case(n)) for f in TORCH if f["name"] not in CASES}
+)
 FAST = ("hf_bart", "gen_decoder", "keras_beta_only", "keras_dynamic_batch")
 
 _CACHE: dict[str, tuple[bytes, bytes, dict]] = {}
@@ -130,8 +133,11 @@ def check_compiled_model(name: str) -> None:
     with fusekit.CompiledModel.from_buffer(fused) as cm:
         for order in itertools.permutations(feeds):
             for key in [k for k in order for _ in range(2)]:  # each twice in a row
-                assert_close(compiled_run(cm, key, feeds[key]), want[key],
-                             f"{name} {key} on CompiledModel, order {order}")
+                assert_close(
+                    compiled_run(cm, key, feeds[key]),
+                    want[key],
+                    f"{name} {key} on CompiledModel, order {order}",
+                )
 
 
 def check_interpreters(name: str, runtime: str) -> None:
@@ -184,8 +190,12 @@ def test_a_beta_without_gamma_runs_on_compiled_model():
     which LiteRT's CompiledModel cannot run."""
     plain, fused, feeds = case("keras_beta_only")
     view = fusekit.passes.ModelView(fused)
-    (op,) = [op for graph in view.graphs() for op in graph.ops
-             if view.op_name(op) == "CUSTOM:fusekit_layer_norm"]
+    (op,) = [
+        op
+        for graph in view.graphs()
+        for op in graph.ops
+        if view.op_name(op) == "CUSTOM:fusekit_layer_norm"
+    ]
     assert -1 not in [int(t) for t in op.inputs] and len(op.inputs) == 3
     check_compiled_model("keras_beta_only")
 

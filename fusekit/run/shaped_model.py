@@ -60,7 +60,8 @@ def with_input_shapes(
             if name not in runner._inputs:
                 raise FusekitError(f"signature {key!r} has no input {name!r}")
             wrapper.ResizeInputTensor(
-                runner._inputs[name], np.array(list(dims), np.int32), False, subgraph)
+                runner._inputs[name], np.array(list(dims), np.int32), False, subgraph
+            )
         try:
             wrapper.AllocateTensors(subgraph)
         except RuntimeError as error:
@@ -69,8 +70,9 @@ def with_input_shapes(
                 f"{ {n: list(d) for n, d in inputs.items()} }: {error}"
             ) from error
         tensors = m.subgraphs[subgraph].tensors or []
-        prepared = [interpreter._get_tensor_details(i, subgraph)["shape"] for i in
-                    range(len(tensors))]
+        prepared = [
+            interpreter._get_tensor_details(i, subgraph)["shape"] for i in range(len(tensors))
+        ]
         # Shapes that only running settles: run once on zeros and compare.
         for index in runner._inputs.values():
             detail = interpreter._get_tensor_details(index, subgraph)
@@ -91,6 +93,7 @@ def with_input_shapes(
             shape = prepared[index]
             if tensor.shapeSignature is None or len(tensor.shapeSignature) == 0:
                 tensor.shapeSignature = np.array(
-                    tensor.shape if tensor.shape is not None else [], np.int32)
+                    tensor.shape if tensor.shape is not None else [], np.int32
+                )
             tensor.shape = np.array(shape, np.int32)
     return flatbuffer_edit.pack_model(m, model, alignment=64)
