@@ -221,3 +221,47 @@ def test_resize_runs_right_or_is_refused():
             cm.resize_input_tensor(0, [3, 8, 16])
         (inputs,) = feeds.values()
         assert compiled_run(cm, "serving_default", inputs)
+
+
+def test_kernels_registered_by_op_name_refuse_a_second_node():
+    """fusekit_litert_add_kernels registers one kernel per op name without
+    reading the model: LiteRT then shares it among every node of the op and
+    never says which node a call is for.  A second node of an op is refused
+    when LiteRT creates it (named in fusekit_litert_last_error), never run
+    on a guess."""
+    import ctypes
+
+    from fusekit.run import aligned_model, litert_c, plugin
+    from fusekit.run.litert_buffers import environment
+
+    _, fused, _ = case("hf_bart")
+    data = np.frombuffer(aligned_model.align_weights(fused), np.uint8)
+    raw = np.empty(data.size + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    aligned = raw[start:start + data.size]
+    aligned[:] = data
+    lib = litert_c.lib()
+    ours = plugin.open_plugin(fusekit.library_path())
+    litert_c.bind_plugin(ours)
+    ours.fusekit_litert_add_kernels.restype = ctypes.c_void_p
+    ours.fusekit_litert_add_kernels.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    model, options, compiled = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    litert_c.check(lib.LiteRtCreateModelFromBuffer(
+        environment(), aligned.ctypes.data, aligned.size, ctypes.byref(model)), "model")
+    litert_c.check(lib.LiteRtCreateOptions(ctypes.byref(options)), "options")
+    litert_c.check(lib.LiteRtSetOptionsHardwareAccelerators(
+        options, litert_c.HW_ACCELERATOR_CPU), "cpu")
+    handle = ours.fusekit_litert_add_kernels(options, None, 1)
+    assert handle
+    lib.LiteRtCreateCompiledModel(environment(), model, options, ctypes.byref(compiled))
+    try:
+        error = (ours.fusekit_litert_last_error(handle) or b"").decode()
+        assert "fusekit_layer_norm: refused to" in error, error
+        assert "several nodes on one kernel entry" in error, error
+        assert "fusekit_litert_add_model_kernels" in error, error
+    finally:
+        if compiled.value:
+            lib.LiteRtDestroyCompiledModel(compiled)
+        lib.LiteRtDestroyModel(model)
+        lib.LiteRtDestroyOptions(options)
+        ours.fusekit_litert_release(handle)
