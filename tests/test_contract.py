@@ -76,6 +76,12 @@ def _keras_beta_only():
     return _keras(keras.layers.LayerNormalization(scale=False, center=True), (8, 16))
 
 
+def _keras_3d():
+    import keras
+
+    return _keras(keras.layers.LayerNormalization(), (8, 16))
+
+
 def _keras_dynamic_batch():
     import keras
 
@@ -87,11 +93,12 @@ CASES = {
     "gen_decoder": lambda: _torch_case("gen_decoder"),
     "keras_beta_only": _keras_beta_only,
     "keras_dynamic_batch": _keras_dynamic_batch,
+    "keras_3d": _keras_3d,
 }
 CASES.update(
     {f["name"]: (lambda n=f["name"]: _torch_case(n)) for f in TORCH if f["name"] not in CASES}
 )
-FAST = ("hf_bart", "gen_decoder", "keras_beta_only", "keras_dynamic_batch")
+FAST = ("hf_bart", "gen_decoder", "keras_beta_only", "keras_dynamic_batch", "keras_3d")
 
 _CACHE: dict[str, tuple[bytes, bytes, dict]] = {}
 
@@ -215,7 +222,7 @@ def test_resize_runs_right_or_is_refused():
             cm.resize_input_tensor(0, [batch, 16])
             got = compiled_run(cm, "serving_default", [x[:batch]])
             assert_close(got, {k: v[:batch] for k, v in want.items()}, f"batch {batch}")
-    _, fused3, feeds = case("keras_beta_only")
+    _, fused3, feeds = case("keras_3d")
     with fusekit.CompiledModel.from_buffer(fused3) as cm:
         with pytest.raises(ResizeRefusedError, match="gets its shape only while the model runs"):
             cm.resize_input_tensor(0, [3, 8, 16])
