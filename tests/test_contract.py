@@ -50,7 +50,9 @@ def _bart() -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
     return plain, {"serving_default": _feeds(DATA / "encdec" / "hf_bart.npz", None)}
 
 
-def _keras(layer, shape) -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
+def _keras(
+    layer, shape, int8_weights: bool = False
+) -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
     import keras
     import tensorflow as tf
 
@@ -63,7 +65,10 @@ def _keras(layer, shape) -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
     model.set_weights(
         [rng.uniform(-0.5, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()]
     )
-    plain = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if int8_weights:  # the converter's dynamic-range quantization
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    plain = converter.convert()
     x = rng.standard_normal((1, *shape)).astype(np.float32)
     runner = fusekit.Interpreter(model_content=plain).get_signature_runner()
     (name,) = runner.get_input_details()
@@ -82,6 +87,12 @@ def _keras_3d():
     return _keras(keras.layers.LayerNormalization(), (8, 16))
 
 
+def _keras_3d_int8_weights():
+    import keras
+
+    return _keras(keras.layers.LayerNormalization(), (8, 16), int8_weights=True)
+
+
 def _keras_dynamic_batch():
     import keras
 
@@ -94,6 +105,7 @@ CASES = {
     "keras_beta_only": _keras_beta_only,
     "keras_dynamic_batch": _keras_dynamic_batch,
     "keras_3d": _keras_3d,
+    "keras_3d_int8_weights": _keras_3d_int8_weights,
 }
 CASES.update(
     {f["name"]: (lambda n=f["name"]: _torch_case(n)) for f in TORCH if f["name"] not in CASES}
@@ -245,7 +257,7 @@ def test_kernels_registered_by_op_name_refuse_a_second_node():
     data = np.frombuffer(aligned_model.align_weights(fused), np.uint8)
     raw = np.empty(data.size + 64, np.uint8)
     start = (-raw.ctypes.data) % 64
-    aligned = raw[start:start + data.size]
+    aligned = raw[start : start + data.size]
     aligned[:] = data
     lib = litert_c.lib()
     ours = plugin.open_plugin(fusekit.library_path())
@@ -253,11 +265,16 @@ def test_kernels_registered_by_op_name_refuse_a_second_node():
     ours.fusekit_litert_add_kernels.restype = ctypes.c_void_p
     ours.fusekit_litert_add_kernels.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     model, options, compiled = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    litert_c.check(lib.LiteRtCreateModelFromBuffer(
-        environment(), aligned.ctypes.data, aligned.size, ctypes.byref(model)), "model")
+    litert_c.check(
+        lib.LiteRtCreateModelFromBuffer(
+            environment(), aligned.ctypes.data, aligned.size, ctypes.byref(model)
+        ),
+        "model",
+    )
     litert_c.check(lib.LiteRtCreateOptions(ctypes.byref(options)), "options")
-    litert_c.check(lib.LiteRtSetOptionsHardwareAccelerators(
-        options, litert_c.HW_ACCELERATOR_CPU), "cpu")
+    litert_c.check(
+        lib.LiteRtSetOptionsHardwareAccelerators(options, litert_c.HW_ACCELERATOR_CPU), "cpu"
+    )
     handle = ours.fusekit_litert_add_kernels(options, None, 1)
     assert handle
     lib.LiteRtCreateCompiledModel(environment(), model, options, ctypes.byref(compiled))
