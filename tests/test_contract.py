@@ -21,7 +21,7 @@ import pytest
 from runtimes import Job, run_jobs
 
 import fusekit
-from fusekit.errors import ResizeRefusedError
+from fusekit import ResizeRefusedError
 
 DATA = Path(__file__).resolve().parent / "data"
 TORCH = json.loads((DATA / "torch" / "manifest.json").read_text())["fixtures"]
