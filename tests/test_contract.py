@@ -164,6 +164,11 @@ def check_interpreters(name: str, runtime: str) -> None:
     want = reference(plain, feeds)
     jobs = [Job(fused, [inputs, inputs], signature=key) for key, inputs in feeds.items()]
     for (key, _), outcome in zip(feeds.items(), run_jobs(runtime, jobs), strict=True):
+        if outcome.error is not None and outcome.error.startswith("RuntimeTooOldError"):
+            # Refused before the runtime reads it, naming the op version
+            # (tflite-runtime 2.14 and BERT's GATHER_ND v5): not a wrong run.
+            assert runtime == "tflite_runtime", outcome.error
+            continue
         for run in outcome.ok():
             assert_close(run, want[key], f"{name} {key} on {runtime}")
 
@@ -184,7 +189,7 @@ def test_interpreters_every_signature(name, runtime):
     check_interpreters(name, runtime)
 
 
-@pytest.mark.parametrize("runtime", ["litert", "tf"])
+@pytest.mark.parametrize("runtime", ["litert", "tf", "tflite_runtime"])
 @pytest.mark.parametrize("name", _cases(False))
 def test_interpreters_every_fixture(name, runtime):
     check_interpreters(name, runtime)
