@@ -119,7 +119,9 @@ class Rewriter {
         return Fail("operator code " + std::to_string(c) +
                     " has fields this fusekit does not know (a newer schema): update fusekit");
       }
-      codes.push_back(CopyCode(fbb, code));
+      Offset<Table> copy;
+      if (!CopyCode(fbb, code, &copy)) return Fail("the model is not a valid .tflite flatbuffer");
+      codes.push_back(copy);
     }
     std::vector<Offset<Table>> operators;
     for (const Node& n : nodes) {
@@ -252,25 +254,30 @@ class Rewriter {
     }
   }
 
-  Offset<Table> CopyCode(FlatBufferBuilder& fbb, const Table* code) {
+  // A copy of operator code `code`; false when a field is malformed (every
+  // field is read through the verifier).
+  bool CopyCode(FlatBufferBuilder& fbb, const Table* code, Offset<Table>* out) {
     std::string name;
     bool has_name = false;
-    reader_.StringOf(code, kCodeCustomCode, &name, &has_name);  // verified before
+    int8_t deprecated = 0;
+    int32_t version = 1, builtin = 0;
+    if (!reader_.StringOf(code, kCodeCustomCode, &name, &has_name) ||
+        !reader_.Scalar(code, kCodeDeprecatedBuiltin, &deprecated) ||
+        !reader_.Scalar(code, kCodeVersion, &version) ||
+        !reader_.Scalar(code, kCodeBuiltin, &builtin)) {
+      return false;
+    }
     Offset<flatbuffers::String> s;
     if (has_name) s = fbb.CreateString(name);
     const uoffset_t start = fbb.StartTable();
     if (HasField(code, kCodeDeprecatedBuiltin)) {
-      fbb.AddElement<int8_t>(kCodeDeprecatedBuiltin,
-                             code->GetField<int8_t>(kCodeDeprecatedBuiltin, 0));
+      fbb.AddElement<int8_t>(kCodeDeprecatedBuiltin, deprecated);
     }
     if (has_name) fbb.AddOffset(kCodeCustomCode, s);
-    if (HasField(code, kCodeVersion)) {
-      fbb.AddElement<int32_t>(kCodeVersion, code->GetField<int32_t>(kCodeVersion, 1));
-    }
-    if (HasField(code, kCodeBuiltin)) {
-      fbb.AddElement<int32_t>(kCodeBuiltin, code->GetField<int32_t>(kCodeBuiltin, 0));
-    }
-    return Offset<Table>(fbb.EndTable(start));
+    if (HasField(code, kCodeVersion)) fbb.AddElement<int32_t>(kCodeVersion, version);
+    if (HasField(code, kCodeBuiltin)) fbb.AddElement<int32_t>(kCodeBuiltin, builtin);
+    *out = Offset<Table>(fbb.EndTable(start));
+    return true;
   }
 
   static Offset<Table> NewCode(FlatBufferBuilder& fbb, const std::string& name,
@@ -316,30 +323,51 @@ class Rewriter {
         vectors.emplace_back(f, fbb.CreateVector(v->data(), v->size()).o);
       }
     }
+    // Scalars next, each read through the verifier.
+    struct Scalar {
+      voffset_t field;
+      Kind kind;
+      uint64_t bits;
+    };
+    std::vector<Scalar> scalars;
+    for (int id = 1; id < kOperatorFieldCount; ++id) {
+      const voffset_t f = Field(id);
+      const Kind kind = kOperatorFields[id];
+      if (!HasField(op, f) || kind == Kind::kInts || kind == Kind::kBytes) continue;
+      bool ok = true;
+      uint64_t bits = 0;
+      if (kind == Kind::kU8 || kind == Kind::kI8) {
+        uint8_t v = 0;
+        ok = reader_.Scalar(op, f, &v);
+        bits = v;
+      } else if (kind == Kind::kI32 || kind == Kind::kU32) {
+        uint32_t v = 0;
+        ok = reader_.Scalar(op, f, &v);
+        bits = v;
+      } else {
+        ok = reader_.Scalar(op, f, &bits);
+      }
+      if (!ok) {
+        *problem = "has a malformed field";
+        return 0;
+      }
+      scalars.push_back(Scalar{f, kind, bits});
+    }
     const uoffset_t start = fbb.StartTable();
     fbb.AddElement<uint32_t>(kOperatorOpcodeIndex, opcode);
     for (const auto& [field, offset] : vectors) fbb.AddOffset(field, Offset<void>(offset));
-    for (int id = 1; id < kOperatorFieldCount; ++id) {
-      const voffset_t f = Field(id);
-      if (!HasField(op, f)) continue;
-      switch (kOperatorFields[id]) {
+    for (const Scalar& v : scalars) {
+      switch (v.kind) {
         case Kind::kU8:
-          fbb.AddElement<uint8_t>(f, op->GetField<uint8_t>(f, 0));
-          break;
         case Kind::kI8:
-          fbb.AddElement<int8_t>(f, op->GetField<int8_t>(f, 0));
+          fbb.AddElement<uint8_t>(v.field, static_cast<uint8_t>(v.bits));
           break;
         case Kind::kI32:
-          fbb.AddElement<int32_t>(f, op->GetField<int32_t>(f, 0));
-          break;
         case Kind::kU32:
-          fbb.AddElement<uint32_t>(f, op->GetField<uint32_t>(f, 0));
+          fbb.AddElement<uint32_t>(v.field, static_cast<uint32_t>(v.bits));
           break;
-        case Kind::kPosition:  // moved with the others once the region is placed
-        case Kind::kU64:
-          fbb.AddElement<uint64_t>(f, op->GetField<uint64_t>(f, 0));
-          break;
-        default:
+        default:  // kU64, kPosition (moved once the region is placed)
+          fbb.AddElement<uint64_t>(v.field, v.bits);
           break;
       }
     }
