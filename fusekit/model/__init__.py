@@ -9,6 +9,8 @@ viewing and writing a model.
 * ``flatbuffer_edit``: the schema's object API, and packing it back with the
   blobs of models written with buffer offsets;
 * ``graph``: the graph view passes edit;
+* ``kernel_metadata``: the ``fusekit_kernels`` metadata entry every packed
+  model carries (the custom kernels it needs and where they come from);
 * ``tensor_refs``: tensor indices inside quantization details (blockwise
   scales), kept pointing at their tensors through every rewrite;
 * ``sub_byte``: INT4 / UINT4 / INT2 constants, packed and unpacked.
