@@ -147,6 +147,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             contenders[f"llama.cpp, {label}"] = lambda path=path: run_llama(path, args)
     else:
         skipped.append("llama.cpp: not built (scripts/setup_peers.sh)")
+    load = os.getloadavg()[0]  # other work on the machine slows every contender alike
     bw = memory_bandwidth(args.threads)
     samples: dict[str, list[dict]] = {name: [] for name in contenders}
     for _ in range(args.rounds):
@@ -172,6 +173,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "cache_position": args.cache_position,
         "rounds": args.rounds,
         "bandwidth_gb_s": bw / 1e9,
+        "load_average": load,
         "rows": rows,
         "skipped": skipped,
     }
@@ -191,7 +193,13 @@ def write(out: Path, result: dict[str, Any]) -> None:
         f"Prefill {result['prefill']} tokens; decode {result['decode']} tokens from position "
         f"{result['cache_position']}; {result['threads']} thread(s); medians of "
         f"{result['rounds']} interleaved rounds, each contender in its own process; memory "
-        f"bandwidth {result['bandwidth_gb_s']:.1f} GB/s (measured). Made by "
+        f"bandwidth {result['bandwidth_gb_s']:.1f} GB/s (measured"
+        + (
+            f"; load average {result['load_average']:.1f} at the start"
+            if "load_average" in result
+            else ""
+        )
+        + "). Made by "
         "`benchmarks/bench_llm_peers.py` on " + result["date"] + ".",
         "",
         "| contender | decode ms/token | decode tokens/s | x of the read floor | prefill ms |"
