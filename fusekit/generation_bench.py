@@ -200,7 +200,8 @@ def _mask(shape: tuple[int, ...], dtype: np.dtype, position: int) -> np.ndarray:
     if dtype == np.bool_:
         value = allowed
     elif np.issubdtype(dtype, np.floating):
-        value = np.where(allowed, 0.0, np.finfo(dtype).min)
+        # Large enough to zero a softmax weight, finite in float16 too.
+        value = np.where(allowed, 0.0, max(float(np.finfo(dtype).min), -1e9))
     else:
         raise DecodeLoopError(f"a mask of type {dtype}: expected bool, float or integer")
     return np.broadcast_to(value.astype(dtype), shape).copy()
