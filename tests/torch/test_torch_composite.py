@@ -208,3 +208,29 @@ def test_example_runs(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "CompiledModel: largest difference from PyTorch" in done.stdout
+
+
+def test_the_command_line_takes_the_plugin(exported, plugin, tmp_path):
+    source = tmp_path / "model.tflite"
+    source.write_bytes(exported)
+    out = tmp_path / "fused.tflite"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fusekit",
+            "optimize",
+            str(source),
+            "-o",
+            str(out),
+            "--plugin",
+            plugin,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fusekit.my_custom_fused_op -> my_custom_fused_op" in done.stdout
+    assert "CUSTOM:weighted_sum" in _ops(out.read_bytes())
