@@ -13,13 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {
-    "composite": ("fusekit.torch.composite", "composite"),
-    "Composite": ("fusekit.torch.composite", "Composite"),
-    "unfused": ("fusekit.torch.composite", "unfused"),
-    "wire_name": ("fusekit.torch.composite", "wire_name"),
-    "ops": ("fusekit.torch.ops", None),
-}
+# torch itself is imported inside these functions, on first call.
+from fusekit.torch.authoring import Composite, composite, unfused, wire_name
+
+_LAZY = {"ops": ("fusekit.torch.ops", None)}
 
 
 def __getattr__(name: str) -> Any:

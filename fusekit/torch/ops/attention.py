@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from fusekit.run.op_spec import op_spec
-from fusekit.torch.composite import emit
+from fusekit.torch.authoring import emit
 
 _OP = "fusekit_attention"
 Q_LAYOUTS = ("bshd", "bhsd")

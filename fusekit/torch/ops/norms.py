@@ -8,7 +8,7 @@ from typing import Any
 from fusekit import wire
 from fusekit.errors import OpSpecError
 from fusekit.run.op_spec import op_spec
-from fusekit.torch.composite import emit
+from fusekit.torch.authoring import emit
 
 _RMS, _LAYER, _GROUP = "fusekit_rms_norm", "fusekit_layer_norm", "fusekit_group_norm"
 

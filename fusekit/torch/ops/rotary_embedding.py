@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fusekit.run.op_spec import op_spec
-from fusekit.torch.composite import emit
+from fusekit.torch.authoring import emit
 
 _OP = "fusekit_rotary_embedding"
 
