@@ -49,7 +49,9 @@ query's own position.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -403,7 +405,8 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
     changes: list[str] = []
     bodies: set[int] = set()
     checker = Checker(options.plugins)
-    specs = kernel_specs(options.plugins)
+    # The kernels' schemas, read when a composite or custom op asks for one.
+    specs = functools.cache(lambda: kernel_specs(options.plugins))
     for graph in list(model.graphs()):
         edited = _litert_custom_ops(graph, specs, options, pass_name, changes)
         # Composites already looked at (kept alive, so ids stay unique);
@@ -426,7 +429,7 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
                 where = graph.name(int(op.outputs[0]))
                 body = int(composite.decompositionSubgraphIndex)
                 attrs = composite_attrs(composite)
-                spec = kernel_for(name, specs)
+                spec = kernel_for(name, specs())
                 wanted = spec.name if spec is not None else wanted_kernel(name)
                 if spec is not None:
                     mapping = proven_kernel(graph, op, name, attrs, spec, checker)
@@ -489,7 +492,7 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
 
 def _litert_custom_ops(
     graph: Graph,
-    specs: dict[str, OpSpec],
+    specs: Callable[[], dict[str, OpSpec]],
     options: PassOptions,
     pass_name: str,
     changes: list[str],
@@ -503,7 +506,7 @@ def _litert_custom_ops(
         if name is None:
             continue
         where = graph.name(int(op.outputs[0]))
-        spec = kernel_for(name, specs)
+        spec = kernel_for(name, specs())
         if spec is None:
             options.note(
                 pass_name,
