@@ -325,6 +325,17 @@ _UNMAPPED = {
 }
 
 
+# The composites fusekit maps to its own ops by their meaning (propose).
+MAPPED = frozenset(
+    {
+        "odml.rms_norm",
+        "odml.group_norm",
+        "odml.scaled_dot_product_attention",
+        "odml.sdpa_transposed",
+    }
+)
+
+
 def propose(
     graph: Graph, op: schema.OperatorT, name: str, attrs: dict
 ) -> Mapping | list[Mapping] | str:
@@ -429,7 +440,10 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
                 where = graph.name(int(op.outputs[0]))
                 body = int(composite.decompositionSubgraphIndex)
                 attrs = composite_attrs(composite)
-                spec = kernel_for(name, specs())
+                # litert-torch's layers keep fusekit's own mappings (the
+                # library also has a kernel named odml.scaled_dot_product_attention,
+                # for models holding TensorFlow Lite's GenAI custom op).
+                spec = None if name in MAPPED else kernel_for(name, specs())
                 wanted = spec.name if spec is not None else wanted_kernel(name)
                 if spec is not None:
                     mapping = proven_kernel(graph, op, name, attrs, spec, checker)
