@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from runtimes import RUNTIMES, Job, run_jobs
 
 import fusekit
 from fusekit.model.model_ops import list_ops
@@ -117,3 +118,15 @@ def test_a_plugin_path_that_does_not_exist_is_an_error():
     model, _ = _load("user")
     with pytest.raises(fusekit.FusekitError, match="does not exist"):
         fusekit.optimize(model, plugins=["/nonexistent/libmy_ops.so"])
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_fused_ops_run_on_every_runtime(ops_model, runtime):
+    """The exported model's composites need a StableHLO-aware runtime
+    (tflite-runtime 2.14 has none); once mapped, every runtime runs it."""
+    result, arrays = ops_model
+    feeds = {f"args_{i}": arrays[f"in/{i}"] for i in range(7)}
+    (outcome,) = run_jobs(runtime, [Job(result.model, [feeds], signature=True)])
+    (outputs,) = outcome.ok()
+    for i, want in enumerate(_expected(arrays)):
+        np.testing.assert_allclose(outputs[f"output_{i}"], want, atol=1e-5, rtol=0, err_msg=runtime)
