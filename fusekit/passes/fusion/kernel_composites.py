@@ -93,7 +93,7 @@ def wanted_kernel(name: str) -> str | None:
     return None
 
 
-def _decoded(op_name: str, raw: dict[str, Any]) -> tuple[dict[str, Any], tuple[int, ...]] | str:
+def _decoded(raw: dict[str, Any]) -> tuple[dict[str, Any], tuple[int, ...]] | str:
     """The composite's attrs as Python values (marked strings restored to
     TypedLists) and the positions of its absent inputs, or why not."""
     attrs: dict[str, Any] = {}
@@ -125,7 +125,6 @@ def _decoded(op_name: str, raw: dict[str, Any]) -> tuple[dict[str, Any], tuple[i
             return f"attr {key!r} is {value}"
         else:
             attrs[key] = value
-    del op_name
     return attrs, absent
 
 
@@ -154,7 +153,7 @@ def propose_kernel(
     """The kernel op for one composite (or litert custom op), or why the
     kernel does not take it: attrs against the declared schema, operand
     count, dtypes."""
-    decoded = _decoded(name, raw_attrs)
+    decoded = _decoded(raw_attrs)
     if isinstance(decoded, str):
         return decoded
     attrs, absent = decoded
