@@ -7,6 +7,7 @@ from typing import Any
 
 from fusekit.run.op_spec import op_spec
 from fusekit.torch.authoring import emit
+from fusekit.torch.ops._shapes import dims as _dims
 
 _OP = "fusekit_attention"
 Q_LAYOUTS = ("bshd", "bhsd")
@@ -112,25 +113,36 @@ def attention(
     for name, layout, allowed in layouts:
         if not isinstance(layout, str) or layout not in allowed:
             raise ValueError(f"{_OP}: {name}_layout must be one of {allowed}, got {layout!r}")
-    dims = {}
+    found: dict[str, list[int | None]] = {}
     for name, t, layout in (("q", q, q_layout), ("k", k, k_layout), ("v", v, v_layout)):
         if t.dim() != 4:
             raise ValueError(
                 f"{_OP}: {name} must have rank 4 {_DIMS[layout]}, got shape {list(t.shape)}"
             )
-        dims[name] = [int(t.shape[a]) for a in _AXES[layout]]  # as [B, S, H, D]
+        static = _dims(t)
+        found[name] = [static[a] for a in _AXES[layout]]  # as [B, S, H, D]
     dtypes = {q.dtype, k.dtype, v.dtype}
     if len(dtypes) > 1 or q.dtype not in (torch.float32, torch.float16):
         raise ValueError(
             f"{_OP}: q, k and v must all be float32 or all float16, got "
             f"{q.dtype}, {k.dtype}, {v.dtype}"
         )
-    (qb, q_len, heads, depth), (kb, kv_len, kv_heads, kd) = dims["q"], dims["k"]
-    vb, v_len, v_heads, _ = dims["v"]
+    (qb, q_len, heads, depth), (kb, kv_len, kv_heads, kd) = found["q"], found["k"]
+    vb, v_len, v_heads, v_depth = found["v"]
     where = f" (layouts q {q_layout!r}, k {k_layout!r}, v {v_layout!r})"
+    if None in (heads, depth, kv_heads, kd, v_heads, v_depth):
+        raise ValueError(
+            f"{_OP}: the head counts and head_dims must be static, got q {list(q.shape)}, "
+            f"k {list(k.shape)}, v {list(v.shape)}{where}"
+        )
     if kd != depth:
         raise ValueError(f"{_OP}: q's and k's head_dim differ: {depth} vs {kd}{where}")
-    if not qb == kb == vb or kv_len != v_len or kv_heads != v_heads:
+
+    def differ(*values: int | None) -> bool:  # only static dims can be compared
+        known = {v for v in values if v is not None}
+        return len(known) > 1
+
+    if differ(qb, kb, vb) or differ(kv_len, v_len) or kv_heads != v_heads:
         raise ValueError(
             f"{_OP}: q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} do not agree "
             f"on batch, keys and kv heads{where}"
@@ -145,9 +157,10 @@ def attention(
         elif mask.dtype not in (torch.float32, torch.bool):
             raise ValueError(f"{_OP}: mask must be float32 or bool, got {mask.dtype}")
         target = [qb, heads, q_len, kv_len]
-        shape = list(mask.shape)
+        shape = _dims(mask)
         if len(shape) > 4 or any(
-            d not in (1, target[4 - len(shape) + i]) for i, d in enumerate(shape)
+            d is not None and want is not None and d not in (1, want)
+            for d, want in zip(shape, target[4 - len(shape) :], strict=True)
         ):
             raise ValueError(
                 f"{_OP}: mask {shape} does not broadcast to the scores [B, H, Sq, Skv] = {target}"

@@ -9,12 +9,13 @@ from fusekit import wire
 from fusekit.errors import OpSpecError
 from fusekit.run.op_spec import op_spec
 from fusekit.torch.authoring import emit
+from fusekit.torch.ops._shapes import dims
 
 _RMS, _LAYER, _GROUP = "fusekit_rms_norm", "fusekit_layer_norm", "fusekit_group_norm"
 
 
-def _shape(t: Any) -> list[int] | None:
-    return None if t is None else [int(d) for d in t.shape]
+def _shape(t: Any) -> list[int | None] | None:
+    return dims(t)
 
 
 def _affine(y: Any, gamma: Any, beta: Any) -> Any:
@@ -138,6 +139,9 @@ def group_norm(
         )
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ValueError(f"{_GROUP}: groups must be a positive int, got {groups!r}")
-    if x.shape[-1] % groups:
-        raise ValueError(f"{_GROUP}: groups={groups} does not divide the {x.shape[-1]} channels")
+    channels = dims(x)[-1]
+    if channels is None:
+        raise ValueError(f"{_GROUP}: x's channel dim (last) must be static, got {list(x.shape)}")
+    if channels % groups:
+        raise ValueError(f"{_GROUP}: groups={groups} does not divide the {channels} channels")
     return _norm(_GROUP, _group_body, x, gamma, beta, {"groups": groups, "epsilon": epsilon})

@@ -6,6 +6,7 @@ from typing import Any
 
 from fusekit.run.op_spec import op_spec
 from fusekit.torch.authoring import emit
+from fusekit.torch.ops._shapes import dims
 
 _OP = "fusekit_rotary_embedding"
 
@@ -55,7 +56,7 @@ def rotary_embedding(
         raise ValueError(
             f"{_OP}: x must have rank 4 [batch, seq, heads, head_dim], got {list(x.shape)}"
         )
-    if not 2 <= cos.dim() <= 4 or tuple(cos.shape) != tuple(sin.shape):
+    if not 2 <= cos.dim() <= 4 or cos.dim() != sin.dim() or dims(cos)[-1] != dims(sin)[-1]:
         raise ValueError(
             f"{_OP}: cos and sin must have one shape of rank 2 [S, R], 3 [B|1, S, R] or "
             f"4 [B|1, S, 1|H, R], got {list(cos.shape)} and {list(sin.shape)}"
@@ -64,11 +65,16 @@ def rotary_embedding(
         isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 0
     ):
         raise ValueError(f"{_OP}: rotary_dim must be None or an int >= 0, got {rotary_dim!r}")
-    depth = int(x.shape[-1])
+    depth, table = dims(x)[-1], dims(cos)[-1]
+    if depth is None or table is None:
+        raise ValueError(
+            f"{_OP}: x's head_dim and cos/sin's last dim must be static, got {list(x.shape)} "
+            f"and {list(cos.shape)}"
+        )
     rotary = rotary_dim or depth
     if rotary % 2 or rotary > depth:
         raise ValueError(f"{_OP}: the rotary dim R={rotary} must be even and <= head_dim {depth}")
-    if int(cos.shape[-1]) != rotary:
+    if table != rotary:
         raise ValueError(f"{_OP}: the last dim of cos/sin is {cos.shape[-1]}, must be R={rotary}")
     spec = op_spec(_OP)
     attrs = spec.check_attrs({"interleaved": bool(interleaved), "rotary_dim": rotary_dim or 0})
