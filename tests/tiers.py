@@ -26,8 +26,8 @@ SLOW_RUNTIMES = frozenset({"tf", "tflite_runtime"})
 
 # node id (without parameters: every parametrization) or a file -> tier.
 MARKED: dict[str, str] = {
-    # Real exports with litert-torch in .venv-torch (about two and a half minutes).
-    "tests/torch/test_torch_composite.py": "torch",  # 80 (a plugin build of 40)
+    # Real exports with litert-torch in .venv-torch (2.4 min at load 8).
+    "tests/torch/test_torch_composite.py": "torch",  # 85 (plugin builds of 40)
     "tests/torch/test_torch_ops.py": "torch",  # 30
     "tests/torch/test_pytorch_doc.py": "torch",  # 30: docs/pytorch.md's walkthrough as written
     # Conversions of many or large models, sweeps over shapes.

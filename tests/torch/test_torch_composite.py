@@ -26,11 +26,16 @@ WEIGHTED_SUM = REPO / "tests" / "plugins" / "weighted_sum.cc"
 
 
 @pytest.fixture(scope="module")
-def plugin(tmp_path_factory) -> str:
+def plugin(tmp_path_factory) -> list[str]:
+    """The example's kernel under the example's plugin name (so that
+    examples/pytorch/custom_op.py finds it built) and weighted_sum."""
     cache = os.environ.get("FUSEKIT_CACHE_DIR")
     if cache is None:
         os.environ["FUSEKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("plugin_cache"))
-    return fusekit.build_plugin("torch_user_ops", [KERNEL, WEIGHTED_SUM])
+    return [
+        fusekit.build_plugin("my_ops", [KERNEL]),
+        fusekit.build_plugin("weighted_sum_ops", [WEIGHTED_SUM]),
+    ]
 
 
 @fusekit.torch.composite("my_custom_fused_op", example_option=10)
@@ -109,14 +114,14 @@ def test_without_a_kernel_the_report_names_the_composite_and_what_to_do(exported
 
 
 def test_plugin_kernel_replaces_the_composite_and_runs_everywhere(exported, plugin):
-    result = fusekit.optimize(exported, plugins=[plugin])
+    result = fusekit.optimize(exported, plugins=plugin)
     after = result.report.ops_after
     assert after.get("CUSTOM:my_custom_fused_op") == 1 and after.get("CUSTOM:weighted_sum") == 1
     assert "STABLEHLO_COMPOSITE" not in after
     expected = [t.detach().numpy() for t in TwoOps()(*ARGS)]
-    interp = fusekit.Interpreter(model_content=result.model, plugins=[plugin])
+    interp = fusekit.Interpreter(model_content=result.model, plugins=plugin)
     got = list(interp.get_signature_runner()(**_feeds()).values())
-    compiled = fusekit.CompiledModel.from_buffer(result.model, plugins=[plugin]).run(_feeds())
+    compiled = fusekit.CompiledModel.from_buffer(result.model, plugins=plugin).run(_feeds())
     for outputs in (got, compiled):
         for g, e in zip(outputs, expected, strict=True):
             np.testing.assert_allclose(g, e, atol=1e-5, rtol=0)
@@ -136,8 +141,8 @@ def test_list_attrs_reach_the_kernel_as_the_tensorflow_route_writes_them(exporte
     def f(x):
         return tf_weighted_sum(x, weights=[0.5, -2.0, 4.25], enabled=[True, False, True], bias=0.25)
 
-    tf_model = fusekit.convert([f.get_concrete_function()], plugins=[plugin]).model
-    torch_model = fusekit.optimize(exported, plugins=[plugin]).model
+    tf_model = fusekit.convert([f.get_concrete_function()], plugins=plugin).model
+    torch_model = fusekit.optimize(exported, plugins=plugin).model
     want = _ops(tf_model)["CUSTOM:weighted_sum"].custom_options
     got = _ops(torch_model)["CUSTOM:weighted_sum"].custom_options
     assert bytes(got) == bytes(want)
@@ -145,7 +150,7 @@ def test_list_attrs_reach_the_kernel_as_the_tensorflow_route_writes_them(exporte
 
 def test_a_kernel_that_computes_otherwise_is_refused_by_execution(plugin):
     model = _export(TwoOps(wrong_op))
-    result = fusekit.optimize(model, plugins=[plugin])
+    result = fusekit.optimize(model, plugins=plugin)
     assert "CUSTOM:my_custom_fused_op" not in result.report.ops_after
     notes = "\n".join(result.report.line("fuse_composites").notes)
     assert "differ by" in notes and "my_custom_fused_op" in notes
@@ -156,7 +161,7 @@ def test_an_attr_the_kernel_does_not_declare_is_refused(plugin):
     def typo(input_1, input_2, example_option):
         return my_op.body(input_1, input_2, example_option)
 
-    result = fusekit.optimize(_export(TwoOps(typo)), plugins=[plugin])
+    result = fusekit.optimize(_export(TwoOps(typo)), plugins=plugin)
     notes = "\n".join(result.report.line("fuse_composites").notes)
     assert "typo_option" in notes and "does not declare" in notes
     assert "CUSTOM:my_custom_fused_op" not in result.report.ops_after
@@ -176,10 +181,10 @@ def test_litert_custom_op_composites_are_renamed_to_the_kernel(plugin, tmp_path)
 
     model = _export(Direct())
     assert "CUSTOM:litert_custom_op.my_custom_fused_op" in _ops(model)
-    result = fusekit.optimize(model, plugins=[plugin])
+    result = fusekit.optimize(model, plugins=plugin)
     line = result.report.line("fuse_composites")
     assert any("not run against a reference" in c for c in line.changes)
-    interp = fusekit.Interpreter(model_content=result.model, plugins=[plugin])
+    interp = fusekit.Interpreter(model_content=result.model, plugins=plugin)
     got = list(interp.get_signature_runner()(**_feeds()).values())
     for g, e in zip(got, my_op.body(*ARGS, 1), strict=True):
         np.testing.assert_allclose(g, e.numpy(), atol=1e-5, rtol=0)
@@ -197,7 +202,8 @@ def test_names_and_attrs_a_composite_cannot_carry_are_refused_when_declared():
         my_op(ARGS[0], 3.0)
 
 
-def test_example_runs(tmp_path):
+def test_example_runs(plugin, tmp_path):
+    # (The plugin fixture has built the example's plugin into the cache.)
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "pytorch" / "custom_op.py"), str(tmp_path)],
         capture_output=True,
@@ -223,8 +229,7 @@ def test_the_command_line_takes_the_plugin(exported, plugin, tmp_path):
             str(source),
             "-o",
             str(out),
-            "--plugin",
-            plugin,
+            *(arg for path in plugin for arg in ("--plugin", path)),
         ],
         capture_output=True,
         text=True,
