@@ -176,6 +176,11 @@ class KernelRunError(FusekitError):
     status a kernel returns)."""
 
 
+class ResizeRefusedError(FusekitError):
+    """fusekit.CompiledModel cannot give a model's input another shape (the
+    message says why and what to do instead); nothing was changed."""
+
+
 class DecodeLoopError(FusekitError, ValueError):
     """A model or a call that :class:`fusekit.DecodeLoop` cannot run exactly."""
 

@@ -101,6 +101,9 @@ MARKED: dict[str, str] = {
     # API, a leak check over 1,000 cycles, CMake and Bazel builds of the C app.
     "tests/test_compiled_model.py": "slow",  # 210
     "tests/test_c_app.py": "slow",  # 150
+    # The contract over every committed litert-torch fixture.
+    "tests/test_contract.py::test_compiled_model_every_fixture": "slow",  # 15
+    "tests/test_contract.py::test_interpreters_every_fixture": "slow",  # 15
     "tests/passes/test_compiled_keras_hub.py": "slow",  # 20
     # Quantized conversions (representative datasets) and ai-edge-quantizer recipes.
     "tests/passes/test_fuse_quantized.py": "slow",  # 70
