@@ -117,17 +117,16 @@ def _check(outputs, expected):
         np.testing.assert_allclose(g, e, atol=1e-5, rtol=0)
 
 
-def test_runs_on_the_interpreter_as_torch_computes(optimized):
+def test_runs_on_the_interpreter_and_compiled_model_as_torch_computes(optimized):
     expected = [t.detach().numpy() for t in Block().eval()(*ARGS)]
     interp = fusekit.Interpreter(model_content=optimized.model)
     _check(list(interp.get_signature_runner()(**_feeds(ARGS)).values()), expected)
+    _check(fusekit.CompiledModel.from_buffer(optimized.model).run(_feeds(ARGS)), expected)
 
 
 class DecodeStep(torch.nn.Module):
-    """One node per op (LiteRT's CompiledModel tells a custom kernel no node
-    identity, so fusekit matches nodes of one op by creation order; nodes of
-    one op with other attrs are the Interpreter's, above): norm, rotary and
-    a GQA decode step over litert-torch's cache layouts."""
+    """Norm, rotary and a GQA decode step over litert-torch's cache layouts
+    with a float mask keeping the first 7 positions."""
 
     def __init__(self) -> None:
         super().__init__()
