@@ -29,10 +29,12 @@ at their deployment sizes (224-pixel images, 128 tokens) for
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +102,13 @@ class _Logits(nn.Module):
         return (self.model(pixels),)
 
 
-def _timm(arch: str, image: int, small: dict[str, Any], deploy: dict[str, Any] | None = None):
+def _timm(
+    arch: str,
+    image: int,
+    small: dict[str, Any],
+    deploy: dict[str, Any] | None = None,
+    img_size: bool = True,
+):
     """A timm model: the named architecture with ``small`` overrides at
     ``image`` pixels, or at deployment size its own widths with the
     ``deploy`` overrides (the depth) at 224 pixels."""
@@ -113,11 +121,73 @@ def _timm(arch: str, image: int, small: dict[str, Any], deploy: dict[str, Any] |
             kwargs, px = dict(deploy or {}), 224
         else:
             kwargs, px = dict(small), image
-        if "img_size" in kwargs or not size.deploy:
+        if img_size:
             kwargs.setdefault("img_size", px)
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
         model = timm.create_model(arch, pretrained=False, num_classes=10, **kwargs)
         model = _randomize(model)
+        return [Signature("serving_default", _Logits(model).eval(), args=(torch.randn(1, 3, px, px),))]
+
+    return build
+
+
+@contextlib.contextmanager
+def _defaults(function: Callable, **values: Any) -> Iterator[None]:
+    """Changes keyword defaults of ``function`` for a while: timm builds
+    EfficientFormerV2's attention with 8 heads of 32 whatever the width,
+    too large to commit; the architecture is otherwise the same."""
+    names = list(inspect.signature(function).parameters)
+    saved = function.__defaults__
+    first = len(names) - len(saved)
+    function.__defaults__ = tuple(
+        values.get(names[first + i], value) for i, value in enumerate(saved)
+    )
+    try:
+        yield
+    finally:
+        function.__defaults__ = saved
+
+
+def _efficientformerv2(size: Size) -> list[Signature]:
+    from timm.models import efficientformer_v2 as effv2
+
+    if size.deploy:
+        return _timm("efficientformerv2_s0", 224, {}, {"depths": (1, 1, 2, 2)})(size)
+    small = {"key_dim": 8, "num_heads": 4, "attn_ratio": 2}
+    with _defaults(effv2.Attention2d.__init__, **small), _defaults(
+        effv2.Attention2dDownsample.__init__, **small
+    ):
+        return _timm(
+            "efficientformerv2_s0", 64, {"depths": (1, 1, 2, 2), "embed_dims": (16, 24, 32, 48)}
+        )(size)
+
+
+def _metaformer(variant: str, image: int):
+    """timm's MetaFormer with a registered variant's layers, one block per
+    stage (the registry functions fix the depths)."""
+
+    def build(size: Size) -> list[Signature]:
+        from timm.models import metaformer as mf
+
+        _seed()
+        common = {"depths": (1, 1, 1, 1), "num_classes": 10}
+        if variant == "caformer":
+            kwargs = {
+                "token_mixers": [mf.SepConv, mf.SepConv, mf.Attention, mf.Attention],
+                "norm_layers": [mf.LayerNorm2dNoBias] * 2 + [mf.LayerNormNoBias] * 2,
+            }
+        else:
+            kwargs = {
+                "downsample_norm": None,
+                "mlp_act": nn.GELU,
+                "mlp_bias": True,
+                "norm_layers": mf.GroupNorm1,
+                "layer_scale_init_values": 1e-5,
+                "res_scale_init_values": None,
+                "use_mlp_head": False,
+            }
+        dims = (64, 128, 320, 512) if size.deploy else (16, 32, 64, 64)
+        model = _randomize(mf.MetaFormer(dims=dims, **common, **kwargs))
+        px = 224 if size.deploy else image
         return [Signature("serving_default", _Logits(model).eval(), args=(torch.randn(1, 3, px, px),))]
 
     return build
@@ -466,7 +536,6 @@ def _by_export_hf(size: Size) -> list[Signature]:
 # The zoo
 
 _VIT_SMALL = {"patch_size": 8, "embed_dim": 64, "depth": 2, "num_heads": 2}
-_METAFORMER = {"depths": (1, 1, 1, 1), "dims": (16, 32, 64, 64)}
 
 MODELS: list[ZooModel] = [
     ZooModel(
@@ -522,21 +591,16 @@ MODELS: list[ZooModel] = [
     ZooModel(
         "timm_efficientformerv2",
         "timm",
-        "efficientformerv2_s0 at 64 px: depths (1, 1, 2, 2), talking-head attention "
+        "efficientformerv2_s0 at 64 px: depths (1, 1, 2, 2), widths (16, 24, 32, 48), 4 heads of 8 (timm's default 8 of 32 made smaller), talking-head attention "
         "(1x1 convs mixing heads around the softmax) and its downsampling attention",
-        _timm(
-            "efficientformerv2_s0",
-            64,
-            {"depths": (1, 1, 2, 2), "embed_dims": (16, 24, 32, 48)},
-            {"depths": (1, 1, 2, 2)},
-        ),
+        _efficientformerv2,
     ),
     ZooModel(
         "timm_caformer",
         "timm",
         "caformer_s18 at 64 px: depths (1, 1, 1, 1), widths (16, 32, 64, 64), separable-conv "
         "then attention stages, bias-free LayerNorm2d / LayerNorm",
-        _timm("caformer_s18", 64, _METAFORMER, {"depths": (1, 1, 1, 1)}),
+        _metaformer("caformer", 64),
     ),
     ZooModel(
         "timm_maxvit",
@@ -550,7 +614,7 @@ MODELS: list[ZooModel] = [
         "timm",
         "poolformer_s12 at 64 px: depths (1, 1, 1, 1), widths (16, 32, 64, 64), GroupNorm(1, C) "
         "over channels-first maps",
-        _timm("poolformer_s12", 64, _METAFORMER, {"depths": (1, 1, 1, 1)}),
+        _metaformer("poolformer", 64),
     ),
     ZooModel(
         "timm_convnext",
@@ -562,6 +626,7 @@ MODELS: list[ZooModel] = [
             32,
             {"depths": (1, 1, 1, 1), "dims": (16, 32, 48, 64)},
             {"depths": (1, 1, 1, 1)},
+            img_size=False,
         ),
     ),
     ZooModel(
