@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from export_hf_gpu import Size as HFSize
 from export_torch_models import (
     SEED,
     Fixture,
@@ -71,6 +72,12 @@ class Size:
 
 FIXTURE = Size(image=1, seq=16)
 DEPLOY = Size(image=0, seq=128, deploy=True)
+# litert-torch's Hugging Face exporter: its decoder at the fixture's size
+# and at a deployment size (prefill 128 over a cache of 512).
+HF_FIXTURE = HFSize()
+HF_DEPLOY = HFSize(
+    hidden=256, layers=2, heads=4, kv_heads=2, intermediate=768, vocab=1024, prefill=128, cache=512
+)
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,9 @@ def _timm(
             kwargs.setdefault("img_size", px)
         model = timm.create_model(arch, pretrained=False, num_classes=10, **kwargs)
         model = _randomize(model)
-        return [Signature("serving_default", _Logits(model).eval(), args=(torch.randn(1, 3, px, px),))]
+        return [
+            Signature("serving_default", _Logits(model).eval(), args=(torch.randn(1, 3, px, px),))
+        ]
 
     return build
 
@@ -153,8 +162,9 @@ def _efficientformerv2(size: Size) -> list[Signature]:
     if size.deploy:
         return _timm("efficientformerv2_s0", 224, {}, {"depths": (1, 1, 2, 2)})(size)
     small = {"key_dim": 8, "num_heads": 4, "attn_ratio": 2}
-    with _defaults(effv2.Attention2d.__init__, **small), _defaults(
-        effv2.Attention2dDownsample.__init__, **small
+    with (
+        _defaults(effv2.Attention2d.__init__, **small),
+        _defaults(effv2.Attention2dDownsample.__init__, **small),
     ):
         return _timm(
             "efficientformerv2_s0", 64, {"depths": (1, 1, 2, 2), "embed_dims": (16, 24, 32, 48)}
@@ -188,7 +198,9 @@ def _metaformer(variant: str, image: int):
         dims = (64, 128, 320, 512) if size.deploy else (16, 32, 64, 64)
         model = _randomize(mf.MetaFormer(dims=dims, **common, **kwargs))
         px = 224 if size.deploy else image
-        return [Signature("serving_default", _Logits(model).eval(), args=(torch.randn(1, 3, px, px),))]
+        return [
+            Signature("serving_default", _Logits(model).eval(), args=(torch.randn(1, 3, px, px),))
+        ]
 
     return build
 
@@ -244,7 +256,9 @@ class _Hidden(nn.Module):
         self.key = key
         self.with_mask = with_mask
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
         kwargs = {self.key: x}
         if self.with_mask:
             kwargs["attention_mask"] = mask
@@ -485,7 +499,9 @@ def _vae_decoder(size: Size) -> list[Signature]:
     )
     model = _randomize(model)
     model.encoder = None  # only the decoder is exported
-    return [Signature("serving_default", _VAEDecode(model).eval(), args=(torch.randn(1, 4, px, px),))]
+    return [
+        Signature("serving_default", _VAEDecode(model).eval(), args=(torch.randn(1, 4, px, px),))
+    ]
 
 
 # --------------------------------------------------------------------------
@@ -504,7 +520,9 @@ def _gen_builder(transposed: bool):
         config = _gen_config(hlfb=False)
         config.max_seq_len = cache
         model = _randomize(model_builder.DecoderOnlyModel(config, mask_cache_size=cache))
-        export_config = export_cfg.ExportConfig(output_logits_on_prefill=True, kvcache_layout=layout)
+        export_config = export_cfg.ExportConfig(
+            output_logits_on_prefill=True, kvcache_layout=layout
+        )
         entry = _GenEntry(model, export_config).eval()
         kv = kv_utils.KVCache.from_model_config(cache, config, kv_layout=layout)
         tokens = torch.randint(1, VOCAB, (1, prefill), dtype=torch.int32)
@@ -591,7 +609,8 @@ MODELS: list[ZooModel] = [
     ZooModel(
         "timm_efficientformerv2",
         "timm",
-        "efficientformerv2_s0 at 64 px: depths (1, 1, 2, 2), widths (16, 24, 32, 48), 4 heads of 8 (timm's default 8 of 32 made smaller), talking-head attention "
+        "efficientformerv2_s0 at 64 px: depths (1, 1, 2, 2), widths (16, 24, 32, 48), 4 heads "
+        "of 8 (timm's default 8 of 32 made smaller), talking-head attention "
         "(1x1 convs mixing heads around the softmax) and its downsampling attention",
         _efficientformerv2,
     ),
@@ -714,8 +733,12 @@ MODELS: list[ZooModel] = [
             patch_size=4,
             use_relative_position_bias=True,
             use_mean_pooling=True,
-            deploy={"hidden_size": 192, "intermediate_size": 768, "num_attention_heads": 3,
-                    "patch_size": 16},
+            deploy={
+                "hidden_size": 192,
+                "intermediate_size": 768,
+                "num_attention_heads": 3,
+                "patch_size": 16,
+            },
         ),
     ),
     ZooModel(
@@ -723,17 +746,28 @@ MODELS: list[ZooModel] = [
         "transformers",
         "MixtralForCausalLM: hidden 32, 2 layers, 2/1 heads of 16, 4 experts (top 2), "
         "router softmax, S=16, logits",
-        _moe("MixtralConfig", "MixtralForCausalLM", intermediate_size=64, num_local_experts=4,
-             num_experts_per_tok=2),
+        _moe(
+            "MixtralConfig",
+            "MixtralForCausalLM",
+            intermediate_size=64,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        ),
     ),
     ZooModel(
         "hf_qwen3_moe",
         "transformers",
         "Qwen3MoeForCausalLM: hidden 32, 2 layers, 2/1 heads of 16, per-head q/k RMS norms, "
         "4 experts (top 2), S=16, logits",
-        _moe("Qwen3MoeConfig", "Qwen3MoeForCausalLM", intermediate_size=64,
-             moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
-             decoder_sparse_step=1),
+        _moe(
+            "Qwen3MoeConfig",
+            "Qwen3MoeForCausalLM",
+            intermediate_size=64,
+            moe_intermediate_size=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+            decoder_sparse_step=1,
+        ),
     ),
     ZooModel(
         "diffusers_unet",
@@ -746,8 +780,7 @@ MODELS: list[ZooModel] = [
     ZooModel(
         "diffusers_unet_classic",
         "diffusers",
-        "The same UNet with the classic AttnProcessor: baddbmm scores [B*H, S, S], softmax, "
-        "bmm",
+        "The same UNet with the classic AttnProcessor: baddbmm scores [B*H, S, S], softmax, bmm",
         _unet(classic=True),
     ),
     ZooModel(
@@ -849,11 +882,16 @@ def _export_one(spec: ZooModel, size: Size, out_dir: Path) -> dict[str, Any]:
             censuses.append(count(module, kwargs=feeds))
 
         options = dict(spec.hf_exporter)
-        model, inputs, outputs = export_hf_gpu(options, SEED, _randomize, observe=observe)
+        hf_size = HF_DEPLOY if size.deploy else HF_FIXTURE
+        model, inputs, outputs = export_hf_gpu(
+            options, SEED, _randomize, size=hf_size, observe=observe
+        )
         if any(c["counts"] != censuses[0]["counts"] for c in censuses):
             raise RuntimeError(f"signatures count differently: {censuses}")
         census = censuses[0]
-        fixture = Fixture(spec.name, spec.description, lambda: [], census["counts"], notes=spec.notes)
+        fixture = Fixture(
+            spec.name, spec.description, lambda: [], census["counts"], notes=spec.notes
+        )
         entry = _entry(fixture, out_dir, model, inputs, outputs)
     else:
         sigs = spec.build(size)
@@ -894,7 +932,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--deploy",
         action="store_true",
-        help="export at deployment sizes (224 px, 128 tokens) into --out (default build/zoo_deploy)",
+        help="export at deployment sizes (224 px, 128 tokens) into --out "
+        "(default build/zoo_deploy)",
     )
     args = parser.parse_args(argv)
     size = DEPLOY if args.deploy else FIXTURE
@@ -912,8 +951,6 @@ def main(argv: list[str] | None = None) -> int:
     for spec in MODELS:
         if args.only and spec.name not in args.only:
             continue
-        if args.deploy and spec.hf_exporter is not None:
-            continue  # the exporter's benchmark size is export_hf_gpu.py --bench's
         print(f"exporting {spec.name}", file=sys.stderr, flush=True)
         try:
             entry = _export_one(spec, size, out)

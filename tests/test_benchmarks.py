@@ -332,3 +332,15 @@ def test_int8_sweep_quick_run(tmp_path):
     assert forms["float"]["fused"]
     for name in ("int8", "aeq_int8"):
         assert forms[name]["fused"] == forms["float"]["fused"], name
+
+
+def test_zoo_benchmark_quick_run(tmp_path):
+    """bench_zoo.py --quick: every zoo model in the table, counted, compared
+    with its plain model and timed at its fixture size."""
+    payload = run_quick("bench_zoo.py", tmp_path, "zoo.json", "zoo.md")
+    zoo = json.loads((ROOT / "tests" / "data" / "torch" / "zoo" / "manifest.json").read_text())
+    assert [r["model"] for r in payload["results"]] == [e["name"] for e in zoo["models"]]
+    markdown = (tmp_path / "zoo.md").read_text()
+    for r in payload["results"]:
+        assert f"| {r['model']} |" in markdown
+        assert r["timings"] and all(t["plain_us"] > 0 and t["fused_us"] > 0 for t in r["timings"])

@@ -1,0 +1,132 @@
+"""What fusekit does to each model of the PyTorch zoo (tests/data/torch/zoo,
+made by scripts/torch_zoo.py): per kind, the instances the PyTorch module
+holds (the manifest's counts, per signature), how many came out as a fused
+op, how many got a note, and the rest: silent misses.  Shared by
+tests/passes/test_zoo.py and benchmarks/bench_zoo.py."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import fusekit
+from fusekit.passes import ModelView
+
+ZOO = Path(__file__).resolve().parent.parent / "data" / "torch" / "zoo"
+KINDS = ("attention", "layer_norm", "rms_norm", "group_norm", "rotary")
+NORMS = ("layer_norm", "rms_norm", "group_norm")
+
+# Fused ops by kind (composites mapped to fusekit's kernels included).
+FUSED_OPS = {
+    "fusekit_attention": "attention",
+    "odml.scaled_dot_product_attention": "attention",
+    "fusekit_layer_norm": "layer_norm",
+    "fusekit_rms_norm": "rms_norm",
+    "fusekit_group_norm": "group_norm",
+    "fusekit_rotary_embedding": "rotary",
+}
+# A note's kind, by how it begins; "norm" is a normalization whose kind the
+# note does not say.
+NOTE_KINDS = (
+    ("attention at", "attention"),
+    ("layer norm at", "layer_norm"),
+    ("rms norm at", "rms_norm"),
+    ("group norm at", "group_norm"),
+    ("normalization (", "norm"),
+    ("rotary embedding at", "rotary"),
+    ("rotate-half at", "rotary"),
+)
+
+
+def manifest() -> dict:
+    return json.loads((ZOO / "manifest.json").read_text())
+
+
+def models() -> dict[str, dict]:
+    return {entry["name"]: entry for entry in manifest()["models"]}
+
+
+def note_kind(note: str) -> str | None:
+    for prefix, kind in NOTE_KINDS:
+        if note.startswith(prefix):
+            return kind
+    return None
+
+
+@dataclass
+class Outcome:
+    """One model after ``fusekit.optimize``: instances in PyTorch (times the
+    signatures), fused ops and notes by kind, and the largest difference
+    from the plain model per signature."""
+
+    name: str
+    counted: Counter = field(default_factory=Counter)
+    fused: Counter = field(default_factory=Counter)
+    noted: Counter = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+    max_diff: dict[str, float] = field(default_factory=dict)
+    optimized: bytes = field(default=b"", repr=False)
+
+    def silent(self, kind: str) -> int:
+        """Instances of ``kind`` neither fused nor noted (norm notes that do
+        not name their kind count for any norm kind)."""
+        if kind in NORMS:
+            counted = sum(self.counted[k] for k in NORMS)
+            handled = sum(self.fused[k] + self.noted[k] for k in NORMS) + self.noted["norm"]
+            return max(0, counted - handled) if self.counted[kind] else 0
+        return max(0, self.counted[kind] - self.fused[kind] - self.noted[kind])
+
+    def row(self) -> dict[str, tuple[int, int, int]]:
+        """kind -> (in PyTorch, fused, noted), for the kinds present."""
+        return {
+            k: (self.counted[k], self.fused[k], self.noted[k])
+            for k in KINDS
+            if self.counted[k] or self.fused[k] or self.noted[k]
+        }
+
+
+def inputs(entry: dict, signature: dict) -> dict[str, np.ndarray]:
+    with np.load(ZOO / entry["data"]) as data:
+        key = signature["name"]
+        return {i["name"]: data[f"{key}/in/{i['name']}"] for i in signature["inputs"]}
+
+
+def _run(model: bytes, key: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    interp = fusekit.Interpreter(model_content=model, runtime="litert", num_threads=1)
+    return {k: np.array(v) for k, v in interp.get_signature_runner(key)(**feeds).items()}
+
+
+def outcome(entry: dict, compare: bool = True) -> Outcome:
+    """Optimizes one zoo model (the default passes) and measures it."""
+    plain = (ZOO / entry["model"]).read_bytes()
+    result = fusekit.optimize(plain)
+    out = Outcome(entry["name"], optimized=result.model)
+    signatures = len(entry["signatures"])
+    for kind in KINDS:
+        out.counted[kind] = entry["counts"].get(kind, 0) * signatures
+    view = ModelView(result.model)
+    for graph in view.graphs():
+        for op in graph.ops:
+            kind = FUSED_OPS.get(view.op_name(op).removeprefix("CUSTOM:"))
+            if kind is not None:
+                out.fused[kind] += 1
+    for line in result.report.passes:
+        for note in line.notes:
+            kind = note_kind(note)
+            if kind is not None:
+                out.noted[kind] += 1
+                out.notes.append(note)
+    if compare:
+        for signature in entry["signatures"]:
+            key = signature["name"]
+            feeds = inputs(entry, signature)
+            want, got = _run(plain, key, feeds), _run(result.model, key, feeds)
+            out.max_diff[key] = max(
+                float(np.max(np.abs(got[k].astype(np.float64) - want[k]))) if want[k].size else 0.0
+                for k in want
+            )
+    return out
