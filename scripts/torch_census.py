@@ -67,6 +67,7 @@ _SHAPE_OPS = {
     "expand",
 }
 _SLICES = {"__getitem__", "split", "chunk", "tensor_split", "narrow", "unbind", "split_with_sizes"}
+_GATHERS = {"__getitem__", "index_select", "take", "gather"}
 _NEGATE = {"neg", "__neg__", "negative"}
 _JOIN = {"cat", "concat", "concatenate", "stack"}
 _MUL = {"mul", "__mul__", "__rmul__", "multiply"}
@@ -241,6 +242,10 @@ class Census(TorchFunctionMode):
             return
         in_tags = [self._tag(t) for t in ins]
         dep = any(t.dep for t in in_tags)
+        if name in _GATHERS and ins and not in_tags[0].dep:
+            # Weights picked by computed indices (a mixture of experts'
+            # gathered matrices) are weights, not activations.
+            dep = False
         base = _Tag(serial=0, dep=dep)
         base.scores = any(t.scores for t in in_tags)
         base.mixed = any(t.mixed for t in in_tags)

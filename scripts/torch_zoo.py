@@ -418,11 +418,17 @@ def _moe(config_cls: str, model_cls: str, **kwargs: Any):
             vocab_size=VOCAB,
             hidden_size=d,
             num_hidden_layers=2,
-            num_attention_heads=2 if d == 32 else 4,
-            num_key_value_heads=1 if d == 32 else 2,
-            head_dim=16 if d == 32 else 64,
+            # 2 KV heads: litert-torch 0.10 exports Hugging Face models with
+            # one KV head 1e-3 to 1 away from PyTorch (scripts/torch_hf_zoo.py).
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8 if d == 32 else 64,
             max_position_embeddings=max(64, size.seq),
             attn_implementation="sdpa",
+            # Every token through its top-k experts by gathered weights (static
+            # shapes); the default grouped_mm counts tokens with aten.histc,
+            # which litert-torch cannot lower.
+            experts_implementation="batched_mm",
             **kwargs,
         )
         model = _randomize(getattr(transformers, model_cls)(config))
@@ -744,7 +750,7 @@ MODELS: list[ZooModel] = [
     ZooModel(
         "hf_mixtral",
         "transformers",
-        "MixtralForCausalLM: hidden 32, 2 layers, 2/1 heads of 16, 4 experts (top 2), "
+        "MixtralForCausalLM: hidden 32, 2 layers, 4/2 heads of 8, 4 experts (top 2), "
         "router softmax, S=16, logits",
         _moe(
             "MixtralConfig",
@@ -757,7 +763,7 @@ MODELS: list[ZooModel] = [
     ZooModel(
         "hf_qwen3_moe",
         "transformers",
-        "Qwen3MoeForCausalLM: hidden 32, 2 layers, 2/1 heads of 16, per-head q/k RMS norms, "
+        "Qwen3MoeForCausalLM: hidden 32, 2 layers, 4/2 heads of 8, per-head q/k RMS norms, "
         "4 experts (top 2), S=16, logits",
         _moe(
             "Qwen3MoeConfig",
