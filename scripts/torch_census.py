@@ -11,7 +11,9 @@ tensors follow the data from op to op.
   ``nn.GroupNorm``, ``nn.RMSNorm`` and the libraries' own, e.g. Hugging
   Face's ``*RMSNorm``, T5's RMS ``T5LayerNorm``, timm's ``LayerNorm2d`` and
   ``GroupNorm1``), counted at the innermost such module, or one call of
-  ``F.layer_norm`` / ``F.group_norm`` / ``F.rms_norm`` outside them.  Batch
+  ``F.layer_norm`` / ``F.group_norm`` / ``F.rms_norm`` outside them, or one
+  ``rsqrt`` of a mean (of squares: RMS; of a centered tensor: layer) written
+  out outside them (litert-torch's per-head q/k norms in its composites).  Batch
   norms are not counted (they fold into the convolutions).
 * An **attention** is one ``F.scaled_dot_product_attention`` or
   ``F.multi_head_attention_forward`` call, or one softmax whose input comes
@@ -40,7 +42,9 @@ from torch.overrides import TorchFunctionMode
 
 KINDS = ("layer_norm", "rms_norm", "group_norm", "attention", "rotary")
 
-_MATMULS = {"matmul", "__matmul__", "bmm", "mm", "einsum", "baddbmm"}
+# litert-torch's Hugging Face exporter writes its products as bmm_4d, an
+# operator of its own.
+_MATMULS = {"matmul", "__matmul__", "bmm", "mm", "einsum", "baddbmm", "bmm_4d"}
 _SOFTMAX = {"softmax", "_softmax"}
 _FUNCTIONAL_NORMS = {"layer_norm": "layer_norm", "group_norm": "group_norm", "rms_norm": "rms_norm"}
 _ATTENTION_CALLS = {"scaled_dot_product_attention": "sdpa", "multi_head_attention_forward": "mha"}
@@ -72,6 +76,9 @@ _NEGATE = {"neg", "__neg__", "negative"}
 _JOIN = {"cat", "concat", "concatenate", "stack"}
 _MUL = {"mul", "__mul__", "__rmul__", "multiply"}
 _ADD = {"add", "__add__", "__radd__", "sub", "__sub__", "__rsub__", "subtract"}
+_STATISTICS = {"mean", "var", "var_mean", "sum"}
+_RSQRT = {"rsqrt", "sqrt"}
+_STAT_KEEP = {"add", "__add__", "__radd__", "to", "float", "type_as", "contiguous"}
 _RMS_NAMED = {"T5LayerNorm"}  # named a layer norm, computes an RMS norm
 
 
@@ -94,6 +101,10 @@ class _Tag:
     # and the (tensor, from-a-slice) pairs a product with it is linear in.
     piece_of: frozenset[int] = frozenset()
     terms: frozenset[tuple[int, bool]] = frozenset()
+    # Norms written out: a reduced statistic ("rms": of x, "layer": of x
+    # minus its mean) on its way to an rsqrt, and x minus a mean of it.
+    stat: str = ""
+    centered: bool = False
 
 
 @dataclass
@@ -226,7 +237,8 @@ class Census(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
+        # An operator registered with torch.library is named "op.overload".
+        name = getattr(func, "__name__", "").split(".")[0]
         if name == "__get__":  # attribute reads (.shape, .dtype)
             return out
         try:
@@ -295,7 +307,25 @@ class Census(TorchFunctionMode):
             )
             tag.alias = tag.serial
             self._rope(name, args, ins, in_tags, t, tag)
+            self._statistic(name, in_tags, tag)
             self._set(t, tag)
+
+    def _statistic(self, name: str, in_tags: list[_Tag], tag: _Tag) -> None:
+        """``rsqrt(mean(x^2) + eps)`` written out: a norm of its own where no
+        norm module or functional norm computes it."""
+        if not in_tags or not in_tags[0].dep:
+            return
+        first = in_tags[0]
+        if name in _STATISTICS:
+            tag.stat = "layer" if first.centered or name in ("var", "var_mean") else "rms"
+        elif name in _STAT_KEEP and any(t.stat for t in in_tags):
+            tag.stat = next(t.stat for t in in_tags if t.stat)
+        elif name in {"sub", "__sub__"} and len(in_tags) == 2 and in_tags[1].stat:
+            tag.centered = True
+        elif name in {"pow", "__pow__", "mul", "__mul__", "square"} and first.centered:
+            tag.centered = True
+        elif name in _RSQRT and first.stat and not self._frames:
+            self._count_norm(f"{first.stat}_norm", f"{name}(statistic) outside a norm module")
 
     def _functional_norm(self, kind: str) -> None:
         if self._frames:
@@ -343,11 +373,14 @@ class Census(TorchFunctionMode):
         elif name in _ADD and len(ins) == 2 and all(t.terms for t in in_tags):
             a, b = in_tags[0].terms, in_tags[1].terms
             bases_a = {base for base, _ in a}
-            for base, derived in b:
-                if base in bases_a and (derived or (base, True) in a):
-                    if base not in self._roped:
-                        self._roped.add(base)
-                        self.counts.kinds["rotary"] += 1
+            shared = [
+                base for base, derived in b if base in bases_a and (derived or (base, True) in a)
+            ]
+            # The nearest tensor the two terms share (q, not the fused qkv
+            # projection q was sliced from) is the one rotated.
+            if shared and max(shared) not in self._roped:
+                self._roped.add(max(shared))
+                self.counts.kinds["rotary"] += 1
 
 
 def _leaves(value: Any) -> list[torch.Tensor]:  # noqa: ANN401

@@ -461,7 +461,7 @@ def _unet(classic: bool):
             sample_size=px,
             in_channels=4,
             out_channels=4,
-            block_out_channels=(32, 64),
+            block_out_channels=(32, 64) if size.deploy else (32, 32),
             layers_per_block=1,
             down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
             up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
@@ -497,7 +497,7 @@ def _vae_decoder(size: Size) -> list[Signature]:
         out_channels=3,
         down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
         up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
-        block_out_channels=(32, 64),
+        block_out_channels=(32, 64) if size.deploy else (32, 32),
         layers_per_block=1,
         latent_channels=4,
         norm_num_groups=32,
@@ -778,7 +778,7 @@ MODELS: list[ZooModel] = [
     ZooModel(
         "diffusers_unet",
         "diffusers",
-        "UNet2DConditionModel at 16x16 latents: blocks (32, 64), one layer per block, one "
+        "UNet2DConditionModel at 16x16 latents: blocks (32, 32), one layer per block, one "
         "cross-attention down and up block, heads of 8, GroupNorm(32, C), text context "
         "[1, 8, 32]; default processor (AttnProcessor2_0: scaled_dot_product_attention)",
         _unet(classic=False),
@@ -792,7 +792,7 @@ MODELS: list[ZooModel] = [
     ZooModel(
         "diffusers_vae_decoder",
         "diffusers",
-        "AutoencoderKL decoder: latent [1, 4, 8, 8] -> [1, 3, 16, 16], blocks (32, 64), "
+        "AutoencoderKL decoder: latent [1, 4, 8, 8] -> [1, 3, 16, 16], blocks (32, 32), "
         "GroupNorm(32, C), single-head mid-block attention",
         _vae_decoder,
     ),
@@ -931,6 +931,26 @@ def _write(path: Path, entries: dict[str, dict[str, Any]], order: list[str]) -> 
     path.write_text(json.dumps(manifest, indent=1) + "\n")
 
 
+def _recount(
+    path: Path, entries: dict[str, dict], order: list[str], specs: list[ZooModel], size: Size
+) -> int:
+    changed = 0
+    for spec in specs:
+        if spec.hf_exporter is not None:
+            continue
+        census = _census(spec.build(size))
+        entry = entries[spec.name]
+        if census["counts"] != entry["counts"]:
+            print(f"{spec.name}: {entry['counts']} -> {census['counts']}", file=sys.stderr)
+            changed += 1
+        entry["counts"] = census["counts"]
+        entry["norm_modules"] = census["norm_modules"]
+        entry["attention_forms"] = census["attention_forms"]
+    _write(path, entries, order)
+    print(f"{changed} model(s) counted differently", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
@@ -940,6 +960,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="export at deployment sizes (224 px, 128 tokens) into --out "
         "(default build/zoo_deploy)",
+    )
+    parser.add_argument(
+        "--recount",
+        action="store_true",
+        help="rebuild the models and count their instances again, updating the manifest's "
+        "counts without exporting (not the export_hf ones, whose modules the exporter builds)",
     )
     args = parser.parse_args(argv)
     size = DEPLOY if args.deploy else FIXTURE
@@ -954,6 +980,8 @@ def main(argv: list[str] | None = None) -> int:
     if path.exists():
         entries = {e["name"]: e for e in json.loads(path.read_text())["models"]}
     failed = []
+    if args.recount:
+        return _recount(path, entries, known, [m for m in MODELS if m.name in entries], size)
     for spec in MODELS:
         if args.only and spec.name not in args.only:
             continue
