@@ -461,10 +461,10 @@ def _unet(classic: bool):
             sample_size=px,
             in_channels=4,
             out_channels=4,
-            block_out_channels=(32, 64) if size.deploy else (32, 32),
+            block_out_channels=(32, 64) if size.deploy else (32,),
             layers_per_block=1,
-            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D")[: 2 if size.deploy else 1],
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D")[-2 if size.deploy else -1 :],
             cross_attention_dim=32,
             attention_head_dim=8,
             norm_num_groups=32,
@@ -778,8 +778,9 @@ MODELS: list[ZooModel] = [
     ZooModel(
         "diffusers_unet",
         "diffusers",
-        "UNet2DConditionModel at 16x16 latents: blocks (32, 32), one layer per block, one "
-        "cross-attention down and up block, heads of 8, GroupNorm(32, C), text context "
+        "UNet2DConditionModel at 16x16 latents: one cross-attention down and up block of 32 "
+        "channels (no resampling) around the cross-attention mid block, one layer per block, "
+        "8 heads, GroupNorm(32, 32), text context "
         "[1, 8, 32]; default processor (AttnProcessor2_0: scaled_dot_product_attention)",
         _unet(classic=False),
     ),

@@ -2,7 +2,9 @@
 made by scripts/torch_zoo.py): per kind, the instances the PyTorch module
 holds (the manifest's counts, per signature), how many came out as a fused
 op, how many got a note, and the rest: silent misses.  Shared by
-tests/passes/test_zoo.py and benchmarks/bench_zoo.py."""
+tests/passes/test_zoo.py and benchmarks/bench_zoo.py;
+``python tests/passes/zoo.py`` prints test_zoo.py's tables for the current
+code."""
 
 from __future__ import annotations
 
@@ -130,3 +132,30 @@ def outcome(entry: dict, compare: bool = True) -> Outcome:
                 for k in want
             )
     return out
+
+
+def today_tables() -> str:
+    """test_zoo.py's TODAY and SILENT_TODAY for the current code, as Python."""
+    today, silent = [], []
+    for name, entry in models().items():
+        out = outcome(entry, compare=False)
+        cells = ", ".join(
+            f'"{k}": ({out.fused[k]}, {out.noted[k]})'
+            for k in KINDS
+            if out.fused[k] or out.noted[k]
+        )
+        today.append(f'    "{name}": {{{cells}}},')
+        kinds = [k for k in KINDS if out.silent(k)]
+        if kinds:
+            silent.append(f'    "{name}": ({", ".join(repr(k) for k in kinds)},),')
+    return (
+        "TODAY: dict[str, dict[str, tuple[int, int]]] = {\n"
+        + "\n".join(today)
+        + "\n}\n\nSILENT_TODAY: dict[str, tuple[str, ...]] = {\n"
+        + "\n".join(silent)
+        + "\n}"
+    )
+
+
+if __name__ == "__main__":
+    print(today_tables())
