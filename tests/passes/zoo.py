@@ -52,6 +52,13 @@ def models() -> dict[str, dict]:
     return {entry["name"]: entry for entry in manifest()["models"]}
 
 
+def _place(note: str) -> str:
+    """The tensor a note names (``... at 'name': reason``)."""
+    start = note.find(" at '")
+    end = note.find("'", start + 5)
+    return note[start + 5 : end] if start >= 0 and end > 0 else note
+
+
 def note_kind(note: str) -> str | None:
     for prefix, kind in NOTE_KINDS:
         if note.startswith(prefix):
@@ -74,11 +81,11 @@ class Outcome:
     optimized: bytes = field(default=b"", repr=False)
 
     def silent(self, kind: str) -> int:
-        """Instances of ``kind`` neither fused nor noted (norm notes that do
-        not name their kind count for any norm kind)."""
+        """Instances of ``kind`` neither fused nor noted (for norms: of all
+        norm kinds together, as a noted norm's kind may be another's)."""
         if kind in NORMS:
             counted = sum(self.counted[k] for k in NORMS)
-            handled = sum(self.fused[k] + self.noted[k] for k in NORMS) + self.noted["norm"]
+            handled = sum(self.fused[k] + self.noted[k] for k in NORMS)
             return max(0, counted - handled) if self.counted[kind] else 0
         return max(0, self.counted[kind] - self.fused[kind] - self.noted[kind])
 
@@ -116,12 +123,27 @@ def outcome(entry: dict, compare: bool = True) -> Outcome:
             kind = FUSED_OPS.get(view.op_name(op).removeprefix("CUSTOM:"))
             if kind is not None:
                 out.fused[kind] += 1
+    # Several norm matchers may each note the same normalization: a norm
+    # is noted once per place, under the kind PyTorch has most of.
+    by_place: Counter = Counter()
     for line in result.report.passes:
         for note in line.notes:
             kind = note_kind(note)
-            if kind is not None:
+            if kind is None:
+                continue
+            out.notes.append(note)
+            if kind in NORMS or kind == "norm":
+                by_place[kind, _place(note)] += 1
+            else:
                 out.noted[kind] += 1
-                out.notes.append(note)
+    places: dict[str, Counter] = {}
+    for (kind, place), n in by_place.items():
+        places.setdefault(place, Counter())[kind] = n
+    for kinds in places.values():
+        kind = max(kinds, key=lambda k: (kinds[k], out.counted.get(k, 0)))
+        if kind == "norm":
+            kind = max(NORMS, key=lambda k: out.counted[k])
+        out.noted[kind] += max(kinds.values())
     if compare:
         for signature in entry["signatures"]:
             key = signature["name"]
