@@ -35,7 +35,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +63,15 @@ MAX_BYTES = 1_500_000  # a committed model stays under this
 
 @dataclass(frozen=True)
 class Size:
-    """Input sizes: the committed fixtures' or the deployment's."""
+    """The committed fixtures' sizes (each model's small image, 16 tokens)
+    or the deployment's (224 pixels, 128 tokens, the models' own widths)."""
 
-    image: float  # a factor on each model's fixture image size
     seq: int
     deploy: bool = False
 
 
-FIXTURE = Size(image=1, seq=16)
-DEPLOY = Size(image=0, seq=128, deploy=True)
+FIXTURE = Size(seq=16)
+DEPLOY = Size(seq=128, deploy=True)
 # litert-torch's Hugging Face exporter: its decoder at the fixture's size
 # and at a deployment size (prefill 128 over a cache of 512).
 HF_FIXTURE = HFSize()
@@ -93,7 +93,6 @@ class ZooModel:
     # model goes through scripts/export_hf_gpu.py instead of ``build``.
     hf_exporter: dict[str, Any] | None = None
     notes: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------
