@@ -144,8 +144,12 @@ def model_problem(plugin: ctypes.CDLL, model: bytes) -> str | None:
 
 def bind_plugin(plugin: ctypes.CDLL) -> None:
     """Declares the LiteRT entry points of a fusekit plugin library."""
-    plugin.fusekit_litert_add_kernels.restype = ctypes.c_void_p
-    plugin.fusekit_litert_add_kernels.argtypes = [_p, _p, ctypes.c_int]
+    plugin.fusekit_litert_add_model_kernels.restype = ctypes.c_void_p
+    plugin.fusekit_litert_add_model_kernels.argtypes = [_p, _p, _size, ctypes.c_int]
+    plugin.fusekit_litert_model_data.restype = ctypes.c_void_p
+    plugin.fusekit_litert_model_data.argtypes = [_p]
+    plugin.fusekit_litert_model_size.restype = ctypes.c_size_t
+    plugin.fusekit_litert_model_size.argtypes = [_p]
     plugin.fusekit_litert_last_error.restype = ctypes.c_char_p
     plugin.fusekit_litert_last_error.argtypes = [_p]
     plugin.fusekit_litert_clear_error.restype = None
