@@ -444,6 +444,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         passes=args.passes,
         space_to_depth=args.space_to_depth,
         max_iterations=args.max_iterations,
+        plugins=args.plugin,
     )
     out = result.save(args.output)
     if args.json:
@@ -649,6 +650,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto: the cost model decides; on: rewrite wherever it applies",
     )
     p.add_argument("--max-iterations", type=int, default=6, help="bound of the fixed-point loop")
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a plugin of your kernels (fusekit build output), repeatable: composites its "
+        "kernels declare become those kernels' ops",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument(
         "-q", "--quiet", action="store_true", help="print nothing but errors (or the --json)"
