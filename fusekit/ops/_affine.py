@@ -100,7 +100,7 @@ def ones_before_present(beta: Any) -> tf.Tensor:
     is exact).  An absent input before a present one would be tensor index
     -1 in the middle of the op's inputs, which LiteRT's CompiledModel reads
     as a tensor and crashes on; absent inputs left off the end it takes.  The
-    fusion passes write the same (fusion/rewrite.py)."""
+    fusion passes write the same (fusion/shared_rules.py)."""
     return tf.ones_like(tf.convert_to_tensor(beta))
 
 

@@ -73,6 +73,12 @@ class NormMatch:
     # fused op writes channels-last and a TRANSPOSE by this perm writes
     # ``output`` (fusion/group_norm_nchw.py).
     transpose_back: list[int] | None = None
+    # A norm over one axis that is not x's last: the op reads x transposed
+    # by this perm (that axis last) and its result is transposed back.
+    transpose_in: list[int] | None = None
+    # The norm's own gamma/beta are applied by ops that stay after the fused
+    # op (the converter folded them into some of the norm's readers).
+    affine_after: bool = False
 
 
 @dataclass
