@@ -19,10 +19,15 @@ class CompiledInterpreter:
     """The first signature of a ``fusekit.CompiledModel``.  Input ``i`` has
     index ``i``; output ``j`` has index ``num_inputs + j``."""
 
-    def __init__(self, model_content: bytes, num_threads: int | None = None,
-                 plugins: Sequence[str | os.PathLike[str]] = ()):
+    def __init__(
+        self,
+        model_content: bytes,
+        num_threads: int | None = None,
+        plugins: Sequence[str | os.PathLike[str]] = (),
+    ):
         self.compiled = CompiledModel.from_buffer(
-            model_content, num_threads=num_threads or 1, plugins=plugins)
+            model_content, num_threads=num_threads or 1, plugins=plugins
+        )
         self._key = self.compiled.get_signature_by_index(0)["key"]
         self._static_in = list(self.compiled.get_input_tensor_details(self._key).values())
         self._static_out = list(self.compiled.get_output_tensor_details(self._key).values())
@@ -35,8 +40,13 @@ class CompiledInterpreter:
     def get_input_details(self) -> list[dict[str, Any]]:
         shapes = self._shapes("inputs")
         return [
-            {"name": d["name"], "index": i, "shape": np.array(shape, np.int32),
-             "shape_signature": np.array(d["shape"], np.int32), "dtype": d["dtype"]}
+            {
+                "name": d["name"],
+                "index": i,
+                "shape": np.array(shape, np.int32),
+                "shape_signature": np.array(d["shape"], np.int32),
+                "dtype": d["dtype"],
+            }
             for i, (d, shape) in enumerate(zip(self._static_in, shapes, strict=True))
         ]
 
@@ -44,8 +54,13 @@ class CompiledInterpreter:
         n = len(self._static_in)
         shapes = self._shapes("outputs")
         return [
-            {"name": d["name"], "index": n + j, "shape": np.array(shape, np.int32),
-             "shape_signature": np.array(d["shape"], np.int32), "dtype": d["dtype"]}
+            {
+                "name": d["name"],
+                "index": n + j,
+                "shape": np.array(shape, np.int32),
+                "shape_signature": np.array(d["shape"], np.int32),
+                "dtype": d["dtype"],
+            }
             for j, (d, shape) in enumerate(zip(self._static_out, shapes, strict=True))
         ]
 

@@ -29,6 +29,7 @@ from ai_edge_litert import schema_py_generated as schema
 from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import poly
 from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
+from fusekit.passes.fusion.shared_rules import rank_ok
 from fusekit.passes.fusion.values import (
     FLOAT32,
     constant_value,
@@ -37,7 +38,6 @@ from fusekit.passes.fusion.values import (
     reduction_axes,
     scalar,
 )
-from fusekit.run.op_spec import op_spec
 
 
 @dataclass
@@ -54,6 +54,9 @@ class NchwGroupNorm:
     ops: list[schema.OperatorT]
     groups: int
     transpose_back: list[int] | None = None
+    # x is channels-first (no TRANSPOSE from channels-last before it): the
+    # op reads it transposed by this perm.
+    transpose_in: list[int] | None = None
 
 
 def _to_channels_first(rank: int) -> list[int]:
@@ -108,6 +111,16 @@ class _Layout:
             want = [1, self.channels] + [1] * (len(self.xc_shape) - 2)
         padded = [1] * (len(want) - len(shape)) + shape
         return len(shape) <= len(want) and padded == want
+
+    def grouped_reads_as_x(self, shape: list[int]) -> bool:
+        """A grouped value of x's rank that means the same read channels-
+        first: one value per batch ([B|1, 1, 1..]) or, with one channel per
+        group, one per channel ([B|1, G, 1..]: group g is channel g)."""
+        if len(shape) != len(self.xc_shape) or len(shape) != self.xg_rank:
+            return False
+        if all(d == 1 for d in shape[1:]):
+            return True
+        return self.per_group == 1 and shape[1] == self.groups and all(d == 1 for d in shape[2:])
 
     def to_channels(self, source: list[int], target: list[int]) -> bool:
         """A RESHAPE of a full grouped per-channel tensor to channels-first
@@ -173,21 +186,21 @@ def _statistics(graph: Graph, root_op: schema.OperatorT):
 
 def _grouped_input(graph: Graph, xg: int):
     """(xh, xc, transpose, groups) when xg = RESHAPE(xc) groups the channels
-    of xc = TRANSPOSE(xh) to channels-first."""
+    of a channels-first xc: xc = TRANSPOSE(xh) of a channels-last xh, or
+    (xc, xc, None, groups) when xc is computed channels-first."""
     reshape = _producer(graph, xg, OP.RESHAPE)
     if reshape is None:
         return None
     xc = int(reshape.inputs[0])
-    transpose = _producer(graph, xc, OP.TRANSPOSE)
-    if transpose is None:
-        return None
-    xh = int(transpose.inputs[0])
-    rank = len(graph.signature(xh))
+    rank = len(graph.signature(xc))
     # At least one spatial dim (else there is no channels-first layout), as
     # many as the kernel takes.
-    x_rule = op_spec("fusekit_group_norm").input("x")
-    if rank < 3 or not x_rule.rank_ok(rank) or graph.perm_of(transpose) != _to_channels_first(rank):
+    if rank < 3 or not rank_ok("fusekit_group_norm", rank):
         return None
+    transpose = _producer(graph, xc, OP.TRANSPOSE)
+    if transpose is not None and graph.perm_of(transpose) != _to_channels_first(rank):
+        transpose = None
+    xh = xc if transpose is None else int(transpose.inputs[0])
     xc_shape, xg_shape = graph.signature(xc), graph.signature(xg)
     if -1 in xc_shape or -1 in xg_shape or len(xg_shape) < 3:
         return None
@@ -233,7 +246,9 @@ def _explore(graph: Graph, layout: _Layout, seeds: dict[int, tuple[poly.Poly, st
             args = []
             for t in (int(t) for t in op.inputs):
                 if t in known:
-                    if known[t][1] != space:
+                    if known[t][1] != space and not (
+                        space == "x" and layout.grouped_reads_as_x(graph.signature(t))
+                    ):
                         break
                     args.append(known[t][0])
                     continue
@@ -334,13 +349,21 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
                 f"group norm at {where!r}: the result reads tensors outside the norm"
             )
             continue
-        ops = [transpose_in, *region]
+        rank = len(layout.xc_shape)
+        ops = list(region)
+        inside = {id(o) for o in region}
+        xc_elsewhere = graph.is_output(xc) or any(id(r) not in inside for r in graph.consumers(xc))
+        if transpose_in is not None and not xc_elsewhere:
+            # The channels-first x is read only by the norm: its TRANSPOSE
+            # goes; else it stays for its other readers (a residual).
+            ops.insert(0, transpose_in)
+        x, in_perm = (xh, None) if transpose_in is not None else (xc, _to_channels_last(rank))
         back_perm = None
         if transpose_out is not None:
             ops.append(transpose_out)
             output = int(transpose_out.outputs[0])
         else:
-            output, back_perm = y, _to_channels_first(len(layout.xc_shape))
+            output, back_perm = y, _to_channels_first(rank)
         leak = graph.read_outside(ops, {output})
         if leak is not None:
             near_misses.append(
@@ -352,5 +375,7 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
         if ids & taken:
             continue
         taken |= ids
-        matches.append(NchwGroupNorm(xh, output, epsilon, gamma, beta, ops, groups, back_perm))
+        matches.append(
+            NchwGroupNorm(x, output, epsilon, gamma, beta, ops, groups, back_perm, in_perm)
+        )
     return matches

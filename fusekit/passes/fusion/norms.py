@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model.graph import OP, Graph
+from fusekit.model.graph import OP, Graph, inverse
 from fusekit.passes.fusion import poly, views
 from fusekit.passes.fusion.group_norm_nchw import find_nchw_group_norms
 from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
 from fusekit.passes.fusion.quantized import INT_TYPES, QUANTIZED_NORM
+from fusekit.passes.fusion.shared_rules import epsilon_ok, rank_ok
 from fusekit.passes.fusion.values import (
     FLOAT32,
     constant_value,
@@ -48,7 +49,6 @@ from fusekit.passes.fusion.values import (
     reduction_axes,
     scalar,
 )
-from fusekit.run.op_spec import op_spec
 
 
 @dataclass
@@ -69,12 +69,11 @@ class NormMatch:
     # x's (the converter merges the reshape back with the next group norm's
     # reshape in): they are fed the fused op's output, written in x's shape.
     readers: list[schema.OperatorT] = field(default_factory=list)
-    # A channels-first group norm whose result is read channels-first: the
-    # fused op writes channels-last and a TRANSPOSE by this perm writes
-    # ``output`` (fusion/group_norm_nchw.py).
+    # A norm over one axis that is not x's last, or a channels-first group
+    # norm: the op reads x transposed by ``transpose_in`` (None: x itself)
+    # and a TRANSPOSE of its result by ``transpose_back`` writes ``output``
+    # (None: the op writes it).
     transpose_back: list[int] | None = None
-    # A norm over one axis that is not x's last: the op reads x transposed
-    # by this perm (that axis last) and its result is transposed back.
     transpose_in: list[int] | None = None
     # The norm's own gamma/beta are applied by ops that stay after the fused
     # op (the converter folded them into some of the norm's readers).
@@ -94,6 +93,8 @@ class _Anchor:
     aliases: frozenset[int] = frozenset()
     # Per-row values reduced without keep_dims (m, r or s), by symbol.
     rows: dict[int, str] = field(default_factory=dict)
+    # The normalized axis of x when it is not the last (-1: the last).
+    axis: int = -1
 
 
 def _mean_of(graph: Graph, tensor: int, rows: bool = False) -> tuple[schema.OperatorT, int] | None:
@@ -213,8 +214,7 @@ def _grouping(graph: Graph, x: int, axes: list[int] | None) -> tuple[int, int] |
     source = int(op.inputs[0])
     source_shape = graph.signature(source)
     groups, per_group = shape[-2], shape[-1]
-    x_rule = op_spec("fusekit_group_norm").input("x")
-    if not x_rule.rank_ok(len(source_shape)) or groups <= 0 or per_group <= 0:
+    if not rank_ok("fusekit_group_norm", len(source_shape)) or groups <= 0 or per_group <= 0:
         return None
     if source_shape[-1] != groups * per_group or source_shape[0] != shape[0]:
         return None
@@ -250,7 +250,6 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
             stat_op = graph.producer(stat)
             axes = reduction_axes(graph, stat_op)
             x_shape = graph.signature(x)
-            rank = len(x_shape)
             grouping = _grouping(graph, x, axes) if m is not None else None
             source, groups = grouping if grouping is not None else (x, 1)
             if kind == "group_norm" and grouping is None:
@@ -264,25 +263,28 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
                 break  # the per-row sum is reshaped into another layout than x's rows
             if kind == "layer_norm" and grouping is not None and not row_wise:
                 break  # fuse_group_norm's to fuse or report
+            axis = -1
             if kind != "group_norm" and not row_wise:
-                shown = axes[0] if axes is not None and len(axes) == 1 else axes
-                near_misses.append(
-                    f"{label} at {where!r}: MEAN over axis {shown} "
-                    f"of a rank-{rank} tensor (the kernel normalizes the last axis); "
-                    "advice: keep the normalized axis last (channels last)"
-                )
-                break
+                axis = _one_axis(graph, axes, x_shape, stat_op, flat_mean, summed)
+                if axis is None:
+                    near_misses.append(
+                        f"{label} at {where!r}: the statistics are over axes {axes} of a "
+                        f"{x_shape} tensor, more than one axis and not one group's "
+                        "channels, which no fused norm computes; advice: normalize one axis "
+                        "(nn.LayerNorm over the channels) or use nn.GroupNorm"
+                    )
+                    break
             if graph.tensor(x).type in INT_TYPES:
                 near_misses.append(f"{label} at {where!r}: {QUANTIZED_NORM}")
                 break
             epsilon = scalar(graph, eps)
-            if epsilon is None or op_spec(f"fusekit_{kind}").attr("epsilon").problem(epsilon):
+            if not epsilon_ok(f"fusekit_{kind}", epsilon):
                 near_misses.append(
                     f"{label} at {where!r}: epsilon is not a finite scalar constant >= 0; "
                     "advice: use a constant epsilon"
                 )
                 break
-            if graph.tensor(source).type != FLOAT32 or graph.signature(source)[-1] <= 0:
+            if graph.tensor(source).type != FLOAT32 or graph.signature(source)[axis] <= 0:
                 near_misses.append(
                     f"{label} at {where!r}: x is not float32 with a static last dim; "
                     "advice: fuse the float32 model (quantize afterwards) with a fixed hidden size"
@@ -296,10 +298,40 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
             if summed is None and not keeps_dims(stat_op):
                 # RSQRT of the per-row sum: r itself is a row value.
                 rows[root] = "s" if root_is_sqrt else "r"
-            same = frozenset(views.aliases(graph, x)) if grouping is None else frozenset({x})
-            anchors.append(_Anchor(x, m, root, root_is_sqrt, epsilon, source, groups, same, rows))
+            if grouping is None and axis < 0:
+                same = frozenset(views.aliases(graph, x))
+            else:
+                same = frozenset({x})
+            anchors.append(
+                _Anchor(x, m, root, root_is_sqrt, epsilon, source, groups, same, rows, axis)
+            )
             break
     return anchors
+
+
+def _one_axis(
+    graph: Graph,
+    axes: list[int] | None,
+    shape: list[int],
+    stat_op: schema.OperatorT,
+    flat_mean: int | None,
+    summed: int | None,
+) -> int | None:
+    """The one axis (not the last) a norm's statistics are over, kept as
+    a unit dim (keep_dims): the fused op reads x with it moved last; None
+    for anything else."""
+    if axes is None or len(axes) != 1 or axes[0] == len(shape) - 1:
+        return None
+    if not keeps_dims(stat_op) or flat_mean is not None or summed is not None:
+        return None
+    if shape[axes[0]] <= 1 or shape.count(-1) > 1:
+        return None
+    return axes[0]
+
+
+def _axis_last(rank: int, axis: int) -> list[int]:
+    """The perm moving ``axis`` last, the others in order."""
+    return [a for a in range(rank) if a != axis] + [axis]
 
 
 def _operand(graph: Graph, tensor: int, known: dict[int, poly.Poly], anchor: _Anchor):
@@ -308,9 +340,9 @@ def _operand(graph: Graph, tensor: int, known: dict[int, poly.Poly], anchor: _An
     value = scalar(graph, tensor)
     if value is not None:
         return poly.const(value)
-    depth = graph.signature(anchor.source)[-1]
+    depth = graph.signature(anchor.source)[anchor.axis]
     rank = len(graph.signature(anchor.x))
-    if is_channel_vector(graph, tensor, depth, rank, anchor.groups):
+    if is_channel_vector(graph, tensor, depth, rank, anchor.groups, anchor.axis):
         return poly.symbol(f"c{tensor}")
     return None
 
@@ -486,6 +518,30 @@ def _finals(
     return finals
 
 
+def _share_inner(graph: Graph, finals: list) -> tuple[list, set[int]]:
+    """One fused op for a norm the converter split: its normalized values n
+    read by some readers (the gamma/beta folded into their weights) and y =
+    f(n) by others.  Such a y is dropped when the ops computing it from n
+    read nothing else of n's region: they stay, reading the fused op's n.
+    Returns the finals left and the outputs now also read by such ops."""
+    regions = {tensor: {id(op) for op in ops} for tensor, _, ops in finals}
+    dropped: set[int] = set()
+    inner: set[int] = set()
+    for n, _, n_ops in finals:
+        if n in dropped:
+            continue
+        written = {int(t) for op in n_ops for t in op.outputs}
+        producer = id(graph.producer(n))
+        for y, _, y_ops in finals:
+            if y == n or y in dropped or producer not in regions[y]:
+                continue
+            extra = [op for op in y_ops if id(op) not in regions[n]]
+            if all(int(t) == n or int(t) not in written for op in extra for t in op.inputs):
+                dropped.add(y)
+                inner.add(n)
+    return [f for f in finals if f[0] not in dropped], inner
+
+
 def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatch]:
     """Every proven ``kind`` ("layer_norm" / "rms_norm" / "group_norm") in
     ``graph``; anything doubtful is appended to ``near_misses`` with the
@@ -526,6 +582,7 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                 "advice: compute the norm from x and constants only"
             )
             continue
+        finals, inner = _share_inner(graph, finals)
         found: list[NormMatch] = []
         claimed: set[int] = set()
         outputs: set[int] = set()
@@ -557,6 +614,9 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                     break
                 source = min(same)
             outputs.add(output)
+            moved = None
+            if anchor.axis >= 0:
+                moved = _axis_last(len(graph.signature(source)), anchor.axis)
             found.append(
                 NormMatch(
                     kind,
@@ -568,6 +628,9 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                     ops,
                     groups=anchor.groups,
                     readers=readers,
+                    transpose_in=moved,
+                    transpose_back=None if moved is None else inverse(moved),
+                    affine_after=output in inner,
                 )
             )
         else:
@@ -597,6 +660,7 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                     g.ops,
                     groups=g.groups,
                     transpose_back=g.transpose_back,
+                    transpose_in=g.transpose_in,
                 )
             )
     return matches

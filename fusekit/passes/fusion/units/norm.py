@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusekit.model.graph import OP, Graph, inverse
+from fusekit.model.graph import OP, Graph
 from fusekit.model.op_properties import DEAD_AFTER_FUSION
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
@@ -153,18 +153,16 @@ def _emit(graph: Graph, op: str, inputs: list[int], attrs: dict, match: NormMatc
             output, graph.shape(match.x), "/ungrouped", signature=graph.signature(match.x)
         )
     if match.transpose_in is not None:
-        # The normalized axis is not x's last: the op reads x with that axis
-        # moved last and its result is moved back (data movement only).
+        # The normalized axis is not x's last (or x is channels-first): the
+        # op reads x with it moved last (data movement only).
         inputs = [graph.add_transpose(match.x, match.transpose_in), *inputs[1:]]
-    back = match.transpose_back
-    if match.transpose_in is not None:
-        back = inverse(match.transpose_in)
-    if back is not None:
+    if match.transpose_back is not None:
+        # The op writes the moved layout; the matched result keeps x's.
         fused = graph.like(
             output, graph.shape(inputs[0]), "/axis_last", signature=graph.signature(inputs[0])
         )
         replace_with_custom(graph, op, inputs, fused, attrs, match.ops)
-        graph.add_transpose(fused, back, output=output)
+        graph.add_transpose(fused, match.transpose_back, output=output)
     else:
         replace_with_custom(graph, op, inputs, output, attrs, match.ops)
     for reader in match.readers:
