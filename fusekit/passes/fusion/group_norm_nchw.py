@@ -302,7 +302,10 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
         xh, xc, transpose_in, groups = grouped
         where = graph.name(int(op.outputs[0]))
         if graph.tensor(xh).type != FLOAT32:
-            near_misses.append(f"group norm at {where!r}: x is not float32")
+            near_misses.append(
+                f"group norm at {where!r}: x is not float32; advice: fuse the float32 model "
+                "(quantize afterwards, fuse_quantized fuses int8 norms)"
+            )
             continue
         layout = _Layout(graph, xc, xg, groups)
         root = "s" if graph.builtin(op) == OP.SQRT else "r"
@@ -339,14 +342,17 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
         if not found:
             near_misses.append(
                 f"group norm at {where!r}: the ops after the statistics do not compute "
-                "(x - mean) * rsqrt(var + eps) * gamma + beta with per-channel gamma/beta"
+                "(x - mean) * rsqrt(var + eps) * gamma + beta with per-channel gamma/beta; "
+                "advice: write the norm as one module (nn.GroupNorm) and scale its result "
+                "after it"
             )
             continue
         y, (gamma, beta), transpose_out = found
         region = _region(graph, y, xc)
         if region is None:
             near_misses.append(
-                f"group norm at {where!r}: the result reads tensors outside the norm"
+                f"group norm at {where!r}: the result reads tensors outside the norm; "
+                "advice: compute the norm from x and constants only"
             )
             continue
         rank = len(layout.xc_shape)
@@ -358,6 +364,16 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
             # goes; else it stays for its other readers (a residual).
             ops.insert(0, transpose_in)
         x, in_perm = (xh, None) if transpose_in is not None else (xc, _to_channels_last(rank))
+        if in_perm is not None and transpose_out is None:
+            if not any(graph.builtin(r) == OP.TRANSPOSE for r in graph.consumers(y)):
+                near_misses.append(
+                    f"group norm at {where!r}: x {layout.xc_shape} is computed channels-first "
+                    "and its result read channels-first; the fused op would read it through a "
+                    "transpose pair, which measures slower than the unfused ops when no "
+                    "TRANSPOSE next to the norm lets the layout pass cancel the pair; advice: "
+                    "export the model channels-last"
+                )
+                continue
         back_perm = None
         if transpose_out is not None:
             ops.append(transpose_out)
@@ -368,7 +384,7 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
         if leak is not None:
             near_misses.append(
                 f"group norm at {where!r}: intermediate {graph.name(leak)!r} is also read "
-                "outside the norm"
+                "outside the norm; advice: read only the norm's result"
             )
             continue
         ids = {id(o) for o in ops}

@@ -329,6 +329,27 @@ def _one_axis(
     return axes[0]
 
 
+# Measured (1 thread, XNNPACK, benchmarks/results/norms_any_axis.md): an
+# isolated norm over axis 1 with its transpose pair runs 0.97x (LayerNorm
+# [1, 768, 1, 128]) to 0.39x ([1, 64, 56, 56]) the speed of the unfused
+# ops; next to the model's own transposes the layout pass cancels the pair
+# (GPT-2-style blocks 1.06x, PoolFormer's GroupNorm(1, C) below).
+PAIR_COST = (
+    "which measures slower than the unfused ops when no TRANSPOSE next to the norm "
+    "lets the layout pass cancel the pair"
+)
+
+
+def next_to_transpose(graph: Graph, x: int, output: int) -> bool:
+    """x is written by a TRANSPOSE or the norm's result is read by one: a
+    transpose pair around the fused op meets the model's own, which the
+    layout pass cancels."""
+    producer = graph.producer(x)
+    if producer is not None and graph.builtin(producer) == OP.TRANSPOSE:
+        return True
+    return any(graph.builtin(r) == OP.TRANSPOSE for r in graph.consumers(output))
+
+
 def _axis_last(rank: int, axis: int) -> list[int]:
     """The perm moving ``axis`` last, the others in order."""
     return [a for a in range(rank) if a != axis] + [axis]
@@ -613,10 +634,18 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                     )
                     break
                 source = min(same)
-            outputs.add(output)
             moved = None
             if anchor.axis >= 0:
+                if not next_to_transpose(graph, source, output):
+                    notes.append(
+                        f"{label} at {where!r}: normalizes axis {anchor.axis} of a "
+                        f"{graph.signature(source)} tensor, not the last; the fused op would "
+                        f"read it through a transpose pair, {PAIR_COST}; advice: export the "
+                        "model channels-last (normalized axis last)"
+                    )
+                    break
                 moved = _axis_last(len(graph.signature(source)), anchor.axis)
+            outputs.add(output)
             found.append(
                 NormMatch(
                     kind,

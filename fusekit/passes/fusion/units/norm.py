@@ -42,43 +42,28 @@ def vector_view(graph: Graph, tensor: int) -> int:
     return out
 
 
-# Why a norm fused without its own beta (gamma).  Either the converter
-# folded an add of zeros (a multiply by ones) away, or it folded the
-# layer's gamma/beta into what reads the norm, and the ops applying them
-# stay after the fused op.
-_NO_AFFINE = {
-    "center": (
-        "beta",
-        "add",
-        "zeros",
-        "center=False",
-        "a trained model's nonzero beta fuses as center=True",
-    ),
-    "scale": (
-        "gamma",
-        "multiply",
-        "ones",
-        "scale=False",
-        "a trained model's gamma fuses as scale=True",
-    ),
-}
+# Why a norm fused without its own beta (gamma): the model applies none
+# after it.  The converter either folded the layer's gamma/beta into the
+# layers reading the norm (their weights and bias) or dropped a multiply by
+# ones / an add of zeros; the graph cannot tell which, and both compute the
+# same values.  When some readers still apply them, those ops stay.
+_NO_AFFINE = {"center": ("beta", "an add of zeros"), "scale": ("gamma", "a multiply by ones")}
 
 
 def affine_note(op: str, where: str, attr: str, applied_after: bool) -> str:
     """The note of a fused norm without its ``attr`` ("center"/"scale")."""
-    name, verb, neutral, flag, trained = _NO_AFFINE[attr]
+    name, neutral = _NO_AFFINE[attr]
     if applied_after:
         return (
-            f"{op} at {where!r} fused with {flag}: the converter applied the layer's {name} "
-            "in the ops that read the norm (for some readers folded into their weights), so "
-            f"the fused op writes the normalized values once and those ops apply the {name}; "
-            "every reader sees the values it saw before"
+            f"{op} at {where!r} fused with {attr}=False: the converter applied the layer's "
+            f"{name} in the ops that read the norm (for some readers folded into their "
+            f"weights), so the fused op writes the normalized values once and those ops "
+            f"apply the {name}; every reader sees the values it saw before"
         )
     return (
-        f"{op} at {where!r} fused with {flag}: the model applies no {name} after it. The "
-        f"TFLite converter folds away a {verb} by {neutral}, so a layer whose {name} is still "
-        f"all {neutral} converts without one; the fused op computes the same values, and "
-        f"{trained}"
+        f"{op} at {where!r} fused with {attr}=False: the model applies no {name} after it "
+        f"(the converter folded it into the layers reading the norm, or dropped {neutral}); "
+        "the fused op computes the values the model did"
     )
 
 
