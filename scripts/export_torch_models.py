@@ -207,7 +207,22 @@ class _NormAxisBlock(nn.Module):
         return (h + self.fc(F.gelu(self.norm3(h))),)
 
 
-def _poolformer() -> list[Signature]:
+def _poolformer(randomize: bool = True) -> Callable[[], list[Signature]]:
+    """timm's PoolFormer, tiny; ``randomize`` False keeps the norms as
+    built (gamma ones, beta zeros: the converter folds them away, as in a
+    freshly created timm model)."""
+
+    def build() -> list[Signature]:
+        model = _tiny_poolformer()
+        if randomize:
+            model = _randomize(model)
+        image = torch.randn(1, 3, 64, 64)
+        return [Signature("serving_default", _Tuple(model).eval(), args=(image,))]
+
+    return build
+
+
+def _tiny_poolformer() -> nn.Module:
     from timm.layers import GroupNorm1
     from timm.models.metaformer import MetaFormer
 
@@ -222,8 +237,7 @@ def _poolformer() -> list[Signature]:
         layer_scale_init_values=1e-5,
         res_scale_init_values=None,
     )
-    image = torch.randn(1, 3, 64, 64)
-    return [Signature("serving_default", _Tuple(_randomize(model)).eval(), args=(image,))]
+    return model.eval()
 
 
 class _Tuple(nn.Module):
@@ -619,7 +633,14 @@ FIXTURES: list[Fixture] = [
         "timm_poolformer_tiny",
         "timm MetaFormer with pooling mixers and GroupNorm(1, C) norms (PoolFormer), "
         "depths 1/1/1/1, dims 16/24/32/48, [1, 3, 64, 64]",
-        _poolformer,
+        _poolformer(),
+        {"group_norm": 8, "layer_norm": 1},
+    ),
+    Fixture(
+        "timm_poolformer_init",
+        "timm_poolformer_tiny with its norms as built (gamma ones, beta zeros, folded away "
+        "by the converter: per-group values broadcast to the channels)",
+        _poolformer(randomize=False),
         {"group_norm": 8, "layer_norm": 1},
     ),
     Fixture(

@@ -238,6 +238,15 @@ def _explore(graph: Graph, layout: _Layout, seeds: dict[int, tuple[poly.Poly, st
                     known[out] = (value, "x")
                     queue.append(out)
                 continue
+            if code == OP.BROADCAST_TO:
+                # Copies of one value along unit dims (a per-group value made
+                # per-channel when the converter folded a gamma of ones).
+                source = int(op.inputs[0])
+                value, space = known[source]
+                if layout.space_of(out_shape) == space:
+                    known[out] = (value, space)
+                    queue.append(out)
+                continue
             if code not in ELEMENTWISE:
                 continue
             space = layout.space_of(out_shape)
