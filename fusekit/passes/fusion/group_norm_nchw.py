@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph
@@ -57,6 +58,9 @@ class NchwGroupNorm:
     # x is channels-first (no TRANSPOSE from channels-last before it): the
     # op reads it transposed by this perm.
     transpose_in: list[int] | None = None
+    # The result is read channels-last with its positions merged: a RESHAPE
+    # of the op's result to this shape writes ``output``.
+    reshape_to: list[int] | None = None
 
 
 def _to_channels_first(rank: int) -> list[int]:
@@ -73,8 +77,10 @@ def _producer(graph: Graph, tensor: int, code: int) -> schema.OperatorT | None:
 
 
 class _Layout:
-    """The two layouts values live in: grouped [B, G, C/G, 1..] (rank of
-    xg) and channels-first [B, C, *S] (rank of xc)."""
+    """The layouts values live in: grouped [B, G, C/G, 1..] (rank of xg,
+    space "g") and channels-first [B, C, *S] (rank of xc, space "x"), or a
+    view of xc with its positions merged or split ([B, C, *S'], same
+    positions: diffusers' attention block reads [B, C, H*W]; space "x<rank>")."""
 
     def __init__(self, graph: Graph, xc: int, xg: int, groups: int):
         self.graph = graph
@@ -84,17 +90,41 @@ class _Layout:
         self.groups = groups
         self.per_group = self.channels // groups
         self.grouped = [self.xc_shape[0], groups, self.per_group] + [1] * (self.xg_rank - 3)
+        # Channels-first views by space name: xc's own, and its reshapes
+        # keeping batch and channels (found by ``views``).
+        self.views = {"x": self.xc_shape}
+
+    def add_views(self, xc: int) -> list[int]:
+        """xc's RESHAPE readers that keep its batch and channels: the same
+        values per channel with the positions merged or split (one view per
+        rank other than xc's); returns them."""
+        found = []
+        positions = int(np.prod(self.xc_shape[2:]))
+        for reader in self.graph.consumers(xc):
+            if self.graph.builtin(reader) != OP.RESHAPE:
+                continue
+            out = int(reader.outputs[0])
+            shape = self.graph.signature(out)
+            if len(shape) < 2 or shape[:2] != self.xc_shape[:2] or min(shape) <= 0:
+                continue
+            if int(np.prod(shape[2:])) != positions or len(shape) == self.xg_rank:
+                continue  # (the grouped view has xg's rank)
+            name = "x" if len(shape) == len(self.xc_shape) else f"x{len(shape)}"
+            if self.views.setdefault(name, shape) == shape:
+                found.append(out)
+        return found
 
     def space_of(self, shape: list[int]) -> str | None:
-        """ "g" (grouped), "x" (channels-first) or None."""
+        """ "g" (grouped), "x" (channels-first), "x<rank>" (a view) or None."""
         if len(shape) == self.xg_rank and all(
             d in (g, 1) for d, g in zip(shape, self.grouped, strict=True)
         ):
             return "g"
-        if len(shape) == len(self.xc_shape) and all(
-            d in (x, 1) for d, x in zip(shape, self.xc_shape, strict=True)
-        ):
-            return "x"
+        for name, view in self.views.items():
+            if len(shape) == len(view) and all(
+                d in (x, 1) for d, x in zip(shape, view, strict=True)
+            ):
+                return name
         return None
 
     def channel_constant(self, tensor: int, space: str) -> bool:
@@ -108,15 +138,16 @@ class _Layout:
         if space == "g":
             want = [1, self.groups, self.per_group] + [1] * (self.xg_rank - 3)
         else:
-            want = [1, self.channels] + [1] * (len(self.xc_shape) - 2)
+            want = [1, self.channels] + [1] * (len(self.views[space]) - 2)
         padded = [1] * (len(want) - len(shape)) + shape
         return len(shape) <= len(want) and padded == want
 
-    def grouped_reads_as_x(self, shape: list[int]) -> bool:
-        """A grouped value of x's rank that means the same read channels-
-        first: one value per batch ([B|1, 1, 1..]) or, with one channel per
-        group, one per channel ([B|1, G, 1..]: group g is channel g)."""
-        if len(shape) != len(self.xc_shape) or len(shape) != self.xg_rank:
+    def grouped_reads_as_x(self, shape: list[int], space: str) -> bool:
+        """A grouped value of the view's rank that means the same read
+        channels-first: one value per batch ([B|1, 1, 1..]) or, with one
+        channel per group, one per channel ([B|1, G, 1..]: group g is
+        channel g)."""
+        if len(shape) != len(self.views[space]) or len(shape) != self.xg_rank:
             return False
         if all(d == 1 for d in shape[1:]):
             return True
@@ -129,7 +160,7 @@ class _Layout:
             len(source) == self.xg_rank
             and source[1:3] == [self.groups, self.per_group]
             and all(d == 1 for d in source[3:])
-            and len(target) == len(self.xc_shape)
+            and len(target) >= 2
             and target[0] == source[0]
             and target[1] == self.channels
             and all(d == 1 for d in target[2:])
@@ -234,8 +265,14 @@ def _explore(graph: Graph, layout: _Layout, seeds: dict[int, tuple[poly.Poly, st
             if code == OP.RESHAPE:
                 source = int(op.inputs[0])
                 value, space = known[source]
-                if space == "g" and layout.to_channels(graph.signature(source), out_shape):
-                    known[out] = (value, "x")
+                target = layout.space_of(out_shape)
+                if (
+                    space == "g"
+                    and target is not None
+                    and target != "g"
+                    and layout.to_channels(graph.signature(source), out_shape)
+                ):
+                    known[out] = (value, target)
                     queue.append(out)
                 continue
             if code == OP.BROADCAST_TO:
@@ -256,7 +293,9 @@ def _explore(graph: Graph, layout: _Layout, seeds: dict[int, tuple[poly.Poly, st
             for t in (int(t) for t in op.inputs):
                 if t in known:
                     if known[t][1] != space and not (
-                        space == "x" and layout.grouped_reads_as_x(graph.signature(t))
+                        known[t][1] == "g"
+                        and space != "g"
+                        and layout.grouped_reads_as_x(graph.signature(t), space)
                     ):
                         break
                     args.append(known[t][0])
@@ -318,7 +357,9 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
             continue
         layout = _Layout(graph, xc, xg, groups)
         root = "s" if graph.builtin(op) == OP.SQRT else "r"
+        views = layout.add_views(xc)
         seeds = {
+            **{v: (poly.symbol("x"), layout.space_of(graph.signature(v))) for v in views},
             xc: (poly.symbol("x"), "x"),
             m: (poly.symbol("m"), "g"),
             int(op.outputs[0]): (poly.symbol(root), "g"),
@@ -328,10 +369,10 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
         position = {id(o): i for i, o in enumerate(graph.ops)}
         candidates = []
         for tensor, (value, space) in known.items():
-            if space != "x" or tensor == xc:
+            if space == "g" or tensor == xc or tensor in views:
                 continue
             operands = formula(value, "layer_norm")
-            if operands is None or graph.signature(tensor) != layout.xc_shape:
+            if operands is None or graph.signature(tensor) != layout.views[space]:
                 continue
             candidates.append((position[id(graph.producer(tensor))], tensor, operands))
         # The last one: an earlier candidate is the same norm before its affine.
@@ -341,7 +382,7 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
                 r
                 for r in readers
                 if graph.builtin(r) == OP.TRANSPOSE
-                and graph.perm_of(r) == _to_channels_last(len(layout.xc_shape))
+                and graph.perm_of(r) == _to_channels_last(len(graph.signature(tensor)))
             ]
             # Read only by one TRANSPOSE back: the op replaces it too; read
             # channels-first: the op is followed by a TRANSPOSE to that layout.
@@ -365,6 +406,18 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
             )
             continue
         rank = len(layout.xc_shape)
+        reshape_to = None
+        if graph.signature(y) != layout.xc_shape:
+            # A view's result: only its TRANSPOSE to channels-last, which
+            # the fused op's channels-last result is a RESHAPE of, is read.
+            if transpose_out is None:
+                near_misses.append(
+                    f"group norm at {where!r}: the result {graph.signature(y)} is read "
+                    "channels-first with its positions merged; advice: export the model "
+                    "channels-last"
+                )
+                continue
+            reshape_to = graph.signature(int(transpose_out.outputs[0]))
         ops = list(region)
         inside = {id(o) for o in region}
         xc_elsewhere = graph.is_output(xc) or any(id(r) not in inside for r in graph.consumers(xc))
@@ -401,6 +454,8 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
             continue
         taken |= ids
         matches.append(
-            NchwGroupNorm(x, output, epsilon, gamma, beta, ops, groups, back_perm, in_perm)
+            NchwGroupNorm(
+                x, output, epsilon, gamma, beta, ops, groups, back_perm, in_perm, reshape_to
+            )
         )
     return matches

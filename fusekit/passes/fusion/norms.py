@@ -75,6 +75,9 @@ class NormMatch:
     # (None: the op writes it).
     transpose_back: list[int] | None = None
     transpose_in: list[int] | None = None
+    # A RESHAPE of the op's result to this shape writes ``output`` (a
+    # channels-first group norm read with its positions merged).
+    reshape_to: list[int] | None = None
     # The norm's own gamma/beta are applied by ops that stay after the fused
     # op (the converter folded them into some of the norm's readers).
     affine_after: bool = False
@@ -690,6 +693,7 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                     groups=g.groups,
                     transpose_back=g.transpose_back,
                     transpose_in=g.transpose_in,
+                    reshape_to=g.reshape_to,
                 )
             )
     return matches

@@ -5,8 +5,9 @@ without its own gamma or beta carries."""
 from __future__ import annotations
 
 import numpy as np
+from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model.graph import OP, Graph
+from fusekit.model.graph import OP, OPTIONS, Graph
 from fusekit.model.op_properties import DEAD_AFTER_FUSION
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
@@ -141,14 +142,27 @@ def _emit(graph: Graph, op: str, inputs: list[int], attrs: dict, match: NormMatc
         # The normalized axis is not x's last (or x is channels-first): the
         # op reads x with it moved last (data movement only).
         inputs = [graph.add_transpose(match.x, match.transpose_in), *inputs[1:]]
-    if match.transpose_back is not None:
-        # The op writes the moved layout; the matched result keeps x's.
+    if match.transpose_back is not None or match.reshape_to is not None:
+        # The op writes the moved layout; the matched result keeps x's (or
+        # is a reshape of the op's).
         fused = graph.like(
             output, graph.shape(inputs[0]), "/axis_last", signature=graph.signature(inputs[0])
         )
         replace_with_custom(graph, op, inputs, fused, attrs, match.ops)
-        graph.add_transpose(fused, match.transpose_back, output=output)
+        if match.transpose_back is not None:
+            graph.add_transpose(fused, match.transpose_back, output=output)
+        else:
+            _reshape_into(graph, fused, output)
     else:
         replace_with_custom(graph, op, inputs, output, attrs, match.ops)
     for reader in match.readers:
         graph.set_input(reader, 0, output)
+
+
+def _reshape_into(graph: Graph, source: int, output: int) -> None:
+    """RESHAPE(source) into ``output``, to its static shape."""
+    shape = graph.signature(output)
+    new_shape = graph.add_constant(np.array(shape, np.int32), graph.name(output) + "/shape")
+    options = schema.ReshapeOptionsT()
+    options.newShape = list(shape)
+    graph.add_op(OP.RESHAPE, [source, new_shape], [output], OPTIONS.ReshapeOptions, options)
