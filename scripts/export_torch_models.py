@@ -251,6 +251,31 @@ class _Tuple(nn.Module):
         return (self.model(x),)
 
 
+def _vae_decoder() -> list[Signature]:
+    from diffusers import AutoencoderKL
+
+    _seed()
+    vae = AutoencoderKL(
+        block_out_channels=(32, 32),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=32,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+    )
+    decoder = _Decode(_randomize(vae))
+    return [Signature("serving_default", decoder.eval(), args=(torch.randn(1, 4, 8, 8),))]
+
+
+class _Decode(nn.Module):
+    def __init__(self, vae: nn.Module) -> None:
+        super().__init__()
+        self.vae = vae
+
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.vae.decode(z).sample,)
+
+
 def _hf_bart() -> list[Signature]:
     from transformers import BartConfig, BartModel
 
@@ -642,6 +667,15 @@ FIXTURES: list[Fixture] = [
         "by the converter: per-group values broadcast to the channels)",
         _poolformer(randomize=False),
         {"group_norm": 8, "layer_norm": 1},
+    ),
+    Fixture(
+        "diffusers_vae_decoder",
+        "diffusers AutoencoderKL decoder: channels 32/32, GroupNorm(32, 32) (one channel per "
+        "group) in resnets read beside the residual and in the mid-block attention "
+        "([B, C, H*W] view), latent [1, 4, 8, 8]",
+        _vae_decoder,
+        {"group_norm": 14, "attention": 1},
+        unfused={"attention": 1},
     ),
     Fixture(
         "hf_bart",
