@@ -30,7 +30,7 @@ from ai_edge_litert import schema_py_generated as schema
 from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import poly
 from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
-from fusekit.passes.fusion.shared_rules import rank_ok
+from fusekit.passes.fusion.shared_rules import epsilon_ok, rank_ok, root_sum
 from fusekit.passes.fusion.values import (
     FLOAT32,
     constant_value,
@@ -170,20 +170,14 @@ class _Layout:
 def _statistics(graph: Graph, root_op: schema.OperatorT):
     """(xg, m, epsilon) when RSQRT ``root_op`` reads the variance of xg
     over axes 2.. (keep_dims or reshaped back) plus a scalar epsilon."""
-    tensor = int(root_op.inputs[0])
-    reshape = _producer(graph, tensor, OP.RESHAPE)
-    if reshape is not None:
-        tensor = int(reshape.inputs[0])
-    add = _producer(graph, tensor, OP.ADD)
-    if add is None or not no_activation(add):
+    anchor = root_sum(graph, root_op)
+    if anchor is None:
         return None
-    for stat, eps in (
-        (int(add.inputs[0]), int(add.inputs[1])),
-        (int(add.inputs[1]), int(add.inputs[0])),
-    ):
+    reshape = anchor.summed
+    for stat, eps in anchor.orders:
         epsilon = scalar(graph, eps)
         var = _producer(graph, stat, OP.MEAN)
-        if epsilon is None or var is None:
+        if not epsilon_ok("fusekit_group_norm", epsilon) or var is None:
             continue
         if (reshape is None) != keeps_dims(var):
             continue  # a flat statistic must be reshaped back, a kept one not
@@ -338,8 +332,6 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
     matches = []
     taken: set[int] = set()
     for op in graph.ops:
-        if graph.builtin(op) not in (OP.RSQRT, OP.SQRT):
-            continue
         stats = _statistics(graph, op)
         if stats is None:
             continue

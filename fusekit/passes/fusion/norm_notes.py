@@ -12,6 +12,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph, ModelView
 from fusekit.passes.fusion import views
+from fusekit.passes.fusion.shared_rules import ROOTS
 from fusekit.passes.fusion.values import reduction_axes, scalar
 from fusekit.passes.registry import PassOptions
 
@@ -87,7 +88,7 @@ def unfused_normalizations(graph: Graph, noted: Iterable[str]) -> list[str]:
     noted = list(noted)
     notes = []
     for op in graph.ops:
-        if graph.builtin(op) not in (OP.RSQRT, OP.SQRT):
+        if graph.builtin(op) not in ROOTS:
             continue
         reduction, epsilon = _statistic(graph, int(op.inputs[0]))
         if reduction is None:

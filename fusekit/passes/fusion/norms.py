@@ -39,7 +39,7 @@ from fusekit.passes.fusion import poly, views
 from fusekit.passes.fusion.group_norm_nchw import find_nchw_group_norms
 from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
 from fusekit.passes.fusion.quantized import INT_TYPES, QUANTIZED_NORM
-from fusekit.passes.fusion.shared_rules import epsilon_ok, rank_ok
+from fusekit.passes.fusion.shared_rules import epsilon_ok, rank_ok, root_sum
 from fusekit.passes.fusion.values import (
     FLOAT32,
     constant_value,
@@ -189,19 +189,6 @@ def _statistic(graph: Graph, stat: int, kind: str) -> tuple[int, int | None, int
     return None
 
 
-def _stat_sum(graph: Graph, tensor: int) -> tuple[schema.OperatorT, int | None]:
-    """(ADD op, the row value it was reshaped from) for the operand of
-    RSQRT/SQRT: ADD(stat, eps) itself (None), or a RESHAPE of a per-row
-    ADD to x's shape with the last dim 1 (the torch lowering)."""
-    op = graph.producer(tensor)
-    if op is not None and graph.builtin(op) == OP.RESHAPE:
-        flat = int(op.inputs[0])
-        inner = graph.producer(flat)
-        if inner is not None and graph.builtin(inner) == OP.ADD:
-            return inner, flat
-    return op, None
-
-
 def _grouping(graph: Graph, x: int, axes: list[int] | None) -> tuple[int, int] | None:
     """(source, groups) when ``x`` is RESHAPE(source) of a [B, *spatial, C]
     source (rank 2 to 5, the group norm kernel's) to [B, *spatial', G, C/G]
@@ -235,15 +222,11 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
     statistics over other axes are near-misses."""
     anchors = []
     for op in graph.ops:
-        if graph.builtin(op) not in (OP.RSQRT, OP.SQRT):
+        anchor = root_sum(graph, op)
+        if anchor is None:
             continue
-        add, summed = _stat_sum(graph, int(op.inputs[0]))
-        if add is None or graph.builtin(add) != OP.ADD or not no_activation(add):
-            continue
-        for stat, eps in (
-            tuple(int(t) for t in add.inputs),
-            tuple(int(t) for t in add.inputs)[::-1],
-        ):
+        summed = anchor.summed
+        for stat, eps in anchor.orders:
             found = _statistic(graph, stat, kind)
             if found is None:
                 continue
