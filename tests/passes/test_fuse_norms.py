@@ -199,7 +199,7 @@ def test_layer_norm_with_its_affine_folded_into_some_readers_is_one_op():
     assert_same_outputs(original, result.model)
 
 
-@pytest.mark.parametrize("shape", [[1, 96, 1, 24], [2, 16, 5, 7], [3, 40, 6], [2, 8, 12, 4, 3]])
+@pytest.mark.parametrize("shape", [[1, 96, 1, 24], [3, 40, 6], [2, 8, 12, 4, 3]])
 def test_norm_over_one_axis_not_last_fuses_with_the_axis_moved_last(shape):
     """A layer norm (RMS norm) whose statistics are over axis 1 with
     keep_dims, next to the model's own transposes (a tf-keras GPT-2 zoo's
