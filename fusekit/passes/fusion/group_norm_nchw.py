@@ -423,7 +423,7 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
                 near_misses.append(
                     f"group norm at {where!r}: x {layout.xc_shape} is computed channels-first "
                     "and its result read channels-first; the fused op would read it through a "
-                    "transpose pair, which measures slower than the unfused ops when no "
+                    "transpose pair, which measures no faster than the unfused ops when no "
                     "TRANSPOSE next to the norm lets the layout pass cancel the pair; advice: "
                     "export the model channels-last"
                 )

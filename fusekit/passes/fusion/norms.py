@@ -315,13 +315,13 @@ def _one_axis(
     return axes[0]
 
 
-# Measured (1 thread, XNNPACK, benchmarks/results/norms_any_axis.md): an
-# isolated norm over axis 1 with its transpose pair runs 0.97x (LayerNorm
-# [1, 768, 1, 128]) to 0.39x ([1, 64, 56, 56]) the speed of the unfused
-# ops; next to the model's own transposes the layout pass cancels the pair
-# (GPT-2-style blocks 1.06x, PoolFormer's GroupNorm(1, C) below).
+# Measured (1 thread, XNNPACK, benchmarks/results/norm_layouts.md): an
+# isolated norm over axis 1 with its transpose pair runs no faster than the
+# unfused ops (0.99x-1.02x: LayerNorm over [1, 768, 1, 128] and
+# [1, 64, 56, 56]); next to the model's own transposes the layout pass
+# cancels the pair (PoolFormer-S12 1.11x, GPT-2-style blocks 1.02x).
 PAIR_COST = (
-    "which measures slower than the unfused ops when no TRANSPOSE next to the norm "
+    "which measures no faster than the unfused ops when no TRANSPOSE next to the norm "
     "lets the layout pass cancel the pair"
 )
 
