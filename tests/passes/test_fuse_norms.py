@@ -239,7 +239,7 @@ def count_transposes(model: bytes) -> int:
 
 def test_norm_over_one_axis_alone_stays_with_a_measured_reason():
     """With no transpose next to it, a norm over axis 1 stays unfused: a
-    transpose pair around the fused op measures slower than its ops."""
+    transpose pair around the fused op measures no faster than its ops."""
 
     @tf.function
     def channel_norm(x):
