@@ -25,8 +25,11 @@ examples:
   fusekit build my_ops my_op.cc --target aarch64   ... cross-compiled for an ARM64 device
   fusekit optimize m.tflite -o out.tflite  fuse decomposed norms/RoPE/attention, then layout...
   fusekit optimize m.tflite -o out.tflite --passes layout,space_to_depth
-  fusekit verify m.tflite out.tflite        a model against its optimized copy, output by output
-  fusekit bench m.tflite out.tflite         time a model against its optimized copy
+  fusekit optimize m.tflite -o out.tflite --passes +kv_cache_in_place   the defaults and one more
+  fusekit verify m.tflite out.tflite        a model against its optimized copy, every signature
+  fusekit verify m.tflite out.tflite --signature decode --input decode:tokens=t.npy
+  fusekit bench m.tflite out.tflite --cpu-time   time a model against its optimized copy
+  fusekit inspect out.tflite                the custom kernels a model needs, and where from
 Composites are written with @fusekit.composite or come from fusekit.ops.
 """
 
@@ -50,9 +53,71 @@ def _converter_options(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import fusekit
 
+    if _is_tflite_file(args.saved_model):
+        return _inspect_model_file(args)
     _say(args, f"importing {args.saved_model}")
     plan = fusekit.inspect(args.saved_model, plugins=args.plugin)
     print(plan.to_json() if args.json else plan.to_text())
+    return 0
+
+
+def _is_tflite_file(path: str) -> bool:
+    """A file holding a TFLite flatbuffer (its file identifier, "TFL3")."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(8)[4:8] == b"TFL3"
+
+
+def _inspect_model_file(args: argparse.Namespace) -> int:
+    """``fusekit inspect MODEL.tflite``: the custom ops the model needs, where
+    its kernel metadata says they come from, and whether a loaded library
+    (fusekit's, or --plugin) provides them."""
+    from pathlib import Path
+
+    from fusekit.model import kernel_metadata, model_check, model_ops
+    from fusekit.run import plugin
+
+    data = Path(args.saved_model).read_bytes()
+    model_check.verify_model(data, args.saved_model)
+    used = sorted({op.custom_code for op in model_ops.list_verified_ops(data) if op.custom_code})
+    metadata = kernel_metadata.read(data)
+    providers = plugin.kernel_providers(args.plugin)
+    rows = []
+    for op in used:
+        need = metadata.need(op) if metadata is not None else None
+        rows.append(
+            {
+                "op": op,
+                "provider": need.provider if need else None,
+                "plugin": need.plugin if need else None,
+                "from": need.where() if need else None,
+                "loaded": providers.get(op),
+            }
+        )
+    info = {
+        "model": args.saved_model,
+        "kernel_metadata": metadata is not None,
+        "written_by_fusekit": metadata.fusekit_version if metadata else None,
+        "custom_ops": rows,
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(
+        f"{args.saved_model}: "
+        + (
+            f"written by fusekit {metadata.fusekit_version} (kernel metadata format "
+            f"{metadata.format})"
+            if metadata
+            else "no fusekit kernel metadata (not written by fusekit, or by an older one)"
+        )
+    )
+    if not rows:
+        print("no custom ops: any TFLite runtime runs it")
+    for row in rows:
+        loaded = f"loaded from {row['loaded']}" if row["loaded"] else "NOT loaded"
+        print(f"  {row['op']:<32} {loaded}; from {row['from'] or 'unknown'}")
     return 0
 
 
@@ -97,15 +162,74 @@ def _parse_shapes(items: list[str]) -> dict[str, list[int]]:
         except ValueError:
             shape = []
         if not name or not shape or any(d < 0 for d in shape):
-            raise UsageError(f"--shape takes NAME=D0,D1,... with dims >= 0, got {item!r}")
+            raise UsageError(
+                f"--shape takes NAME=D0,D1,... (or SIGNATURE:NAME=...) with dims >= 0, "
+                f"got {item!r}"
+            )
         shapes[name] = shape
     return shapes
 
 
-def _shapes_and_inputs(args: argparse.Namespace) -> dict[str, Any]:
-    """fusekit.verify's input keywords from --inputs, --shape, --dim, --seed."""
+def _given_inputs(args: argparse.Namespace) -> dict[str, np.ndarray] | None:
+    """--inputs FILE.npz and --input [SIGNATURE:]NAME=FILE.npy (which wins
+    for its name), read up front: a missing or unreadable file fails before
+    any conversion."""
+    given: dict[str, np.ndarray] = {}
+    path = getattr(args, "inputs", None)
+    if path:
+        if not os.path.isfile(path):
+            raise UsageError(f"--inputs {path}: no such file")
+        try:
+            with np.load(path) as npz:
+                given.update({k: npz[k] for k in npz.files})
+        except (OSError, ValueError, AttributeError) as exc:
+            raise UsageError(f"--inputs {path}: not an .npz file of arrays ({exc})") from exc
+    for item in getattr(args, "input", None) or []:
+        name, sep, file = item.partition("=")
+        if not name or not sep or not file:
+            raise UsageError(f"--input takes [SIGNATURE:]NAME=FILE.npy, got {item!r}")
+        if not os.path.isfile(file):
+            raise UsageError(f"--input {item}: no such file {file}")
+        try:
+            given[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--input {item}: not a .npy array ({exc})") from exc
+    return given or None
+
+
+def _check_run_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """verify/bench: every argument checked, input files read, before any
+    model is converted or loaded; returns fusekit.verify's input keywords."""
+    for option, value, least in (
+        ("--dim", args.dim, 1),
+        ("--threads", getattr(args, "threads", 1), 1),
+        ("--rounds", getattr(args, "rounds", 1), 1),
+    ):
+        if value < least:
+            raise UsageError(f"{option} must be at least {least}, got {value}")
+    if getattr(args, "atol", 0.0) < 0:
+        raise UsageError(f"--atol must be >= 0, got {args.atol}")
+    for plugin in args.plugin:
+        if not os.path.exists(plugin):
+            raise UsageError(f"--plugin {plugin}: no such file")
+    if _after(args) is not None and args.signature:
+        # Two .tflite files: their signature names are read without loading them.
+        from fusekit.errors import InvalidModelError
+        from fusekit.model import model_ops
+
+        with open(args.saved_model, "rb") as f:
+            try:
+                keys = model_ops.signature_keys(f.read())
+            except InvalidModelError:
+                keys = None  # loading it names what is wrong
+        unknown = [k for k in args.signature if keys is not None and k not in keys]
+        if unknown:
+            raise UsageError(
+                f"--signature {', '.join(unknown)}: {args.saved_model} has no such signature "
+                f"(its signatures: {', '.join(keys or []) or 'none'})"
+            )
     return {
-        "inputs": np.load(args.inputs) if getattr(args, "inputs", None) else None,
+        "inputs": _given_inputs(args),
         "shapes": _parse_shapes(getattr(args, "shape", None)),
         "dim": args.dim,
         "seed": args.seed,
@@ -137,6 +261,7 @@ def _after(args: argparse.Namespace) -> str | None:
 def cmd_verify(args: argparse.Namespace) -> int:
     import fusekit
 
+    opts = _check_run_arguments(args)
     result = fusekit.verify(
         args.saved_model,
         _after(args),
@@ -144,9 +269,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         runtime=args.runtime,
         plugins=args.plugin,
         api=args.api,
+        signatures=args.signature,
         converter_options=_converter_options(args),
         progress=None if args.quiet else (lambda line: _say(args, line)),
-        **_shapes_and_inputs(args),
+        **opts,
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -161,8 +287,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import fusekit
     from fusekit import compare
     from fusekit.run.timing import compare as time_interleaved
-    from fusekit.run.timing import prepared_invoke
 
+    opts = _check_run_arguments(args)
     after = _after(args)
     before_model, after_model, names = compare.both_models(
         args.saved_model,
@@ -174,47 +300,69 @@ def cmd_bench(args: argparse.Namespace) -> int:
     same_bytes = after is not None and _same_bytes(args.saved_model, after)
     if same_bytes:
         _say(args, f"{args.saved_model} and {after} are the same bytes: expect a ratio near 1")
-    interp_b, interp_a = (
-        compare.open_model(m, args.runtime, args.plugin, num_threads=args.threads, api=args.api)
+    runs_b, runs_a = (
+        compare.open_runs(m, args.runtime, args.plugin, num_threads=args.threads, api=args.api)
         for m in (before_model, after_model)
     )
-    compare.check_signatures(interp_b, interp_a, names)
-    opts = _shapes_and_inputs(args)
-    inputs = compare.make_inputs([interp_b, interp_a], names, **opts)
-    _say(args, f"timing {args.rounds} interleaved rounds on {[list(x.shape) for x in inputs]}")
-    t = time_interleaved(
-        {"unfused": prepared_invoke(interp_b, inputs), "fused": prepared_invoke(interp_a, inputs)},
-        rounds=args.rounds,
-    )
+    compare.check_signatures(runs_b, runs_a, names)
+    keys = compare.select_signatures(runs_b, args.signature)
+    compare.check_given_names(runs_b, keys, opts["inputs"], opts["shapes"])
     # Two files: BEFORE plays the unfused part, AFTER the fused one.
     slow, fast = ("before", "after") if after else ("unfused", "fused")
+    per_signature: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        arrays = compare.make_inputs(
+            [runs_b, runs_a], names, key, opts["inputs"], opts["shapes"], opts["dim"],
+            opts["seed"], single=len(keys) == 1,
+        )
+        shapes = [list(x.shape) for x in arrays.values()]
+        where = f"signature {key!r}, " if key else ""
+        _say(args, f"timing {args.rounds} interleaved rounds, {where}inputs {shapes}")
+        t = time_interleaved(
+            {"unfused": runs_b[key].prepared(arrays), "fused": runs_a[key].prepared(arrays)},
+            rounds=args.rounds,
+        )
+        row: dict[str, Any] = {"inputs": shapes}
+        for label, part in ((slow, "unfused"), (fast, "fused")):
+            timing = t[part]
+            row[f"{label}_median_us"] = timing.median_us
+            row[f"{label}_quartiles_us"] = list(timing.quartiles_us)
+            row[f"{label}_min_us"] = min(timing.samples_us)
+            row[f"{label}_max_us"] = max(timing.samples_us)
+            if args.cpu_time:
+                row[f"{label}_cpu_median_us"] = timing.cpu_median_us
+        row["speedup"] = t["unfused"].median_us / t["fused"].median_us
+        per_signature[key] = row
     result: dict[str, Any] = {
-        "inputs": [list(x.shape) for x in inputs],
         "threads": args.threads,
         "simd": fusekit.simd_target(),
         "rounds": args.rounds,
+        "signatures": per_signature,
     }
-    for label, key in ((slow, "unfused"), (fast, "fused")):
-        timing = t[key]
-        result[f"{label}_median_us"] = timing.median_us
-        result[f"{label}_quartiles_us"] = list(timing.quartiles_us)
-        result[f"{label}_min_us"] = min(timing.samples_us)
-        result[f"{label}_max_us"] = max(timing.samples_us)
-    result["speedup"] = t["unfused"].median_us / t["fused"].median_us
+    if len(keys) == 1:
+        # One signature: its figures at the top level too, as before.
+        result.update(per_signature[keys[0]])
     if after is not None:
         result["same_bytes"] = same_bytes
     if args.json:
         print(json.dumps(result, indent=2))
-    else:
+        return 0
+    for key, row in per_signature.items():
+        if len(keys) > 1:
+            print(f"signature {key!r} (inputs {row['inputs']})")
         for label in (slow, fast):
-            q1, q3 = result[f"{label}_quartiles_us"]
+            q1, q3 = row[f"{label}_quartiles_us"]
+            cpu = (
+                f"  cpu {row[f'{label}_cpu_median_us']:>10.1f} us"
+                if args.cpu_time else ""
+            )
             print(
-                f"{label:<8} median {result[f'{label}_median_us']:>10.1f} us  "
-                f"quartiles {q1:.1f}-{q3:.1f}  min {result[f'{label}_min_us']:.1f}  "
-                f"max {result[f'{label}_max_us']:.1f}"
+                f"{label:<8} median {row[f'{label}_median_us']:>10.1f} us  "
+                f"quartiles {q1:.1f}-{q3:.1f}  min {row[f'{label}_min_us']:.1f}  "
+                f"max {row[f'{label}_max_us']:.1f}{cpu}"
             )
         print(
-            f"speedup {result['speedup']:.2f}x (medians of {args.rounds} interleaved rounds, "
+            f"speedup {row['speedup']:.2f}x (medians of {args.rounds} interleaved rounds, "
             f"{args.threads} thread(s), simd {result['simd']})"
             + ("; the two files are the same bytes" if same_bytes else "")
         )
@@ -228,16 +376,22 @@ def _same_bytes(a: str, b: str) -> bool:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    import warnings
+
     import fusekit
     from fusekit.toolchain.plugin_build import host_target
 
-    path = fusekit.build_plugin(
-        args.name,
-        args.sources,
-        extra_cflags=args.cflag or (),
-        verbose=args.verbose,
-        target=args.target,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path = fusekit.build_plugin(
+            args.name,
+            args.sources,
+            extra_cflags=args.cflag or (),
+            verbose=args.verbose,
+            target=args.target,
+        )
+    for warning in caught:
+        print(f"fusekit build: warning: {warning.message}", file=sys.stderr)
     if args.target is not None and args.target != host_target():
         # Another machine's library: this process cannot load it to list kernels.
         if args.json:
@@ -301,10 +455,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "inspect",
-        help="list the composites a SavedModel holds (the plan)",
+        help="list the composites a SavedModel holds (the plan), or the kernels a .tflite needs",
         description="Read the SavedModel's function library and list every composite: "
         "op name, attrs with types, argument/result types, call sites, whether "
-        "a fusekit kernel exists and why a composite cannot fuse.",
+        "a fusekit kernel exists and why a composite cannot fuse. Given a .tflite file: "
+        "the custom ops it needs, where its fusekit_kernels metadata says each kernel "
+        "comes from, and whether a loaded library provides it.",
     )
     common(p)
     p.set_defaults(func=cmd_inspect)
@@ -338,12 +494,30 @@ def build_parser() -> argparse.ArgumentParser:
             help="run through fusekit.Interpreter or LiteRT's CompiledModel "
             "(fusekit.CompiledModel; ignores --runtime)",
         )
-        p.add_argument("--inputs", help=".npz with inputs by name (or arr_0, arr_1, ...)")
+        p.add_argument(
+            "--signature",
+            action="append",
+            metavar="NAME",
+            help="run this signature only (repeatable); default: every signature",
+        )
+        p.add_argument(
+            "--inputs",
+            help=".npz with inputs by name: NAME, SIGNATURE:NAME (or arr_0, arr_1, ... for "
+            "one signature)",
+        )
+        p.add_argument(
+            "--input",
+            action="append",
+            metavar="[SIGNATURE:]NAME=FILE.npy",
+            help="one input from a .npy file (repeatable; wins over --inputs). Inputs not "
+            "given are sampled: zeroed KV caches, positions 0..S-1, causal masks (bool or "
+            "additive float, as the model takes them), random data",
+        )
         p.add_argument(
             "--shape",
             action="append",
-            metavar="NAME=D0,D1,...",
-            help="input shape (repeatable); default: the signature's, with "
+            metavar="[SIGNATURE:]NAME=D0,D1,...",
+            help="shape of a sampled input (repeatable); default: the signature's, with "
             "dynamic dims set to --dim",
         )
         p.add_argument("--dim", type=int, default=2, help="size of dynamic dims (default 2)")
@@ -377,8 +551,13 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("after", nargs="?", help="with a .tflite first: the model to time against it")
     run_options(p)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="interpreter threads (>= 1)")
     p.add_argument("--rounds", type=int, default=20)
+    p.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="also report the process's CPU time per invoke (all threads) beside wall time",
+    )
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser(
@@ -432,9 +611,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence_native_logs() -> None:
+    """-q: no TensorFlow/absl/TFLite C++ logs, no library warnings."""
+    import logging
+    import warnings
+
+    from fusekit import _native_logs
+
+    _native_logs.silence_for_process()
+    warnings.filterwarnings("ignore")
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser().parse_args(argv)
+    if getattr(args, "quiet", False) and argv is None:
+        # Only for the command itself: a caller of main(argv) keeps its streams.
+        _silence_native_logs()
     from fusekit.errors import FusekitError
 
     try:

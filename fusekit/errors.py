@@ -24,22 +24,27 @@ class ConversionError(FusekitError):
 class MissingKernelError(FusekitError):
     """A model has custom ops that no loaded fusekit kernel provides."""
 
-    def __init__(self, missing: list[str], available: list[str]):
+    def __init__(self, missing: list[str], available: list[str], model_says: str = ""):
         self.missing = missing
         self.available = available
+        #: Where the model's own kernel metadata says the kernels come from
+        #: ("" when the model has none).
+        self.model_says = model_says
         super().__init__(
             "no kernel for custom op(s) "
             + ", ".join(repr(m) for m in missing)
             + " in the loaded fusekit plugins (they provide: "
             + (", ".join(available) or "nothing")
-            + "). If the kernels are yours, pass their plugin: "
+            + "). "
+            + (f"{model_says[0].upper()}{model_says[1:]}. " if model_says else "")
+            + "If the kernels are yours, pass their plugin: "
             "fusekit.Interpreter(..., plugins=['path/to/plugin.so']) in Python, "
             "--plugin PATH on the command line (fusekit.build_plugin / `fusekit build` "
             "makes one); else check that the composite's name matches a registered kernel."
         )
 
     def __reduce__(self) -> tuple:
-        return (type(self), (self.missing, self.available))
+        return (type(self), (self.missing, self.available, self.model_says))
 
 
 class RuntimeNotAvailableError(FusekitError, ImportError):
@@ -171,5 +176,16 @@ class KernelRunError(FusekitError):
     status a kernel returns)."""
 
 
+class ResizeRefusedError(FusekitError):
+    """fusekit.CompiledModel cannot give a model's input another shape (the
+    message says why and what to do instead); nothing was changed."""
+
+
 class DecodeLoopError(FusekitError, ValueError):
     """A model or a call that :class:`fusekit.DecodeLoop` cannot run exactly."""
+
+
+class InputShapeError(FusekitError, ValueError):
+    """An input was given a shape its model cannot take (a static dim of its
+    shape signature changed, and the runtime could not prepare the model for
+    it): the message names the input, its shape signature and the shape given."""

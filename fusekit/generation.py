@@ -76,14 +76,19 @@ class DecodeLoop:
       position_axis: the cache axis that indexes positions, one int for
         every cache or a mapping from cache name to axis (litert-torch's
         Hugging Face exporter keeps V as [B, KV, H, S] beside K as
-        [B, KV, S, H]).
+        [B, KV, S, H]).  None (or a cache the mapping leaves out): the one
+        axis of the cache whose size is the number of positions (the last
+        dim of a ``mask`` input of decode, else the largest dim of the
+        caches); a cache with two such axes (a head dim equal to the cache
+        length) is refused as ambiguous: name its axis.
       caches: the cache names: each is both an input and an output of the
         decode signature.  None: every name that is both.
 
     Raises:
       DecodeLoopError: a signature is missing, a cache name is not both an
-        input and an output of decode (and of prefill, when given), or a
-        cache's shape or type differs between them.
+        input and an output of decode (and of prefill, when given), a
+        cache's shape or type differs between them, or its position axis
+        is not given and cannot be told from its shape.
     """
 
     def __init__(
@@ -91,7 +96,7 @@ class DecodeLoop:
         interpreter: Any,
         decode: str = "decode",
         prefill: str | None = "prefill",
-        position_axis: int | Mapping[str, int] = 1,
+        position_axis: int | Mapping[str, int] | None = None,
         caches: list[str] | None = None,
     ) -> None:
         self._interp = interpreter
@@ -122,7 +127,12 @@ class DecodeLoop:
         self._axis: dict[str, int] = {}
         for name in self.caches:
             shape, dtype = self._decode.layouts[("inputs", name)]
-            axis = position_axis[name] if isinstance(position_axis, Mapping) else position_axis
+            if isinstance(position_axis, Mapping):
+                axis = position_axis.get(name)
+            else:
+                axis = position_axis
+            if axis is None:
+                axis = self._infer_axis(name)
             if not -len(shape) <= axis < len(shape):
                 raise DecodeLoopError(f"cache {name!r} {shape}: no axis {axis}")
             self._axis[name] = axis % len(shape)
@@ -144,6 +154,37 @@ class DecodeLoop:
         #: Python: one position of every cache, or 0 when the model updates
         #: its caches in place (the ``kv_cache_in_place`` pass).
         self.copied_bytes = 0
+
+    def _positions(self) -> tuple[int, str]:
+        """The number of positions of the caches, and where it was read."""
+        for name in self._decode.inputs:
+            shape = self._decode.layouts[("inputs", name)][0]
+            if "mask" in name.lower() and name not in self.caches and len(shape) >= 2:
+                return shape[-1], f"the last dim of decode input {name!r}"
+        largest = max(
+            size
+            for name in self.caches
+            for size in self._decode.layouts[("inputs", name)][0][1:]
+        )
+        return largest, "the largest dim of the caches"
+
+    def _infer_axis(self, name: str) -> int:
+        shape = self._decode.layouts[("inputs", name)][0]
+        length, source = self._positions()
+        # Axis 0 is the batch.
+        axes = [axis for axis in range(1, len(shape)) if shape[axis] == length]
+        if len(axes) == 1:
+            return axes[0]
+        if not axes:
+            raise DecodeLoopError(
+                f"cache {name!r} {list(shape)} has no axis of {length} positions ({source}): "
+                "give position_axis"
+            )
+        raise DecodeLoopError(
+            f"cache {name!r} {list(shape)}: axes {axes} all have {length} positions ({source}), "
+            "so the position axis is ambiguous (a head dim equal to the cache length?): "
+            f"give position_axis, e.g. position_axis={{{name!r}: {axes[0]}}}"
+        )
 
     # Views are taken afresh for every call: a resize or allocation by the
     # caller may move the buffers, and the runtime's own calls refuse to run
@@ -226,7 +267,9 @@ class DecodeLoop:
         Raises:
           DecodeLoopError: an input is missing or misshapen, ``position`` is
             outside a cache, or (checked on the first step after a prefill or
-            set_cache) the step changed a cache outside ``position``.
+            set_cache) the step changed a cache outside ``position``, or left
+            it unchanged at ``position`` (a row already written with the same
+            values cannot show that the position axis is right).
         """
         sig = self._decode
         for name in self.caches:
@@ -258,6 +301,18 @@ class DecodeLoop:
 
     @staticmethod
     def _check(name: str, source: np.ndarray, target: np.ndarray, axis: int, position: int) -> None:
+        row = (slice(None),) * axis + (position,)
+        if np.array_equal(source[row], target[row], equal_nan=True):
+            # Nothing written where the step should write: a row prefill or
+            # set_cache already holds with the same values, or another axis
+            # than the one the step writes along (then copying one row per
+            # token would silently keep the cache the step did not write).
+            raise DecodeLoopError(
+                f"the first decode step left cache {name!r} unchanged at position {position} "
+                f"on axis {axis}: the loop can only check its position axis on a step that "
+                "writes a fresh row (one no prefill or set_cache wrote with the same values); "
+                "start at the first position after the prompt, and check the position axis"
+            )
         outside = np.ones(target.shape[axis], bool)
         outside[position] = False
         kept = np.compress(outside, source, axis=axis)

@@ -175,3 +175,22 @@ def test_verify_and_bench_through_compiled_model(saved_model):
     assert proc.returncode == 1, proc.stdout
     assert "fusekit verify: error:" in proc.stderr and "fusekit_layer_norm" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_quiet_convert_prints_nothing_on_stderr(saved_model, tmp_path):
+    """-q: no progress and none of TensorFlow's or absl's C++ log lines."""
+    proc = fusekit_cli("convert", saved_model, "-o", str(tmp_path / "q.tflite"), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    # Errors still show.
+    proc = fusekit_cli("convert", str(tmp_path / "missing"), "-o", str(tmp_path / "x"), "-q")
+    assert proc.returncode == 1 and "fusekit convert: error:" in proc.stderr
+
+
+def test_build_refuses_a_model_given_as_a_source(tmp_path):
+    model = tmp_path / "model.tflite"
+    model.write_bytes(b"TFL3")
+    proc = fusekit_cli("build", "my_ops", str(model))
+    assert proc.returncode == 1
+    assert "fusekit build: error:" in proc.stderr and "not a C++ source file" in proc.stderr
+    assert "Traceback" not in proc.stderr

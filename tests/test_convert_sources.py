@@ -263,3 +263,25 @@ def test_model_without_composites_warns_and_converts(session_dir):
 def test_unsupported_object_is_a_clear_error():
     with pytest.raises(ConversionError, match="cannot convert a int"):
         fusekit.convert(3)
+
+
+def test_converting_a_keras_model_prints_no_native_logs(capfd):
+    """Keras' export and the TFLite converter log in C++ straight to the
+    process's stderr; fusekit.convert keeps them off it (the report says
+    what happened), and Python warnings still show."""
+    inputs = keras.Input((6, 16))
+    model = keras.Model(inputs, NormLayer()(inputs))
+    capfd.readouterr()
+    result = fusekit.convert(model)
+    assert result.report.fused == {"fusekit_layer_norm": 1}
+    err = capfd.readouterr().err
+    for line in ("Reading SavedModel", "loader.cc", "Ignored output_format"):
+        assert line not in err, err
+    # The model names the kernel it needs and where it comes from.
+    from fusekit.model import kernel_metadata
+
+    metadata = kernel_metadata.read(result.model)
+    assert [(k.op, k.provider) for k in metadata.kernels] == [("fusekit_layer_norm", "fusekit")]
+    plain = keras.Model(inputs, keras.layers.Dense(3)(inputs))
+    with pytest.warns(UserWarning, match="no composites found"):
+        fusekit.convert(plain, strict=False)

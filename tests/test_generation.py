@@ -190,3 +190,83 @@ def test_generate_example_equals_keras() -> None:
         in proc.stdout
     )
     assert "same 32 tokens" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def square_cache_model(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """prefill (4 positions) and decode steps over a cache [1, 8, 2, 8]: 8
+    positions, 2 heads, a head dim of 8, the same size as the length.  A
+    step writes the rows of its positions and returns each position's sum."""
+    import tensorflow as tf
+
+    length, heads, depth = 8, 2, 8
+    table = tf.constant(
+        np.random.default_rng(0).standard_normal((50, heads * depth)).astype(np.float32) + 3
+    )
+
+    def step(tokens, input_pos, kv_cache_k):
+        rows = tf.reshape(tf.gather(table, tokens[0]), [-1, heads, depth])
+        cache = tf.tensor_scatter_nd_update(kv_cache_k[0], input_pos[:, None], rows)[None]
+        return {"kv_cache_k": cache, "logits": tf.reduce_sum(cache, axis=[2, 3])}
+
+    cache_spec = tf.TensorSpec([1, length, heads, depth], tf.float32, "kv_cache_k")
+    module = tf.Module()
+    module.prefill = tf.function(
+        step,
+        input_signature=[
+            tf.TensorSpec([1, 4], tf.int32, "tokens"),
+            tf.TensorSpec([4], tf.int32, "input_pos"),
+            cache_spec,
+        ],
+    )
+    module.decode = tf.function(
+        step,
+        input_signature=[
+            tf.TensorSpec([1, 1], tf.int32, "tokens"),
+            tf.TensorSpec([1], tf.int32, "input_pos"),
+            cache_spec,
+        ],
+    )
+    path = tmp_path_factory.mktemp("square_cache") / "saved"
+    tf.saved_model.save(
+        module, str(path), signatures={"prefill": module.prefill, "decode": module.decode}
+    )
+    converter = tf.lite.TFLiteConverter.from_saved_model(
+        str(path), signature_keys=["prefill", "decode"]
+    )
+    return converter.convert()
+
+
+def test_decode_loop_refuses_an_ambiguous_or_unproven_position_axis(
+    square_cache_model: bytes,
+) -> None:
+    interp = fusekit.Interpreter(model_content=square_cache_model, num_threads=1)
+    with pytest.raises(DecodeLoopError, match=r"axes \[1, 3\] all have 8 positions"):
+        fusekit.DecodeLoop(interp)
+    tokens = np.array([[5, 6, 7, 8]], np.int32)
+    positions = np.arange(4, dtype=np.int32)
+    # The head dim taken for the position axis: the step at position 3
+    # rewrites the row prefill wrote with the same token, so nothing changes
+    # where the loop looks, and copying "row" 3 would lose the step's writes.
+    loop = fusekit.DecodeLoop(interp, position_axis=3)
+    loop.prefill(tokens=tokens, input_pos=positions)
+    with pytest.raises(DecodeLoopError, match="left cache 'kv_cache_k' unchanged at position 3"):
+        loop.step(3, tokens=np.array([[8]], np.int32), input_pos=np.array([3], np.int32))
+    # The right axis: decoding from the first fresh row matches the model.
+    loop = fusekit.DecodeLoop(interp, position_axis=1)
+    loop.prefill(tokens=tokens, input_pos=positions)
+    out = loop.step(4, tokens=np.array([[9]], np.int32), input_pos=np.array([4], np.int32))
+    out = loop.step(5, tokens=np.array([[10]], np.int32), input_pos=np.array([5], np.int32))
+    cache = loop.cache("kv_cache_k")
+    # The plain way, every cache through the runners (the same buffers).
+    runner = interp.get_signature_runner("prefill")
+    want = runner(tokens=np.array([[5, 6, 7, 8]], np.int32), input_pos=positions,
+                  kv_cache_k=np.zeros((1, 8, 2, 8), np.float32))
+    want = interp.get_signature_runner("decode")(
+        tokens=np.array([[9]], np.int32), input_pos=np.array([4], np.int32),
+        kv_cache_k=want["kv_cache_k"])
+    want = interp.get_signature_runner("decode")(
+        tokens=np.array([[10]], np.int32), input_pos=np.array([5], np.int32),
+        kv_cache_k=want["kv_cache_k"])
+    np.testing.assert_array_equal(out["logits"], want["logits"])
+    np.testing.assert_array_equal(cache, want["kv_cache_k"])

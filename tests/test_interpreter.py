@@ -108,3 +108,39 @@ def test_a_bad_model_path_is_an_error_naming_the_path(tmp_path):
     text.write_text("this is not a model, but it is long enough to be read as one")
     with pytest.raises(fusekit.InvalidModelError, match=f"{text}: not a valid TFLite model"):
         fusekit.Interpreter(model_path=text)
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tf"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_resized_static_dim_names_the_input(runtime, fused):
+    """A static dim resized to a size the model's ops cannot take is named
+    (input, shape signature, shape given), not left to XNNPACK's "failed to
+    reshape runtime"; a dynamic-free model resized where it can run still runs."""
+    from pathlib import Path
+
+    plain = (Path(__file__).parent / "data" / "torch" / "nn_layernorm.tflite").read_bytes()
+    model = fusekit.optimize(plain).model if fused else plain
+    interp = fusekit.Interpreter(model_content=model, runtime=runtime)
+    d = interp.get_input_details()[0]
+    interp.resize_tensor_input(d["index"], [1, 16, 67])
+    with pytest.raises(
+        fusekit.InputShapeError,
+        match=r"input 'serving_default_args_0' \(index 0\) has shape signature \[1, 16, 64\] "
+        r"and was given \[1, 16, 67\]",
+    ):
+        interp.allocate_tensors()
+    # The batch dim is static too, but the model takes another batch.
+    interp.resize_tensor_input(d["index"], [2, 16, 64])
+    interp.allocate_tensors()
+    interp.set_tensor(d["index"], np.ones((2, 16, 64), np.float32))
+    interp.invoke()
+    # The signature runner resizes to what it is given: named the same way.
+    fresh = fusekit.Interpreter(model_content=model, runtime=runtime)
+    runner = fresh.get_signature_runner()
+    with pytest.raises(
+        fusekit.InputShapeError,
+        match=r"signature 'serving_default': .*input 'args_0' has shape signature "
+        r"\[1, 16, 64\] and was given \[1, 16, 67\]",
+    ):
+        runner(args_0=np.ones((1, 16, 67), np.float32))
+    assert runner(args_0=np.ones((1, 16, 64), np.float32))["output_0"].shape == (1, 16, 64)

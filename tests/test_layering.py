@@ -14,7 +14,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fusekit"
 # What each folder may import from fusekit (besides itself).  The wire
 # format (fusekit.wire) is shared by the authoring side that writes attrs
 # and the conversion side that reads them back.
-SHARED = {"fusekit.errors", "fusekit._compiled", "fusekit._version", "fusekit.wire"}
+SHARED = {
+    "fusekit.errors",
+    "fusekit._compiled",
+    "fusekit._version",
+    "fusekit.wire",
+    "fusekit._native_logs",
+}
 ALLOWED = {
     # The model layer (reading, verifying, viewing and writing a .tflite)
     # sits at the bottom: everything else may read models through it.

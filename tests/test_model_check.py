@@ -322,8 +322,9 @@ def test_tensor_buffer_and_opcode_index_in_range(model):
     def bad_buffer(m):
         m.subgraphs[0].tensors[0].buffer = 999
 
+    # 8: the converted model's buffers and its fusekit_kernels entry's.
     assert _interpreter_reason(edit(model, bad_buffer)) == (
-        "subgraph 0 tensor 0: buffer index 999 out of range (model has 7 buffers)"
+        "subgraph 0 tensor 0: buffer index 999 out of range (model has 8 buffers)"
     )
 
     def bad_opcode(m):
@@ -566,7 +567,7 @@ def test_model_level_facts(model):
         m.metadata[0].buffer = 999
 
     assert _reason(edit(model, metadata)) == (
-        "metadata 0: buffer index 999 out of range (model has 7 buffers)"
+        "metadata 0: buffer index 999 out of range (model has 8 buffers)"
     )
 
 

@@ -353,3 +353,18 @@ def test_the_custom_op_example_builds_runs_and_passes_opcheck(cache):
     assert "opcheck my_custom_fused_op" in proc.stdout and ": passed" in proc.stdout, proc.stdout
     for check in ("parity", "threads", "simd", "bad_inputs", "fuzz"):
         assert f"  {check}: ok" in proc.stdout, proc.stdout
+
+
+def test_a_source_that_is_not_cpp_is_refused_before_compiling(tmp_path):
+    model = tmp_path / "model.tflite"
+    model.write_bytes(b"TFL3 not C++")
+    with pytest.raises(fusekit.PluginBuildError, match=r"model\.tflite is not a C\+\+ source"):
+        fusekit.build_plugin("model_ops", [model])
+
+
+def test_a_plugin_that_registers_no_kernel_is_built_with_a_warning(tmp_path, cache):
+    src = tmp_path / "no_kernel.cc"
+    src.write_text('#include "fusekit/kernel_sdk.h"\nint helper(int x) { return x + 1; }\n')
+    with pytest.warns(UserWarning, match="plugin no_kernel .* registers no kernel"):
+        path = fusekit.build_plugin("no_kernel", [src])
+    assert fusekit.kernel_names(path) == []

@@ -67,6 +67,8 @@ MARKED: dict[str, str] = {
     "tests/test_cli.py::test_a_kernel_error_during_verify_is_a_one_line_error": "slow",  # 20
     "tests/test_cli.py::test_verify_refuses_a_shape_it_cannot_apply": "slow",  # 3 x 6-17
     "tests/test_cli.py::test_convert_with_buffer_offsets": "slow",  # 12
+    "tests/test_cli.py::test_quiet_convert_prints_nothing_on_stderr": "slow",  # 8
+    "tests/test_verify_signatures.py::test_cli_verify_and_bench_every_signature": "slow",  # 10
     "tests/test_abi_behaviour.py": "slow",  # 54: a probe plugin on every runtime
     "tests/test_threads.py": "slow",  # 46 (litert only; 3 runtimes: ~120)
     "tests/test_user_plugin.py": "slow",  # 139: compiles plugins
@@ -91,6 +93,9 @@ MARKED: dict[str, str] = {
     # API, a leak check over 1,000 cycles, CMake and Bazel builds of the C app.
     "tests/test_compiled_model.py": "slow",  # 210
     "tests/test_c_app.py": "slow",  # 150
+    # The contract over every committed litert-torch fixture.
+    "tests/test_contract.py::test_compiled_model_every_fixture": "slow",  # 15
+    "tests/test_contract.py::test_interpreters_every_fixture": "slow",  # 15
     "tests/passes/test_compiled_keras_hub.py": "slow",  # 20
     # Quantized conversions (representative datasets) and ai-edge-quantizer recipes.
     "tests/passes/test_fuse_quantized.py": "slow",  # 70

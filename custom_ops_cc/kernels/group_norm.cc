@@ -467,8 +467,8 @@ class GroupNorm {
 
 FUSEKIT_REGISTER_KERNEL(
     "fusekit_group_norm", GroupNorm,
-    Inputs(OperandSpec("x").Rank(2, 5), OperandSpec("gamma").VectorOf("x", -1),
-           OperandSpec("beta").VectorOf("x", -1)),
+    Inputs(OperandSpec("x").Rank(2, 5), OperandSpec("gamma").VectorOf("x", -1).AbsentIs(1),
+           OperandSpec("beta").VectorOf("x", -1).AbsentIs(0)),
     Outputs("y"),
     AttrSchema(attr::Required(attr::Int("groups").Min(1)), attr::Float("epsilon", 1e-5).Min(0)),
     OptionsFormat(2).V1Presence("gamma", "scale").V1Presence("beta", "center"));

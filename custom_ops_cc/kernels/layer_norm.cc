@@ -195,8 +195,8 @@ using LayerNormF16 = LayerNorm<Half>;
 }  // namespace
 
 #define FUSEKIT_LAYER_NORM_SCHEMA                                              \
-  Inputs(OperandSpec("x").MinRank(1), OperandSpec("gamma").VectorOf("x", -1), \
-         OperandSpec("beta").VectorOf("x", -1)),                                 \
+  Inputs(OperandSpec("x").MinRank(1), OperandSpec("gamma").VectorOf("x", -1).AbsentIs(1), \
+         OperandSpec("beta").VectorOf("x", -1).AbsentIs(0)),                     \
       Outputs("y"), AttrSchema(attr::Float("epsilon", 1e-5).Min(0)),            \
       OptionsFormat(2).V1Presence("gamma", "scale").V1Presence("beta", "center")
 FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNormF32, FUSEKIT_LAYER_NORM_SCHEMA);

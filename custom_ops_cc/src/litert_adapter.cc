@@ -5,20 +5,24 @@
 // memory of LiteRT's tensor buffers, so the SDK's checks, Prepare and Invoke
 // run exactly as under the delegate and the resolver.
 //
-// Two properties of LiteRT's dispatcher shape this file:
-// - every node of an op shares one user_data and no call says which node it
-//   is for.  The interpreter inits the nodes in graph order and prepares and
-//   runs them in execution order, so the adapter keeps the nodes in init
-//   order and walks them with one cursor for prepares and one for runs; a
-//   run whose buffers do not match the node it lands on is refused.  (An
-//   interpreter that re-prepares only part of a graph, after an op with
-//   data-dependent output shapes, would put the prepare cursor out of step;
-//   fused models have no such op before a fusekit node, but two nodes of one
-//   op with equal shapes and different attrs could then swap.)
-// - the statuses Init, GetOutputLayouts and Run return are ignored.  Every
-//   failure is recorded on the handle (op name and message) for
-//   fusekit_litert_last_error, and a failed shape inference hands back an
-//   output layout LiteRT's own resize rejects, so creation fails as well.
+// Node identity.  LiteRT's dispatcher registers one kernel entry per custom
+// code, and none of its callbacks (GetOutputLayouts, Run) says which node it
+// serves: every node of a code shares the entry's user_data.  Matching calls
+// to nodes by their order is not sound (nodes of one op with different
+// shapes, signatures run in any order, partial re-prepares), so the adapter
+// never does it.  fusekit_litert_add_model_kernels gives every node of the
+// library's ops a custom code of its own in a copy of the model
+// (litert_node_codes.cc: "<op>@s<subgraph>.op<index>") and registers one
+// kernel entry per node, whose user_data is that node's slot: every call
+// names its node.  A slot serves exactly one node: if LiteRT ever inits a
+// second node on one entry (a runtime that copies nodes, or
+// fusekit_litert_add_kernels on a model with two nodes of one op), the slot
+// refuses to prepare or run and records why; it never guesses.
+//
+// LiteRT ignores the statuses Init, GetOutputLayouts and Run return.  Every
+// failure is recorded on the handle (op name and message) for
+// fusekit_litert_last_error, and a failed shape inference hands back an
+// output layout LiteRT's own resize rejects, so creation fails as well.
 #include <dlfcn.h>
 
 #include <cstdarg>
@@ -34,6 +38,7 @@
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/litert.h"
 #include "litert_model_check.h"
+#include "litert_node_codes.h"
 #include "node_runner.h"
 
 namespace fusekit {
@@ -108,14 +113,15 @@ struct LiteNode {
   }
 };
 
-// The user_data of one op: its nodes in init order and the two cursors.
+// The user_data of one kernel entry: the one node it serves.
 struct OpSlot {
   FusekitLiteRt* handle = nullptr;
   const KernelDef* def = nullptr;
-  std::vector<std::unique_ptr<LiteNode>> nodes;
-  size_t live = 0;  // Init calls not yet matched by Destroy
-  size_t prepare_cursor = 0;
-  size_t run_cursor = 0;
+  std::string code;   // the custom code LiteRT knows the entry by
+  std::string where;  // "subgraph S operator K" ("" when registered by op name)
+  std::unique_ptr<LiteNode> node;
+  size_t live = 0;         // Init calls not yet matched by Destroy
+  bool ambiguous = false;  // a second node was initialized on this entry
 };
 
 }  // namespace
@@ -127,6 +133,7 @@ struct FusekitLiteRt {
   TfLiteContext context;
   fusekit::LiteNode* current = nullptr;
   std::vector<std::unique_ptr<fusekit::OpSlot>> slots;
+  fusekit::NodeCodedModel model;  // fusekit_litert_add_model_kernels' copy
   std::mutex mutex;
   std::string error;
   size_t live_nodes = 0;
@@ -197,27 +204,42 @@ void SetTensor(TfLiteTensor* t, TfLiteType type, const int* dims, int rank,
   t->name = name;
 }
 
-LiteNode* NodeAt(OpSlot* slot, size_t* cursor, const char* what) {
-  if (slot->nodes.empty()) {
-    Record(slot->handle, slot->def->name + ": " + what + " of a node that was never "
-                                                          "initialized");
+std::string SlotName(const OpSlot& slot) {
+  return slot.where.empty() ? slot.def->name : slot.def->name + " (" + slot.where + ")";
+}
+
+// The node a call on `slot` is for, or null (recorded) when that is not
+// certain.
+LiteNode* SlotNode(OpSlot* slot, const char* what) {
+  if (slot->ambiguous) {
+    Record(slot->handle,
+           SlotName(*slot) + ": refused to " + what +
+               ": LiteRT created several nodes on one kernel entry and does not say which "
+               "node a call is for" +
+               (slot->where.empty()
+                    ? "; register the kernels with fusekit_litert_add_model_kernels, which "
+                      "gives every node its own entry"
+                    : " (the runtime copied the node)"));
     return nullptr;
   }
-  LiteNode* node = slot->nodes[*cursor % slot->nodes.size()].get();
-  ++*cursor;
-  return node;
+  if (slot->node == nullptr) {
+    Record(slot->handle, SlotName(*slot) + ": " + what + " of a node that was never initialized");
+    return nullptr;
+  }
+  return slot->node.get();
 }
 
 LiteRtStatus Init(void* user_data, const void* data, size_t size) {
   auto* slot = static_cast<OpSlot*>(user_data);
   if (slot->live == 0) {
-    // The first node of a (re)built interpreter: start over.
-    slot->nodes.clear();
-    slot->prepare_cursor = slot->run_cursor = 0;
+    slot->node = std::make_unique<LiteNode>();
+    slot->node->state = NewNodeState(slot->def, data, size);
+    slot->ambiguous = false;
+  } else if (!slot->ambiguous) {
+    slot->ambiguous = true;
+    slot->node.reset();
+    SlotNode(slot, "prepare it");  // records why
   }
-  auto node = std::make_unique<LiteNode>();
-  node->state = NewNodeState(slot->def, data, size);
-  slot->nodes.push_back(std::move(node));
   ++slot->live;
   std::lock_guard<std::mutex> lock(slot->handle->mutex);
   ++slot->handle->live_nodes;
@@ -272,7 +294,7 @@ LiteRtStatus GetOutputLayouts(void* user_data, size_t n_in, const LiteRtLayout* 
     out[i].rank = 1;
     out[i].dimensions[0] = -1;
   }
-  LiteNode* node = NodeAt(slot, &slot->prepare_cursor, "shape inference");
+  LiteNode* node = SlotNode(slot, "infer its output shapes");
   if (node == nullptr) return kLiteRtStatusErrorRuntimeFailure;
   const KernelDef& def = *slot->def;
   SizeNode(node, def, n_in, n_out);
@@ -339,7 +361,7 @@ LiteRtStatus Run(void* user_data, size_t n_in, const LiteRtTensorBuffer* inputs,
   FusekitLiteRt* h = slot->handle;
   const KernelDef& def = *slot->def;
   const LiteRtApi& api = Api();
-  LiteNode* node = NodeAt(slot, &slot->run_cursor, "run");
+  LiteNode* node = SlotNode(slot, "run it");
   if (node == nullptr) return kLiteRtStatusErrorRuntimeFailure;
   if (node->tensors.size() != n_in + n_out) {
     Record(h, def.name + ": run with " + std::to_string(n_in) + " inputs and " +
@@ -373,13 +395,6 @@ LiteRtStatus Run(void* user_data, size_t n_in, const LiteRtTensorBuffer* inputs,
     const TfLiteType dtype = static_cast<TfLiteType>(type.element_type);
     if (i >= node->prepared_shapes.size() || node->prepared_shapes[i] != shape ||
         node->prepared_types[i] != dtype) {
-      if (!is_in && node->prepared && i < node->prepared_shapes.size() &&
-          node->prepared_shapes[i] != shape) {
-        Record(h, def.name + ": output '" + node->names[i] +
-                      "' has another shape than the node was prepared for "
-                      "(nodes of this op ran out of their prepared order)");
-        return kLiteRtStatusErrorRuntimeFailure;
-      }
       changed = true;
     }
     SetTensor(&t, dtype, shape.data(), rank, node->names[i].c_str());
@@ -415,8 +430,8 @@ LiteRtStatus Destroy(void* user_data) {
   auto* slot = static_cast<OpSlot*>(user_data);
   FusekitLiteRt* h = slot->handle;
   if (slot->live > 0 && --slot->live == 0) {
-    slot->nodes.clear();
-    slot->prepare_cursor = slot->run_cursor = 0;
+    slot->node.reset();
+    slot->ambiguous = false;
   }
   {
     std::lock_guard<std::mutex> lock(h->mutex);
@@ -436,20 +451,103 @@ void SetStaticError(const std::string& e) {
 }  // namespace
 }  // namespace fusekit
 
+namespace fusekit {
+namespace {
+
+// The checks every entry point runs before it registers anything; "" when
+// the library can serve LiteRT.
+std::string Unusable(LiteRtOptions options) {
+  if (options == nullptr) return "options is NULL";
+  if (!Api().error.empty()) return Api().error;
+  if (!RegistryError().empty()) return "fusekit plugin is unusable: " + RegistryError();
+  return std::string();
+}
+
+FusekitLiteRt* NewHandle(int num_threads) {
+  auto* h = new FusekitLiteRt();
+  std::memset(&h->context, 0, sizeof(h->context));
+  h->context.impl_ = h;
+  h->context.ResizeTensor = ResizeInContext;
+  h->context.ReportError = ReportToHandle;
+  h->context.recommended_num_threads = num_threads > 0 ? num_threads : 1;
+  return h;
+}
+
+// Registers one kernel entry, LiteRT's custom code `code`, served by `def`.
+bool AddEntry(FusekitLiteRt* h, LiteRtOptions options, const KernelDef* def,
+              const std::string& code, int version, const std::string& where,
+              const char* entry_point) {
+  auto slot = std::make_unique<OpSlot>();
+  slot->handle = h;
+  slot->def = def;
+  slot->code = code;
+  slot->where = where;
+  // LiteRT copies the kernel table and the name; the slot must outlive the
+  // compiled model (the handle keeps it until release and the last Destroy).
+  const LiteRtStatus status =
+      Api().add_custom_op(options, code.c_str(), version, &kKernelTable, slot.get());
+  // Entries added before stay registered on `options`: keep every slot.
+  h->slots.push_back(std::move(slot));
+  if (status == kLiteRtStatusOk) return true;
+  SetStaticError(std::string(entry_point) + ": LiteRtAddCustomOpKernelOption(" + code +
+                 ") failed with status " + std::to_string(status));
+  h->released = true;  // leaked on purpose: `options` still points at the slots
+  return false;
+}
+
+}  // namespace
+}  // namespace fusekit
+
+extern "C" FUSEKIT_LITERT_API FusekitLiteRt* fusekit_litert_add_model_kernels(
+    LiteRtOptions options, const void* model, size_t size, int num_threads) {
+  using namespace fusekit;
+  const char* kEntry = "fusekit_litert_add_model_kernels";
+  const std::string unusable = Unusable(options);
+  if (!unusable.empty()) {
+    SetStaticError(std::string(kEntry) + ": " + unusable);
+    return nullptr;
+  }
+  const std::string problem = CheckModelForLiteRt(static_cast<const uint8_t*>(model), size);
+  if (!problem.empty()) {
+    SetStaticError(problem);
+    return nullptr;
+  }
+  NodeCodedModel coded =
+      GiveNodesOwnCodes(static_cast<const uint8_t*>(model), size,
+                        [](const std::string& op) { return FindKernel(op.c_str()) != nullptr; });
+  if (!coded.error.empty()) {
+    SetStaticError(std::string(kEntry) + ": " + coded.error);
+    return nullptr;
+  }
+  FusekitLiteRt* h = NewHandle(num_threads);
+  h->model = std::move(coded);
+  for (const CodedNode& node : h->model.nodes) {
+    const std::string where =
+        "subgraph " + std::to_string(node.subgraph) + " operator " + std::to_string(node.op_index);
+    if (!AddEntry(h, options, FindKernel(node.op.c_str()), node.code, node.version, where,
+                  kEntry)) {
+      return nullptr;
+    }
+  }
+  return h;
+}
+
+extern "C" FUSEKIT_LITERT_API const void* fusekit_litert_model_data(
+    const FusekitLiteRt* handle) {
+  return handle == nullptr ? nullptr : handle->model.data.get();
+}
+
+extern "C" FUSEKIT_LITERT_API size_t fusekit_litert_model_size(const FusekitLiteRt* handle) {
+  return handle == nullptr ? 0 : handle->model.size;
+}
+
 extern "C" FUSEKIT_LITERT_API FusekitLiteRt* fusekit_litert_add_kernels(
     LiteRtOptions options, const char* const* ops_or_null, int num_threads) {
   using namespace fusekit;
-  if (options == nullptr) {
-    SetStaticError("fusekit_litert_add_kernels: options is NULL");
-    return nullptr;
-  }
-  const LiteRtApi& api = Api();
-  if (!api.error.empty()) {
-    SetStaticError("fusekit_litert_add_kernels: " + api.error);
-    return nullptr;
-  }
-  if (!RegistryError().empty()) {
-    SetStaticError("fusekit plugin is unusable: " + RegistryError());
+  const char* kEntry = "fusekit_litert_add_kernels";
+  const std::string unusable = Unusable(options);
+  if (!unusable.empty()) {
+    SetStaticError(std::string(kEntry) + ": " + unusable);
     return nullptr;
   }
   std::vector<const KernelDef*> defs;
@@ -461,36 +559,16 @@ extern "C" FUSEKIT_LITERT_API FusekitLiteRt* fusekit_litert_add_kernels(
       if (d == nullptr) {
         std::string known;
         for (const KernelDef& k : KernelRegistry()) known += (known.empty() ? "" : ", ") + k.name;
-        SetStaticError(std::string("fusekit_litert_add_kernels: no kernel named '") + *op +
+        SetStaticError(std::string(kEntry) + ": no kernel named '" + *op +
                        "' in this library (it has: " + known + ")");
         return nullptr;
       }
       defs.push_back(d);
     }
   }
-  auto* h = new FusekitLiteRt();
-  std::memset(&h->context, 0, sizeof(h->context));
-  h->context.impl_ = h;
-  h->context.ResizeTensor = ResizeInContext;
-  h->context.ReportError = ReportToHandle;
-  h->context.recommended_num_threads = num_threads > 0 ? num_threads : 1;
+  FusekitLiteRt* h = NewHandle(num_threads);
   for (const KernelDef* d : defs) {
-    auto slot = std::make_unique<OpSlot>();
-    slot->handle = h;
-    slot->def = d;
-    // LiteRT copies the kernel table; the slot must outlive the compiled
-    // model (the handle keeps it until release and the last Destroy).
-    const LiteRtStatus status =
-        api.add_custom_op(options, d->name.c_str(), 1, &kKernelTable, slot.get());
-    if (status != kLiteRtStatusOk) {
-      SetStaticError("fusekit_litert_add_kernels: LiteRtAddCustomOpKernelOption(" +
-                     d->name + ") failed with status " + std::to_string(status));
-      // Kernels added before stay registered on `options`: keep the slots.
-      h->slots.push_back(std::move(slot));
-      h->released = true;
-      return nullptr;
-    }
-    h->slots.push_back(std::move(slot));
+    if (!AddEntry(h, options, d, d->name, 1, std::string(), kEntry)) return nullptr;
   }
   return h;
 }

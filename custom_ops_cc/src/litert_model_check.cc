@@ -19,118 +19,16 @@
 #include <algorithm>
 #include <vector>
 
-#include "flatbuffers/flatbuffers.h"
 #include "fusekit/kernel_sdk.h"
+#include "tflite_reader.h"
 
 namespace fusekit {
 namespace {
 
-using flatbuffers::Offset;
-using flatbuffers::String;
+using namespace tflite_fields;
+using Reader = TfliteReader;
 using flatbuffers::Table;
 using flatbuffers::Vector;
-using flatbuffers::voffset_t;
-
-// Field ids of the TFLite schema (schema.fbs) this check reads.
-constexpr voffset_t Field(int id) { return static_cast<voffset_t>(4 + 2 * id); }
-constexpr voffset_t kModelOperatorCodes = Field(1);
-constexpr voffset_t kModelSubgraphs = Field(2);
-constexpr voffset_t kCodeDeprecatedBuiltin = Field(0);
-constexpr voffset_t kCodeCustomCode = Field(1);
-constexpr voffset_t kCodeBuiltin = Field(3);
-constexpr voffset_t kSubgraphOperators = Field(3);
-constexpr voffset_t kOperatorOpcodeIndex = Field(0);
-constexpr voffset_t kOperatorInputs = Field(1);
-constexpr int32_t kBuiltinCustom = 32;
-
-using Tables = Vector<Offset<Table>>;
-
-// Reads tables, vectors and scalars only after the verifier has checked that
-// they lie inside the buffer (an offset too: GetPointer follows it).
-class Reader {
- public:
-  Reader(const uint8_t* data, size_t size)
-      : data_(data),
-        verifier_(data, std::min<size_t>(size, FLATBUFFERS_MAX_BUFFER_SIZE - 1), Options()) {}
-
-  const Table* Root() {
-    // A model over 2 GB keeps its weights after the flatbuffer: every offset
-    // the check follows lies in the first 2 GB.
-    if (verifier_.VerifyOffset(0) == 0) return nullptr;
-    const Table* root = flatbuffers::GetRoot<Table>(data_);
-    return Start(root) ? root : nullptr;
-  }
-
-  // The tables of a vector field (empty when absent); false if malformed.
-  bool TablesOf(const Table* t, voffset_t field, const Tables** out) {
-    if (!t->VerifyOffset(verifier_, field)) return false;
-    *out = t->GetPointer<const Tables*>(field);
-    if (!verifier_.VerifyVector(*out)) return false;
-    if (*out == nullptr) return true;
-    for (flatbuffers::uoffset_t i = 0; i < (*out)->size(); ++i) {
-      if (!Start((*out)->Get(i))) return false;
-    }
-    return true;
-  }
-
-  bool IntsOf(const Table* t, voffset_t field, const Vector<int32_t>** out) {
-    if (!t->VerifyOffset(verifier_, field)) return false;
-    *out = t->GetPointer<const Vector<int32_t>*>(field);
-    return verifier_.VerifyVector(*out);
-  }
-
-  template <typename T>
-  bool Scalar(const Table* t, voffset_t field, T* out) {
-    if (!t->VerifyField<T>(verifier_, field, sizeof(T))) return false;
-    *out = t->GetField<T>(field, 0);
-    return true;
-  }
-
-  bool StringOf(const Table* t, voffset_t field, std::string* out) {
-    if (!t->VerifyOffset(verifier_, field)) return false;
-    const auto* s = t->GetPointer<const String*>(field);
-    if (!verifier_.VerifyString(s)) return false;
-    *out = s == nullptr ? "" : s->str();
-    return true;
-  }
-
- private:
-  static flatbuffers::Verifier::Options Options() {
-    flatbuffers::Verifier::Options o;
-    o.max_tables = 1u << 30;  // a table per operator: large models have many
-    return o;
-  }
-  bool Start(const Table* t) {
-    if (t == nullptr || !t->VerifyTableStart(verifier_)) return false;
-    verifier_.EndTable();  // tables are checked one at a time, not nested
-    return true;
-  }
-
-  const uint8_t* data_;
-  flatbuffers::Verifier verifier_;
-};
-
-// The custom op names by operator code index ("" for builtins).
-bool CustomNames(Reader& r, const Table* model, std::vector<std::string>* names) {
-  const Tables* codes = nullptr;
-  if (!r.TablesOf(model, kModelOperatorCodes, &codes)) return false;
-  for (flatbuffers::uoffset_t c = 0; codes != nullptr && c < codes->size(); ++c) {
-    const Table* code = codes->Get(c);
-    int8_t deprecated = 0;
-    int32_t builtin = 0;
-    std::string name;
-    if (!r.Scalar(code, kCodeDeprecatedBuiltin, &deprecated) ||
-        !r.Scalar(code, kCodeBuiltin, &builtin) || !r.StringOf(code, kCodeCustomCode, &name)) {
-      return false;
-    }
-    // Small codes live in the deprecated int8 field, large ones in the int32
-    // field: the larger is the real one.
-    const bool custom = std::max<int32_t>(deprecated, builtin) == kBuiltinCustom;
-    names->push_back(custom ? (name.empty() ? std::string("(unnamed custom op)") : name)
-                            : std::string());
-  }
-  return true;
-}
 
 std::string InputName(const std::string& op, size_t j) {
   const KernelDef* def = FindKernel(op.c_str());
@@ -147,7 +45,7 @@ std::string CheckModelForLiteRt(const uint8_t* data, size_t size) {
   const Table* model = r.Root();
   std::vector<std::string> custom;
   const Tables* subgraphs = nullptr;
-  if (model == nullptr || !CustomNames(r, model, &custom) ||
+  if (model == nullptr || !CustomCodeNames(r, model, &custom) ||
       !r.TablesOf(model, kModelSubgraphs, &subgraphs)) {
     return malformed;
   }

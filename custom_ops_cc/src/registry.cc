@@ -65,7 +65,8 @@ bool SameOperands(const std::vector<OperandSpec>& a, const std::vector<OperandSp
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].name != b[i].name || a[i].min_rank != b[i].min_rank ||
         a[i].max_rank != b[i].max_rank || a[i].length_of != b[i].length_of ||
-        a[i].length_dim != b[i].length_dim) {
+        a[i].length_dim != b[i].length_dim || a[i].has_absent_value != b[i].has_absent_value ||
+        a[i].absent_value != b[i].absent_value) {
       return false;
     }
   }
@@ -74,7 +75,7 @@ bool SameOperands(const std::vector<OperandSpec>& a, const std::vector<OperandSp
 
 // {"name", "options_version", "v1_presence": [{"input", "attr"}],
 //  "inputs": [{"name", "optional", "min_rank", "max_rank",
-//              "vector_of": null | {"input", "dim"}}],
+//              "vector_of": null | {"input", "dim"}, "absent_value": null | number}],
 //  "outputs": [{"name"}],
 //  "attrs": [{"name", "type", "required", "default", "min", "max"}],
 //  "signatures": [{"inputs": [dtype...], "outputs": [dtype...]}]}
@@ -100,6 +101,8 @@ std::string SchemaJson(const KernelDef& def) {
     j += in.length_of.empty() ? "null"
                               : "{\"input\":" + Quote(in.length_of) +
                                     ",\"dim\":" + std::to_string(in.length_dim) + "}";
+    j += ",\"absent_value\":";
+    j += in.has_absent_value ? Number(in.absent_value) : "null";
     j += "}";
   }
   j += "],\"outputs\":[";

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fusekit import _native_logs
 from fusekit.conversion import tf_private
 from fusekit.conversion.kernel_match import Reason
 from fusekit.conversion.plan import Plan, check_saved_model, inspect
@@ -22,9 +23,9 @@ from fusekit.conversion.sources import as_saved_model
 from fusekit.conversion.typed_attrs_pass import restore_typed_attrs, smuggled_attrs
 from fusekit.conversion.unfuse import unfused_copy
 from fusekit.errors import ConversionError
-from fusekit.model import model_ops
+from fusekit.model import flatbuffer_edit, model_ops
 from fusekit.passes.pipeline import run_passes
-from fusekit.run import compat
+from fusekit.run import compat, plugin
 
 _FAILED_TO_FUSE = re.compile(r"failed to fuse for op: ([\w./-]+)")
 
@@ -122,6 +123,8 @@ def finish(
         # pass reading custom options sees what the kernels will.
         optimized = run_passes(model, list(passes), space_to_depth, name=plan.saved_model)
         model, pass_lines = optimized.model, optimized.report.lines()
+    # What kernels the model needs and where they come from, in the model.
+    model = flatbuffer_edit.stamped(model, plugin.op_plugins())
     seconds["passes"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -246,7 +249,9 @@ def convert(
     """
     if buffer_offsets:
         converter_options = {**converter_options, **tf_private.buffer_offset_options()}
-    with as_saved_model(model) as saved_model:
+    # Keras' export and the TFLite converter log to descriptor 2 in C++; the
+    # report says what happened (FUSEKIT_NATIVE_LOGS=1 shows them).
+    with _native_logs.held(), as_saved_model(model) as saved_model:
         path = check_saved_model(saved_model)
         seconds: dict[str, float] = {}
         _progress(progress, f"reading {path} to find composites")

@@ -8,7 +8,9 @@ viewing and writing a model.
 * ``op_properties``: what fusekit knows about each builtin operator;
 * ``flatbuffer_edit``: the schema's object API, and packing it back with the
   blobs of models written with buffer offsets;
-* ``graph``: the graph view passes edit.
+* ``graph``: the graph view passes edit;
+* ``kernel_metadata``: the ``fusekit_kernels`` metadata entry every packed
+  model carries (the custom kernels it needs and where they come from).
 
 Importing this package imports none of them.  ``flatbuffer_edit`` and
 ``graph`` need ai-edge-litert's schema module (the conversion side); the

@@ -26,12 +26,14 @@ again with the final ones: both packs have the same layout.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.model import kernel_metadata
 from fusekit.model.model_check import MODEL_CONTENT, ModelBuffer, verify_model
 
 _BLOB_ALIGNMENT = 16
@@ -137,10 +139,22 @@ def _pack(m: schema.ModelT, size_hint: int) -> bytes:
     return bytes(builder.Output())
 
 
-def pack_model(m: schema.ModelT, original: ModelBuffer, alignment: int = _BLOB_ALIGNMENT) -> bytes:
+def pack_model(
+    m: schema.ModelT,
+    original: ModelBuffer,
+    alignment: int = _BLOB_ALIGNMENT,
+    plugins: Mapping[str, str] | None = None,
+    kernel_entry: bool = True,
+) -> bytes:
     """Serializes ``m`` (read from ``original``), with the blobs the model
     keeps after its flatbuffer appended, each at a multiple of ``alignment``
-    bytes from the start, and their offsets updated."""
+    bytes from the start, and their offsets updated.  Every model packed
+    here carries the ``fusekit_kernels`` metadata entry
+    (``fusekit.model.kernel_metadata``; ``plugins``: op -> plugin name of
+    users' kernels), unless ``kernel_entry`` is False: a runtime's private
+    copy whose every byte placement is fixed (``fusekit.run.aligned_model``)."""
+    if kernel_entry:
+        kernel_metadata.stamp(m, plugins)
     blobs = _blobs(m, original)
     if not blobs:
         return _pack(m, len(original))
@@ -163,3 +177,9 @@ def pack_model(m: schema.ModelT, original: ModelBuffer, alignment: int = _BLOB_A
         pieces += [bytes(start - at), data]
         at = start + len(data)
     return b"".join(pieces)
+
+
+def stamped(model: ModelBuffer, plugins: Mapping[str, str] | None = None) -> bytes:
+    """``model`` (verified) with its ``fusekit_kernels`` metadata entry
+    written or brought up to date (``plugins``: op -> plugin name)."""
+    return pack_model(read_model(model), model, plugins=plugins)

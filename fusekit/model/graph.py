@@ -56,11 +56,14 @@ class ModelView:
         self.name = name
         self.m = read_model(model, name)
         self._graphs: dict[int, Graph] = {}
+        #: Op -> plugin name of users' kernels, recorded in the packed
+        #: model's kernel metadata.
+        self.plugins: dict[str, str] = {}
 
     # -- whole model -------------------------------------------------------
     def pack(self) -> bytes:
         """The rewritten model's bytes (buffer-offset layout kept)."""
-        return pack_model(self.m, self.source)
+        return pack_model(self.m, self.source, plugins=self.plugins)
 
     def op_counts(self) -> dict[str, int]:
         """Operators by type name over every subgraph."""

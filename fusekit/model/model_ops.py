@@ -134,6 +134,24 @@ def signature_keys(model: ModelBuffer) -> list[str]:
     return keys
 
 
+def signature_input_shapes(model: ModelBuffer) -> dict[str, dict[str, list[int]]]:
+    """Each signature's inputs with their shape signatures (-1 for a
+    dynamic dim), by signature key and input name, read from a verified
+    model."""
+    root = tflite_schema.model(model)
+    subgraphs = root.items("subgraphs")
+    shapes: dict[str, dict[str, list[int]]] = {}
+    for signature in root.items("signature_defs"):
+        key = (signature.string("signature_key") or b"").decode()
+        tensors = subgraphs[int(signature.scalar("subgraph_index"))].items("tensors")
+        shapes[key] = {}
+        for entry in signature.items("inputs"):
+            tensor = tensors[int(entry.scalar("tensor_index"))]
+            dims = tensor.values("shape_signature") or tensor.values("shape")
+            shapes[key][(entry.string("name") or b"").decode()] = [int(d) for d in dims]
+    return shapes
+
+
 __all__ = [
     "OpInfo",
     "builtin_code",
@@ -141,5 +159,6 @@ __all__ = [
     "list_ops",
     "list_verified_ops",
     "op_counts",
+    "signature_input_shapes",
     "signature_keys",
 ]

@@ -40,7 +40,7 @@ def composite_attrs(spec: OpSpec, absent: tuple[int, ...] = ()) -> dict[str, Any
 def affine_variants(name: str, reference: Reference) -> Callable[[], Variants]:
     """The composites of op ``name`` keyed by (has gamma, has beta), built on
     first use (the spec is read from the kernel library); a norm with beta
-    but no gamma is the full one with ones (``ones_before_present``).
+    but no gamma is the full one with gamma filled (``OpSpec.filled_absent``).
 
     ``reference(x, gamma, beta, **attrs)`` is the math with gamma/beta None
     where absent; it is the body of all the composites.
@@ -88,20 +88,19 @@ def call_variant(
     spec = op_spec(variants()[(True, True)].name)
     attrs = spec.check_attrs(attrs)
     spec.check_shapes({"x": shape_of(x), "gamma": shape_of(gamma), "beta": shape_of(beta)})
-    if gamma is None and beta is not None:
-        gamma = ones_before_present(beta)
+    filled = spec.filled_absent({"gamma": gamma is not None, "beta": beta is not None})
+    if "gamma" in filled:
+        gamma = filled_like(beta, filled["gamma"])
     chosen = variants()[(gamma is not None, beta is not None)]
     operands = [t for t in (gamma, beta) if t is not None]
     return chosen(x, *operands, **attrs)
 
 
-def ones_before_present(beta: Any) -> tf.Tensor:
-    """The gamma written for a norm without gamma but with beta: ones (y * 1
-    is exact).  An absent input before a present one would be tensor index
-    -1 in the middle of the op's inputs, which LiteRT's CompiledModel reads
-    as a tensor and crashes on; absent inputs left off the end it takes.  The
-    fusion passes write the same (fusion/shared_rules.py)."""
-    return tf.ones_like(tf.convert_to_tensor(beta))
+def filled_like(like: Any, value: float) -> tf.Tensor:
+    """A tensor shaped as ``like`` with every element ``value``: an absent
+    operand written in place (see ``OpSpec.filled_absent``)."""
+    like = tf.convert_to_tensor(like)
+    return tf.fill(tf.shape(like), tf.cast(value, like.dtype))
 
 
 def shape_of(t: Any | None) -> list[int | None] | None:

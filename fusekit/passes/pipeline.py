@@ -15,6 +15,7 @@ from typing import Any
 from fusekit.errors import InvalidModelError, PassError
 from fusekit.model.graph import ModelView
 from fusekit.passes.registry import PassOptions, available, get
+from fusekit.run.plugin import op_plugins
 
 # What `fusekit optimize` and `fusekit.optimize` run when no passes are
 # named.  Kept in one place: other passes (pattern fusion) may join it.
@@ -148,7 +149,9 @@ class OptimizeResult:
 def selected_passes(passes: Sequence[str] | str | None, space_to_depth: str) -> list[str]:
     """The pass names to run: ``passes`` (a list or "a,b"), DEFAULT_PASSES
     when None; ``space_to_depth="on"`` adds that pass when not listed and
-    "off" removes it."""
+    "off" removes it.  Names that all start with ``+`` or ``-`` edit the
+    default set instead ("+kv_cache_in_place" appends a pass, "-layout"
+    drops one)."""
     if passes is None:
         names = list(DEFAULT_PASSES)
     elif isinstance(passes, str):
@@ -161,6 +164,9 @@ def selected_passes(passes: Sequence[str] | str | None, space_to_depth: str) -> 
             )
     else:
         names = list(passes)
+    edits = [n for n in names if n[:1] in "+-"]
+    if edits:
+        names = _edited_defaults(names, edits)
     if space_to_depth == "on" and "space_to_depth" not in names:
         names.append("space_to_depth")
     if space_to_depth == "off":
@@ -171,6 +177,31 @@ def selected_passes(passes: Sequence[str] | str | None, space_to_depth: str) -> 
         if name not in seen:
             seen.append(name)
     return seen
+
+
+def _edited_defaults(names: list[str], edits: list[str]) -> list[str]:
+    """DEFAULT_PASSES with "+name" appended and "-name" removed, in order."""
+    if len(edits) != len(names):
+        plain = [n for n in names if n[:1] not in "+-"]
+        raise PassError(
+            f"passes {names} mix names ({', '.join(plain)}) with edits of the default set "
+            f"({', '.join(edits)}): give either the whole list, or only +name / -name"
+        )
+    result = list(DEFAULT_PASSES)
+    for edit in edits:
+        name = edit[1:].strip()
+        get(name)  # an unknown name fails before any work
+        if edit[0] == "+":
+            if name not in result:
+                result.append(name)
+        elif name in result:
+            result.remove(name)
+        else:
+            raise PassError(
+                f"passes: -{name} removes a pass the default set does not hold "
+                f"(defaults: {', '.join(DEFAULT_PASSES)})"
+            )
+    return result
 
 
 def run_passes(
@@ -189,6 +220,7 @@ def run_passes(
     if max_iterations < 1:
         raise PassError(f"max_iterations must be at least 1, got {max_iterations}")
     view = ModelView(bytes(model) if not isinstance(model, bytes) else model, name)
+    view.plugins = op_plugins()
     start_counts = view.op_counts()
     lines = {n: PassLine(n) for n in names}
     iterations, converged, any_change = 0, False, False

@@ -49,4 +49,5 @@ def align_weights(model: bytes) -> bytes:
 
     m = flatbuffer_edit.read_verified_model(model)
     flatbuffer_edit.weights_to_blobs(m)
-    return flatbuffer_edit.pack_model(m, model, alignment=ALIGNMENT)
+    # The runtime's own copy: the weights' places only, no entry added.
+    return flatbuffer_edit.pack_model(m, model, alignment=ALIGNMENT, kernel_entry=False)

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from fusekit.model import model_check, model_ops
 from fusekit.run import abi_versions, compat, model_gate
 from fusekit.run.runtimes import resolve_runtime, runtime_module
 
@@ -40,6 +43,11 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
         uses (e.g. tflite-runtime 2.14 and FULLY_CONNECTED v12).
       FusekitError: a plugin path is empty or missing, or a plugin is
         unusable (ABI version, missing exports, broken registry).
+
+    The interpreter's ``allocate_tensors`` and ``invoke`` raise
+    InputShapeError (naming the input, its shape signature and the shape
+    given) where the runtime fails to prepare the model after an input's
+    static dim was resized to a size the model cannot take.
     """
     if (model_path is None) == (model_content is None):
         raise ValueError("pass exactly one of model_path or model_content")
@@ -60,7 +68,19 @@ def Interpreter(  # noqa: N802 - reads like the class it returns
         kwargs["model_path"] = str(model_path)
     if num_threads is not None:
         kwargs["num_threads"] = num_threads
-    return _explaining(module.Interpreter, name)(experimental_delegates=delegates, **kwargs)
+    interp = _explaining(module.Interpreter, name)(experimental_delegates=delegates, **kwargs)
+    # A resize rewrites the shape signature the runtime reports: keep the
+    # model's own to name a static dim a resize changed.
+    interp._fusekit_input_signatures = {
+        int(d["index"]): (d["name"], [int(n) for n in d.get("shape_signature", d["shape"])])
+        for d in interp.get_input_details()
+    }
+    if model_content is not None:
+        interp._fusekit_signature_shapes = model_ops.signature_input_shapes(model_content)
+    else:
+        with model_check.mapped_model(model_path) as mapped:
+            interp._fusekit_signature_shapes = model_ops.signature_input_shapes(mapped)
+    return interp
 
 
 _EXPLAINING: dict[type, type] = {}
@@ -85,6 +105,7 @@ def _explaining(interpreter_class: type, runtime: str) -> type:
         try:
             return interpreter_class.allocate_tensors(self)
         except RuntimeError as error:
+            _explain_static_resize(self, error)
             text = str(error)
             if "XNNPACK" not in text or "unresolved custom op" not in text:
                 raise
@@ -97,12 +118,34 @@ def _explaining(interpreter_class: type, runtime: str) -> type:
                 "another runtime (ai-edge-litert)."
             ) from error
 
+    def invoke(self: Any) -> Any:
+        try:
+            return interpreter_class.invoke(self)
+        except RuntimeError as error:
+            _explain_static_resize(self, error)
+            raise
+
+    def get_signature_runner(self: Any, signature_key: str | None = None) -> Any:
+        runner = interpreter_class.get_signature_runner(self, signature_key)
+        if signature_key is None:
+            signature_key = next(iter(self.get_signature_list()), None)
+        runner._fusekit_shapes = getattr(self, "_fusekit_signature_shapes", {}).get(
+            signature_key, {}
+        )
+        runner._fusekit_key = signature_key
+        runner.__class__ = _explaining_runner(type(runner))
+        return runner
+
     allocate_tensors.__doc__ = interpreter_class.allocate_tensors.__doc__
+    invoke.__doc__ = interpreter_class.invoke.__doc__
+    get_signature_runner.__doc__ = interpreter_class.get_signature_runner.__doc__
     explaining = type(
         interpreter_class.__name__,
         (interpreter_class,),
         {
             "allocate_tensors": allocate_tensors,
+            "invoke": invoke,
+            "get_signature_runner": get_signature_runner,
             "__module__": interpreter_class.__module__,
             "__qualname__": interpreter_class.__qualname__,
             "__doc__": interpreter_class.__doc__,
@@ -110,3 +153,84 @@ def _explaining(interpreter_class: type, runtime: str) -> type:
     )
     _EXPLAINING[interpreter_class] = explaining
     return explaining
+
+
+_EXPLAINING_RUNNERS: dict[type, type] = {}
+
+
+def _explaining_runner(runner_class: type) -> type:
+    """The runtime's SignatureRunner class with ``__call__`` naming an input
+    given a shape its model cannot take (the runner resizes every input to
+    the array it is given, and the runtime then fails in XNNPACK without a
+    name).  Same name and module as the runtime's class."""
+    explaining = _EXPLAINING_RUNNERS.get(runner_class)
+    if explaining is not None:
+        return explaining
+
+    def __call__(self: Any, **kwargs: Any) -> Any:  # noqa: N807 - the runner's own call
+        try:
+            return runner_class.__call__(self, **kwargs)
+        except RuntimeError as error:
+            changed = []
+            for name, value in kwargs.items():
+                signature = self._fusekit_shapes.get(name)
+                given = [int(n) for n in np.shape(value)]
+                if signature is not None and _contradicts(signature, given):
+                    changed.append(
+                        f"input {name!r} has shape signature {signature} and was given {given}"
+                    )
+            _raise_shape_error(changed, error, f"signature {self._fusekit_key!r}: ")
+            raise
+
+    __call__.__doc__ = runner_class.__call__.__doc__
+    explaining = type(
+        runner_class.__name__,
+        (runner_class,),
+        {
+            "__call__": __call__,
+            "__module__": runner_class.__module__,
+            "__qualname__": runner_class.__qualname__,
+            "__doc__": runner_class.__doc__,
+        },
+    )
+    _EXPLAINING_RUNNERS[runner_class] = explaining
+    return explaining
+
+
+def _contradicts(signature: list[int], given: list[int]) -> bool:
+    return len(given) != len(signature) or any(
+        s >= 0 and s != g for s, g in zip(signature, given, strict=False)
+    )
+
+
+def _raise_shape_error(changed: list[str], error: RuntimeError, prefix: str = "") -> None:
+    from fusekit.errors import InputShapeError
+
+    if changed:
+        raise InputShapeError(
+            f"{prefix}the model cannot run on the shapes given: "
+            + "; ".join(changed)
+            + " (only its -1 dims may change; the runtime said: "
+            + str(error).split("Node number")[0].strip()
+            + ")"
+        ) from error
+
+
+def _explain_static_resize(interp: Any, error: RuntimeError) -> None:
+    """Raises InputShapeError when ``error`` (the runtime's failure to
+    prepare or run the model) follows a resize of an input's static dims:
+    TFLite lets any dim be resized, and a model whose ops fix that dim then
+    fails deep in XNNPACK ("failed to reshape runtime") without naming the
+    input.  A resize the model does take (e.g. a batch dim it was exported
+    static with) never comes here, as it does not fail."""
+    signatures = getattr(interp, "_fusekit_input_signatures", {})
+    changed = []
+    for d in interp.get_input_details():
+        name, signature = signatures.get(int(d["index"]), (d["name"], None))
+        given = [int(n) for n in d["shape"]]
+        if signature is not None and _contradicts(signature, given):
+            changed.append(
+                f"input {name!r} (index {d['index']}) has shape signature {signature} "
+                f"and was given {given}"
+            )
+    _raise_shape_error(changed, error)

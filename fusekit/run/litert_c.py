@@ -66,21 +66,13 @@ _PROTOTYPES = {
     "LiteRtDestroyCompiledModel": (None, [_p]),
     "LiteRtRunCompiledModel": (_status, [_p, _size, _size, _pp, _size, _pp]),
     "LiteRtCompiledModelResizeInputTensor": (
-        _status,
-        [_p, _size, _size, ctypes.POINTER(ctypes.c_int), _size],
-    ),
+        _status, [_p, _size, _size, ctypes.POINTER(ctypes.c_int), _size]),
     "LiteRtCompiledModelResizeInputTensorNonStrict": (
-        _status,
-        [_p, _size, _size, ctypes.POINTER(ctypes.c_int), _size],
-    ),
+        _status, [_p, _size, _size, ctypes.POINTER(ctypes.c_int), _size]),
     "LiteRtGetCompiledModelInputTensorLayout": (
-        _status,
-        [_p, _size, _size, ctypes.POINTER(Layout)],
-    ),
+        _status, [_p, _size, _size, ctypes.POINTER(Layout)]),
     "LiteRtGetCompiledModelOutputTensorLayouts": (
-        _status,
-        [_p, _size, _size, ctypes.POINTER(Layout), ctypes.c_bool],
-    ),
+        _status, [_p, _size, _size, ctypes.POINTER(Layout), ctypes.c_bool]),
     "LiteRtCreateManagedTensorBuffer": (
         _status,
         [_p, ctypes.c_int, ctypes.POINTER(RankedTensorType), _size, _pp],
@@ -152,8 +144,12 @@ def model_problem(plugin: ctypes.CDLL, model: bytes) -> str | None:
 
 def bind_plugin(plugin: ctypes.CDLL) -> None:
     """Declares the LiteRT entry points of a fusekit plugin library."""
-    plugin.fusekit_litert_add_kernels.restype = ctypes.c_void_p
-    plugin.fusekit_litert_add_kernels.argtypes = [_p, _p, ctypes.c_int]
+    plugin.fusekit_litert_add_model_kernels.restype = ctypes.c_void_p
+    plugin.fusekit_litert_add_model_kernels.argtypes = [_p, _p, _size, ctypes.c_int]
+    plugin.fusekit_litert_model_data.restype = ctypes.c_void_p
+    plugin.fusekit_litert_model_data.argtypes = [_p]
+    plugin.fusekit_litert_model_size.restype = ctypes.c_size_t
+    plugin.fusekit_litert_model_size.argtypes = [_p]
     plugin.fusekit_litert_last_error.restype = ctypes.c_char_p
     plugin.fusekit_litert_last_error.argtypes = [_p]
     plugin.fusekit_litert_clear_error.restype = None

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fusekit.errors import MissingKernelError
-from fusekit.model import model_check, model_ops
+from fusekit.model import kernel_metadata, model_check, model_ops
 from fusekit.run import op_spec, plugin
 
 
@@ -41,13 +41,21 @@ def checked_libraries(
     }
     if model_content is not None:
         model_check.verify_model(model_content, custom_optional_inputs=optional)
-        ops = model_ops.list_verified_ops(model_content)
+        _check_kernels(model_content, provided)
     else:
         with model_check.mapped_model(model_path) as mapped:
             model_check.verify_model(mapped, str(model_path), optional)
-            ops = model_ops.list_verified_ops(mapped)
+            _check_kernels(mapped, provided)
+    return libraries
+
+
+def _check_kernels(model: model_check.ModelBuffer, provided: dict[str, str]) -> None:
+    """MissingKernelError for custom ops no loaded library provides, saying
+    where the model's kernel metadata says they come from."""
+    ops = model_ops.list_verified_ops(model)
     custom = sorted({op.custom_code for op in ops if op.custom_code is not None})
     missing = [op for op in custom if op not in provided]
     if missing:
-        raise MissingKernelError(missing, sorted(provided))
-    return libraries
+        metadata = kernel_metadata.read(model)
+        says = metadata.advice(missing) if metadata is not None else ""
+        raise MissingKernelError(missing, sorted(provided), says)

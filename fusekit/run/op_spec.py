@@ -42,13 +42,17 @@ class VectorOf:
 @dataclass(frozen=True)
 class OperandSpec:
     """An input or output: its name, whether it may be absent (tensor index
-    -1) and the rules on its shape (ranks -1: no bound)."""
+    -1) and the rules on its shape (ranks -1: no bound).  ``absent_value``:
+    what an absent optional input means, as the value of every element of a
+    tensor written in its place (a norm's gamma: 1); None when the kernel
+    declares none."""
 
     name: str
     optional: bool = False
     min_rank: int = -1
     max_rank: int = -1
     vector_of: VectorOf | None = None
+    absent_value: float | None = None
 
     def rank_ok(self, rank: int) -> bool:
         return not (
@@ -285,6 +289,38 @@ class OpSpec:
                 out.append(i)
         return tuple(out)
 
+    def filled_absent(self, present: Mapping[str, bool]) -> dict[str, float]:
+        """The absent optional inputs (``present`` marks them False) that a
+        present input follows, each with the value its tensor is written
+        with (its ``absent_value``).
+
+        This is the one rule for absent inputs in every model fusekit
+        writes: trailing absent inputs are left off the op's input list; an
+        absent input before a present one cannot be, and tensor index -1
+        there is what LiteRT's CompiledModel cannot run (it crashes on any
+        custom-op input -1), so it is written as a tensor that means the
+        same as its absence.
+
+        Raises:
+          OpSpecError: such an input has no declared absent value, or a
+            required input is marked absent.
+        """
+        absent = set(self.absent_positions(present))
+        last_present = max((i for i in range(len(self.inputs)) if i not in absent), default=-1)
+        filled = {}
+        for i in sorted(absent):
+            if i > last_present:
+                continue
+            operand = self.inputs[i]
+            if operand.absent_value is None:
+                raise OpSpecError(
+                    f"{self.name}: input {operand.name!r} is absent before a present input, and "
+                    "its kernel declares no value that stands for it (LiteRT's CompiledModel "
+                    "cannot run a custom op listing input -1)"
+                )
+            filled[operand.name] = operand.absent_value
+        return filled
+
     def check_shapes(self, shapes: Mapping[str, Sequence[int | None] | None]) -> None:
         """Checks the declared rank and vector rules on the static shapes
         given (by input name; None: unknown rank; a None dim: unknown).
@@ -392,6 +428,7 @@ def _operand(data: Mapping[str, Any]) -> OperandSpec:
         int(data.get("min_rank", -1)),
         int(data.get("max_rank", -1)),
         VectorOf(vector["input"], int(vector["dim"])) if vector else None,
+        None if data.get("absent_value") is None else float(data["absent_value"]),
     )
 
 

@@ -262,3 +262,18 @@ def simd_target(path: PathLike | None = None) -> str:
     once per process; ``baseline`` is ``neon`` on aarch64)."""
     raw = open_plugin(path).fusekit_simd_target()
     return raw.decode("utf-8", "replace") if raw is not None else "unknown"
+
+
+def op_plugins() -> dict[str, str]:
+    """Op -> plugin name (``build_plugin``'s name: ``libNAME.so``) for the
+    kernels of the users' plugins registered in this process, as a model's
+    kernel metadata records them; {} when the plugins clash (that error
+    belongs to loading them)."""
+    try:
+        providers = kernel_providers(registered_plugins())
+    except FusekitError:
+        return {}
+    own = resolve_plugin(None)
+    return {
+        op: Path(lib).stem.removeprefix("lib") for op, lib in providers.items() if lib != own
+    }

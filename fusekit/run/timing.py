@@ -6,15 +6,24 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 
 @dataclass
 class Timing:
+    """One candidate's samples: wall time and the process's CPU time (all
+    its threads: with several interpreter threads, CPU time exceeds wall
+    time), in microseconds per call."""
+
     name: str
     samples_us: list[float]
+    cpu_samples_us: list[float] = field(default_factory=list)
+
+    @property
+    def cpu_median_us(self) -> float:
+        return statistics.median(self.cpu_samples_us)
 
     @property
     def median_us(self) -> float:
@@ -52,10 +61,13 @@ def compare(
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in candidates}
+    cpu: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, fn in candidates.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             for _ in range(calls_per_round):
                 fn()
-            samples[name].append((time.perf_counter() - start) / calls_per_round * 1e6)
-    return {name: Timing(name, s) for name, s in samples.items()}
+            end_cpu, end = time.process_time(), time.perf_counter()
+            samples[name].append((end - start) / calls_per_round * 1e6)
+            cpu[name].append((end_cpu - start_cpu) / calls_per_round * 1e6)
+    return {name: Timing(name, samples[name], cpu[name]) for name in candidates}

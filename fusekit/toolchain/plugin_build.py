@@ -25,9 +25,11 @@ from typing import Any
 
 from fusekit._compiled import built_path
 from fusekit._version import __version__
-from fusekit.errors import PluginBuildError  # noqa: F401  (also importable from here)
+from fusekit.errors import FusekitError, PluginBuildError  # noqa: F401  (also importable from here)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The file name endings build_plugin compiles (as C++).
+CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".c++", ".C")
 
 
 @functools.cache
@@ -220,6 +222,14 @@ def build_plugin(
     for p in paths:
         if not p.is_file():
             raise PluginBuildError(f"source {p} does not exist")
+        if p.suffix not in CXX_SUFFIXES:
+            raise PluginBuildError(
+                f"source {p} is not a C++ source file (its name ends in {p.suffix or 'nothing'!r}; "
+                f"a plugin is built from {', '.join(CXX_SUFFIXES)} files written against "
+                "fusekit/kernel_sdk.h, headers are found through #include). The model that "
+                "needs the kernels is given to fusekit.Interpreter(..., plugins=[plugin]), "
+                "not to the build"
+            )
     arch = _resolve_target(target)
     native = arch == host_target()
     cxx = _compiler(arch)
@@ -243,6 +253,7 @@ def build_plugin(
                 print(f"fusekit build: {library} is up to date", file=sys.stderr)
             if native:
                 _remember(str(library))
+                _warn_if_empty(name, str(library))
             return str(library)
     tmp = base.with_name(base.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -281,7 +292,27 @@ def build_plugin(
     library = folder / library_name
     if native:
         _remember(str(library))
+        _warn_if_empty(name, str(library))
     return str(library)
+
+
+def _warn_if_empty(name: str, library: str) -> None:
+    """A plugin whose sources register no kernel builds fine and is useless
+    (a missing FUSEKIT_REGISTER_KERNEL, or the wrong file given)."""
+    import warnings
+
+    from fusekit.run.plugin import kernel_names
+
+    try:
+        names = kernel_names(library)
+    except FusekitError:
+        return  # loading it says what is wrong, where it is used
+    if not names:
+        warnings.warn(
+            f"plugin {name} ({library}) registers no kernel: its sources hold no "
+            "FUSEKIT_REGISTER_KERNEL (see docs/custom_op.md), so no model op can use it",
+            stacklevel=3,
+        )
 
 
 def _read_depfile(path: Path) -> set[str]:

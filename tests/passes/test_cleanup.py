@@ -60,7 +60,9 @@ def test_dead_operators_tensors_and_buffers_are_removed():
     view = ModelView(result.model)
     assert view.op_counts() == {"RELU": 1}
     assert len(view.m.subgraphs[0].tensors) == 2
-    assert len(view.m.buffers) == 1  # the empty sentinel only
+    # The empty sentinel and the fusekit_kernels metadata entry's buffer.
+    assert len(view.m.buffers) == 2
+    assert [m.name for m in view.m.metadata] == [b"fusekit_kernels"]
     assert len(result.model) < len(model) - 4000
     assert_same(model, result.model)
 

@@ -133,3 +133,21 @@ def test_control_flow_bodies_are_left_untouched():
     assert "left untouched: subgraph(s)" in result.report.to_text()
     inputs = random_inputs(model)
     np.testing.assert_allclose(run(result.model, inputs)[0], run(model, inputs)[0], atol=1e-6)
+
+
+def test_plus_and_minus_edit_the_default_passes():
+    from fusekit.passes.pipeline import selected_passes
+
+    defaults = list(fusekit.passes.DEFAULT_PASSES)
+    assert selected_passes("+kv_cache_in_place", "auto") == [*defaults, "kv_cache_in_place"]
+    assert selected_passes(["-layout", "+kv_cache_in_place"], "auto") == [
+        *(n for n in defaults if n != "layout"),
+        "kv_cache_in_place",
+    ]
+    assert selected_passes("+fuse", "auto") == defaults  # already there
+    with pytest.raises(PassError, match="mix names"):
+        selected_passes("layout,+kv_cache_in_place", "auto")
+    with pytest.raises(PassError, match="removes a pass the default set does not hold"):
+        selected_passes("-kv_cache_in_place", "auto")
+    with pytest.raises(PassError, match="nope"):
+        selected_passes("+nope", "auto")

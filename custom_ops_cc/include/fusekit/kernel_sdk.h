@@ -582,6 +582,12 @@ struct OperandSpec {
   // `length_of` (a norm's gamma: OperandSpec("gamma").VectorOf("x", -1)).
   std::string length_of;
   int length_dim = -1;
+  // An optional input's meaning when absent, as a value every element of a
+  // written tensor would have (a norm's gamma: 1).  Writers put such a
+  // tensor where an absent input precedes a present one (LiteRT's
+  // CompiledModel cannot run a custom op listing input -1).
+  bool has_absent_value = false;
+  double absent_value = 0;
 
   OperandSpec(const char* n) : name(n) {}  // NOLINT: names convert
   OperandSpec(std::string n) : name(std::move(n)) {}  // NOLINT
@@ -596,6 +602,12 @@ struct OperandSpec {
     OperandSpec o = *this;
     o.length_of = input;
     o.length_dim = dim;
+    return o;
+  }
+  OperandSpec AbsentIs(double value) const {
+    OperandSpec o = *this;
+    o.has_absent_value = true;
+    o.absent_value = value;
     return o;
   }
 };

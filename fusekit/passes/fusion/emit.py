@@ -19,6 +19,7 @@ from fusekit.errors import PassError
 from fusekit.model.flatbuffer_edit import set_custom_options
 from fusekit.model.graph import OP, Graph
 from fusekit.model.tflite_schema import TENSOR_TYPES
+from fusekit.passes.fusion.shared_rules import fill_absent
 from fusekit.run.op_spec import op_spec, python_attr_type
 
 AttrValue = bool | float | int | str | None
@@ -79,6 +80,7 @@ def replace_with_custom(
     inputs = list(inputs)
     while inputs and inputs[-1] < 0:  # trailing absent inputs are left off
         inputs.pop()
+    inputs = fill_absent(graph, name, inputs, graph.name(output))
     check_emitted(graph, name, inputs, output, attrs)
     options = custom_options(name, attrs)
     for op in matched:

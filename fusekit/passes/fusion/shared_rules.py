@@ -2,17 +2,21 @@
 (``RSQRT(stat + eps)`` or ``SQRT``), and, read from the op spec (the
 kernel's own declaration, fusekit/run/op_spec.py), whether an epsilon is
 one the kernel takes, whether a rank is one it reads, and how an absent
-optional input is written.  The matchers, emitters and notes ask here
-instead of repeating them."""
+optional input is written (``fill_absent``: the value the spec declares
+for an absent input before a present one).  The matchers, emitters and
+notes ask here instead of repeating them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from fusekit.errors import PassError
 from fusekit.model.graph import OP, Graph
+from fusekit.model.tflite_schema import TENSOR_TYPES
 from fusekit.passes.fusion.values import no_activation
 from fusekit.run.op_spec import op_spec
 
@@ -63,22 +67,41 @@ def operand_list(
     graph: Graph, op: str, given: dict[str, int | None], ones: Callable[[str], int]
 ) -> list[int]:
     """The inputs of a fused ``op`` in the spec's order from ``given`` (by
-    input name; None: the model has none).  An absent optional input at the
-    end is left off; one before a present input is filled with ones from
-    ``ones(name)`` (a neutral scale: y * 1 is exact), because CompiledModel
-    reads a -1 in the middle of a node's inputs as a tensor.  A required
-    input the model lacks is filled the same way (the RMS kernel always
-    reads its gamma)."""
-    inputs = list(op_spec(op).inputs)
-    names = [o.name for o in inputs]
-    last = max((i for i, n in enumerate(names) if given.get(n) is not None), default=-1)
+    input name; None: the model has none): an absent optional input is -1
+    (``fill_absent`` writes the ones before a present input; trailing ones
+    are left off), a required one the model lacks is ``ones(name)`` (the
+    RMS kernel always reads a gamma: y * 1 is exact)."""
     out = []
-    for i, operand in enumerate(inputs):
+    for operand in op_spec(op).inputs:
         tensor = given.get(operand.name)
         if tensor is not None:
             out.append(tensor)
-        elif i < last or not operand.optional:
-            out.append(ones(operand.name))
         else:
-            break
+            out.append(-1 if operand.optional else ones(operand.name))
+    return out
+
+
+def fill_absent(graph: Graph, name: str, inputs: Sequence[int], label: str) -> list[int]:
+    """``inputs`` with each absent input (-1) that a present one follows
+    written as a constant of the value the op's spec declares for it
+    (``OpSpec.filled_absent``, the one rule for every model fusekit writes:
+    LiteRT's CompiledModel cannot run a custom op listing input -1)."""
+    spec = op_spec(name)
+    names = [o.name for o in spec.inputs]
+    out = list(inputs)
+    present = {n: t >= 0 for n, t in zip(names, out, strict=False)}
+    for operand, value in spec.filled_absent(present).items():
+        i = names.index(operand)
+        vector = spec.inputs[i].vector_of
+        length = -1
+        if vector is not None:
+            source = out[names.index(vector.input)]
+            length = graph.signature(source)[vector.dim]
+        if length < 0:
+            raise PassError(
+                f"{name}: input {operand!r} is absent before a present one and its length is "
+                "unknown, so it cannot be written as a tensor"
+            )
+        dtype = np.dtype(TENSOR_TYPES[graph.tensor(source).type].lower())
+        out[i] = graph.add_constant(np.full(length, value, dtype), f"{label}/{operand}")
     return out

@@ -1,0 +1,296 @@
+"""The contract every model fusekit writes keeps: it opens and runs on the
+three Interpreters (ai-edge-litert, tf.lite, tflite-runtime) and on
+fusekit.CompiledModel with the outputs of the plain model (within 1e-5),
+every signature in every order, twice; a resize runs right or is refused.
+
+The fast tier walks the models whose failures this contract was written
+for: a BART encoder-decoder (nodes of one op at different shapes), a
+prefill + decode generative model (two signatures), a Keras
+LayerNormalization with beta but no gamma, a dynamic-batch Keras model.
+The slow tier walks every committed litert-torch fixture.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtimes import Job, run_jobs
+
+import fusekit
+from fusekit import ResizeRefusedError
+
+DATA = Path(__file__).resolve().parent / "data"
+TORCH = json.loads((DATA / "torch" / "manifest.json").read_text())["fixtures"]
+TOLERANCE = 1e-5
+
+
+def _feeds(npz: Path, signature: str | None) -> dict[str, np.ndarray]:
+    with np.load(npz) as data:
+        if signature is None:  # the encoder-decoder fixture: args_*
+            return {k: data[k] for k in data.files if k.startswith("args_")}
+        prefix = f"{signature}/in/"
+        return {k[len(prefix) :]: data[k] for k in data.files if k.startswith(prefix)}
+
+
+def _torch_case(name: str) -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
+    (entry,) = [f for f in TORCH if f["name"] == name]
+    plain = (DATA / "torch" / entry["model"]).read_bytes()
+    feeds = {
+        s["name"]: _feeds(DATA / "torch" / entry["data"], s["name"]) for s in entry["signatures"]
+    }
+    return plain, feeds
+
+
+def _bart() -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
+    plain = (DATA / "encdec" / "hf_bart.tflite").read_bytes()
+    return plain, {"serving_default": _feeds(DATA / "encdec" / "hf_bart.npz", None)}
+
+
+def _keras(
+    layer, shape, int8_weights: bool = False
+) -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
+    import keras
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    inp = keras.Input(shape)
+    h = keras.layers.Dense(16)(inp)
+    h = layer(h)
+    model = keras.Model(inp, keras.layers.Dense(4)(h))
+    # Off Keras' initial gamma 1 / beta 0, which would hide a swapped operand.
+    model.set_weights(
+        [rng.uniform(-0.5, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if int8_weights:  # the converter's dynamic-range quantization
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    plain = converter.convert()
+    x = rng.standard_normal((1, *shape)).astype(np.float32)
+    runner = fusekit.Interpreter(model_content=plain).get_signature_runner()
+    (name,) = runner.get_input_details()
+    return plain, {"serving_default": {name: x}}
+
+
+def _keras_beta_only():
+    import keras
+
+    return _keras(keras.layers.LayerNormalization(scale=False, center=True), (8, 16))
+
+
+def _keras_3d():
+    import keras
+
+    return _keras(keras.layers.LayerNormalization(), (8, 16))
+
+
+def _keras_3d_int8_weights():
+    import keras
+
+    return _keras(keras.layers.LayerNormalization(), (8, 16), int8_weights=True)
+
+
+def _keras_dynamic_batch():
+    import keras
+
+    return _keras(keras.layers.LayerNormalization(), (16,))
+
+
+CASES = {
+    "hf_bart": _bart,
+    "gen_decoder": lambda: _torch_case("gen_decoder"),
+    "keras_beta_only": _keras_beta_only,
+    "keras_dynamic_batch": _keras_dynamic_batch,
+    "keras_3d": _keras_3d,
+    "keras_3d_int8_weights": _keras_3d_int8_weights,
+}
+CASES.update(
+    {f["name"]: (lambda n=f["name"]: _torch_case(n)) for f in TORCH if f["name"] not in CASES}
+)
+FAST = ("hf_bart", "gen_decoder", "keras_beta_only", "keras_dynamic_batch", "keras_3d")
+
+_CACHE: dict[str, tuple[bytes, bytes, dict]] = {}
+
+
+def case(name: str) -> tuple[bytes, bytes, dict[str, dict[str, np.ndarray]]]:
+    """(plain model, fused model, feeds by signature)."""
+    if name not in _CACHE:
+        plain, feeds = CASES[name]()
+        _CACHE[name] = (plain, fusekit.optimize(plain).model, feeds)
+    return _CACHE[name]
+
+
+def reference(plain: bytes, feeds) -> dict[str, dict[str, np.ndarray]]:
+    """The plain model's outputs on ai-edge-litert, by signature."""
+    it = fusekit.Interpreter(model_content=plain, runtime="litert")
+    return {key: it.get_signature_runner(key)(**inputs) for key, inputs in feeds.items()}
+
+
+def assert_close(got: dict, want: dict, what: str) -> None:
+    assert sorted(got) == sorted(want), what
+    for name in want:
+        diff = float(np.max(np.abs(np.asarray(got[name], np.float64) - want[name])))
+        assert diff <= TOLERANCE, f"{what}: output {name!r} differs by {diff:g}"
+
+
+def compiled_run(cm: fusekit.CompiledModel, key: str, inputs) -> dict[str, np.ndarray]:
+    index = cm.get_signature_index(key)
+    names = cm.get_signature_by_index(index)["outputs"]
+    return dict(zip(names, cm.run(inputs, index), strict=True))
+
+
+def _cases(fast: bool) -> list:
+    return [pytest.param(n, id=n) for n in CASES if (n in FAST) == fast]
+
+
+def check_compiled_model(name: str) -> None:
+    plain, fused, feeds = case(name)
+    want = reference(plain, feeds)
+    with fusekit.CompiledModel.from_buffer(fused) as cm:
+        for order in itertools.permutations(feeds):
+            for key in [k for k in order for _ in range(2)]:  # each twice in a row
+                assert_close(
+                    compiled_run(cm, key, feeds[key]),
+                    want[key],
+                    f"{name} {key} on CompiledModel, order {order}",
+                )
+
+
+def check_interpreters(name: str, runtime: str) -> None:
+    plain, fused, feeds = case(name)
+    want = reference(plain, feeds)
+    jobs = [Job(fused, [inputs, inputs], signature=key) for key, inputs in feeds.items()]
+    for (key, _), outcome in zip(feeds.items(), run_jobs(runtime, jobs), strict=True):
+        if outcome.error is not None and outcome.error.startswith("RuntimeTooOldError"):
+            # Refused before the runtime reads it, naming the op version
+            # (tflite-runtime 2.14 and BERT's GATHER_ND v5): not a wrong run.
+            assert runtime == "tflite_runtime", outcome.error
+            continue
+        for run in outcome.ok():
+            assert_close(run, want[key], f"{name} {key} on {runtime}")
+
+
+@pytest.mark.parametrize("name", _cases(True))
+def test_compiled_model_every_signature_every_order(name):
+    check_compiled_model(name)
+
+
+@pytest.mark.parametrize("name", _cases(False))
+def test_compiled_model_every_fixture(name):
+    check_compiled_model(name)
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tf", "tflite_runtime"])
+@pytest.mark.parametrize("name", _cases(True))
+def test_interpreters_every_signature(name, runtime):
+    check_interpreters(name, runtime)
+
+
+@pytest.mark.parametrize("runtime", ["litert", "tf", "tflite_runtime"])
+@pytest.mark.parametrize("name", _cases(False))
+def test_interpreters_every_fixture(name, runtime):
+    check_interpreters(name, runtime)
+
+
+def test_bart_nodes_of_one_op_at_two_shapes_stay_apart():
+    """Encoder and decoder layer norms are one op at two sequence lengths:
+    through CompiledModel they gave outputs off by 0.48 when LiteRT's
+    kernel calls were matched to nodes by creation order."""
+    plain, fused, feeds = case("hf_bart")
+    ops = [op.custom_code for op in fusekit.model.model_ops.list_ops(fused) if op.custom_code]
+    assert ops.count("fusekit_layer_norm") > 10, ops
+    want = reference(fused, feeds)["serving_default"]
+    with fusekit.CompiledModel.from_buffer(fused) as cm:
+        got = compiled_run(cm, "serving_default", feeds["serving_default"])
+    assert_close(got, want, "hf_bart")
+
+
+def test_a_beta_without_gamma_runs_on_compiled_model():
+    """Keras LayerNormalization(scale=False, center=True): the fused op
+    carries gamma as ones (the kernel's declared absent value), never -1,
+    which LiteRT's CompiledModel cannot run."""
+    plain, fused, feeds = case("keras_beta_only")
+    view = fusekit.passes.ModelView(fused)
+    (op,) = [
+        op
+        for graph in view.graphs()
+        for op in graph.ops
+        if view.op_name(op) == "CUSTOM:fusekit_layer_norm"
+    ]
+    assert -1 not in [int(t) for t in op.inputs] and len(op.inputs) == 3
+    check_compiled_model("keras_beta_only")
+
+
+def test_resize_runs_right_or_is_refused():
+    """A dynamic-batch model resized through CompiledModel equals the
+    Interpreter at the new batch; one whose shapes are computed while it
+    runs (a Keras Dense on 3-D inputs: SHAPE -> RESHAPE) is refused, and
+    the model keeps running at its old shape."""
+    plain, fused, _ = case("keras_dynamic_batch")
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+    runner = fusekit.Interpreter(model_content=plain).get_signature_runner()
+    (name,) = runner.get_input_details()
+    want = runner(**{name: x})
+    with fusekit.CompiledModel.from_buffer(fused) as cm:
+        for batch in (3, 1, 3):
+            cm.resize_input_tensor(0, [batch, 16])
+            got = compiled_run(cm, "serving_default", [x[:batch]])
+            assert_close(got, {k: v[:batch] for k, v in want.items()}, f"batch {batch}")
+    _, fused3, feeds = case("keras_3d")
+    with fusekit.CompiledModel.from_buffer(fused3) as cm:
+        with pytest.raises(ResizeRefusedError, match="gets its shape only while the model runs"):
+            cm.resize_input_tensor(0, [3, 8, 16])
+        (inputs,) = feeds.values()
+        assert compiled_run(cm, "serving_default", inputs)
+
+
+def test_kernels_registered_by_op_name_refuse_a_second_node():
+    """fusekit_litert_add_kernels registers one kernel per op name without
+    reading the model: LiteRT then shares it among every node of the op and
+    never says which node a call is for.  A second node of an op is refused
+    when LiteRT creates it (named in fusekit_litert_last_error), never run
+    on a guess."""
+    import ctypes
+
+    from fusekit.run import aligned_model, litert_c, plugin
+    from fusekit.run.litert_buffers import environment
+
+    _, fused, _ = case("hf_bart")
+    data = np.frombuffer(aligned_model.align_weights(fused), np.uint8)
+    raw = np.empty(data.size + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    aligned = raw[start : start + data.size]
+    aligned[:] = data
+    lib = litert_c.lib()
+    ours = plugin.open_plugin(fusekit.library_path())
+    litert_c.bind_plugin(ours)
+    ours.fusekit_litert_add_kernels.restype = ctypes.c_void_p
+    ours.fusekit_litert_add_kernels.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    model, options, compiled = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    litert_c.check(
+        lib.LiteRtCreateModelFromBuffer(
+            environment(), aligned.ctypes.data, aligned.size, ctypes.byref(model)
+        ),
+        "model",
+    )
+    litert_c.check(lib.LiteRtCreateOptions(ctypes.byref(options)), "options")
+    litert_c.check(
+        lib.LiteRtSetOptionsHardwareAccelerators(options, litert_c.HW_ACCELERATOR_CPU), "cpu"
+    )
+    handle = ours.fusekit_litert_add_kernels(options, None, 1)
+    assert handle
+    lib.LiteRtCreateCompiledModel(environment(), model, options, ctypes.byref(compiled))
+    try:
+        error = (ours.fusekit_litert_last_error(handle) or b"").decode()
+        assert "fusekit_layer_norm: refused to" in error, error
+        assert "several nodes on one kernel entry" in error, error
+        assert "fusekit_litert_add_model_kernels" in error, error
+    finally:
+        if compiled.value:
+            lib.LiteRtDestroyCompiledModel(compiled)
+        lib.LiteRtDestroyModel(model)
+        lib.LiteRtDestroyOptions(options)
+        ours.fusekit_litert_release(handle)
