@@ -269,7 +269,8 @@ def test_int8_near_miss_has_the_float_reason():
     line = result.report.line("fuse_quantized")
     assert not line.changes
     assert any(
-        n.startswith("(quantized region) layer norm at") and "normalizes axis 1 of a [2, 8, 16] tensor" in n
+        n.startswith("(quantized region) layer norm at")
+        and "normalizes axis 1 of a [2, 8, 16] tensor" in n
         for n in line.notes
     ), line.notes
     fuse_notes = result.report.line("fuse").notes
