@@ -12,6 +12,7 @@ from fusekit.passes.fusion import key_mask
 from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, match_attention
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.pattern import Fusion, NearMiss
+from fusekit.passes.fusion.softmax_forms import ANCHORS as SOFTMAX_ANCHORS
 from fusekit.passes.fusion.units.norm import finish
 from fusekit.passes.fusion.units.rotary import reshaped as _reshaped
 from fusekit.passes.fusion.values import FLOAT32
@@ -85,6 +86,8 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
     a mask proven to be a key-only row broadcast over the queries is given
     to the op as that row (fusion/key_mask.py)."""
     where = graph.name(match.output)
+    if match.prepare is not None:
+        match.prepare(graph)
     if rows is not None:
         if match.mask_row is not None:
             match.mask = key_mask.emit(graph, match.mask_row, rows)
@@ -137,13 +140,18 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
         mask_kind += " as one key row for every query"
     attrs = AttentionFusion.attrs(match)
     output = match.output
-    if match.output_perm is not None:
+    if match.finish_output is not None:
+        shape = match.result_shape
+        output = graph.like(match.output, shape, "/attention", signature=shape)
+    elif match.output_perm is not None:
         shape = match.result_shape or _permuted(graph.signature(match.output))
         output = graph.like(
             match.output, [max(d, 1) for d in shape], "/heads_last", signature=shape
         )
     replace_with_custom(graph, "fusekit_attention", inputs, output, attrs, match.ops)
-    if match.output_perm is not None:
+    if match.finish_output is not None:
+        match.finish_output(graph, output)
+    elif match.output_perm is not None:
         _heads_first(graph, output, match.output)
     peeled = match.peeled
     if peeled is not None and not graph.consumers(int(peeled.outputs[0])):
@@ -163,14 +171,16 @@ class AttentionFusion(Fusion[AttentionMatch]):
     kind = "attention"
     op = "fusekit_attention"
     pass_name = "fuse_attention"
-    anchors = frozenset([OP.SOFTMAX])
+    anchors = SOFTMAX_ANCHORS
 
     @staticmethod
     def attrs(match: AttentionMatch) -> dict[str, bool | float]:
         """The op's attrs: causal, the scale and a softcap when there is one."""
-        attrs: dict[str, bool | float] = {"causal": match.causal, "scale": match.scale}
+        attrs: dict[str, bool | float | str] = {"causal": match.causal, "scale": match.scale}
         if match.softcap is not None:
             attrs["softcap"] = match.softcap
+        # The operands' layouts the kernel reads in place (bshd: its default).
+        attrs.update({k: v for k, v in match.layouts.items() if v != "bshd"})
         return attrs
 
     def __init__(self) -> None:
