@@ -672,10 +672,9 @@ FIXTURES: list[Fixture] = [
         "diffusers_vae_decoder",
         "diffusers AutoencoderKL decoder: channels 32/32, GroupNorm(32, 32) (one channel per "
         "group) in resnets read beside the residual and in the mid-block attention "
-        "([B, C, H*W] view), latent [1, 4, 8, 8]",
+        "([B, C, H*W] view), its single-head attention, latent [1, 4, 8, 8]",
         _vae_decoder,
         {"group_norm": 14, "attention": 1},
-        unfused={"attention": 1},
     ),
     Fixture(
         "hf_bart",
