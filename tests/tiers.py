@@ -112,6 +112,8 @@ MARKED: dict[str, str] = {
     "tests/test_generation.py": "slow",  # 34
     "tests/passes/test_decode_step.py": "slow",
     "tests/passes/test_fuse_composites.py": "slow",
+    # bench-generate measuring the memory bandwidth (a ring of about 1 GB).
+    "tests/test_generation_bench.py::test_the_floor_with_the_measured_bandwidth": "slow",  # 10
     # The mutation fuzz run (its builder check stays in the fast tier).
     "tests/fuzz/test_fuzz.py::test_fuzz": "fuzz",
     "tests/fuzz/test_fuzz.py::test_regressions_replay": "fuzz",
