@@ -3,9 +3,8 @@ made by scripts/torch_zoo.py): per kind, the instances the PyTorch module
 holds (the manifest's counts, per signature), how many came out as a fused
 op, how many got a note, and the rest: silent misses.  Shared by
 tests/passes/test_zoo.py and benchmarks/bench_zoo.py;
-``PYTHONPATH=. python tests/passes/zoo.py`` (from the repository root) prints
-test_zoo.py's tables for the current
-code."""
+``PYTHONPATH=. python tests/passes/zoo.py`` (from the repository root)
+prints test_zoo.py's tables for the current code."""
 
 from __future__ import annotations
 
