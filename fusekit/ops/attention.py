@@ -9,9 +9,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from fusekit.author.attention_attrs import attention_attrs
 from fusekit.author.composite import Composite, composite
 from fusekit.ops._affine import composite_attrs
+from fusekit.run.attention_attrs import attention_attrs
 from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_attention"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fusekit.author.attention_attrs import attention_attrs
+from fusekit.run.attention_attrs import attention_attrs
 from fusekit.run.op_spec import op_spec
 from fusekit.torch.authoring import emit
 from fusekit.torch.ops._shapes import dims as _dims
