@@ -143,3 +143,38 @@ def test_greedy_tokens_equal_plain_litert(in_place: dict[str, bytes], form: str)
         _, float_logits = _run(_plain("float"), [1, *tokens[:-1]], plain=True)
         quantization = np.abs(plain_logits - float_logits).max()
         assert 0 < quantization and error <= quantization, (error, quantization)
+
+
+@pytest.mark.parametrize("filled", [1, 700, 1100])
+def test_attention_kernel_stops_at_the_last_kept_key(filled: int) -> None:
+    """fusekit_attention alone, export_hf's layouts (K bhsd, V bhds), a long
+    cache split in several pieces: keys past the mask's last kept one hold
+    NaN and are never read; the result is the attention over the kept ones."""
+    from flatbuffers import flexbuffers
+    from genai_models import F32, one_op_model
+
+    heads, kv_heads, depth, keys = 9, 3, 64, 3000
+    rng = np.random.default_rng(filled)
+    q = rng.standard_normal((1, 1, heads, depth)).astype(np.float32)
+    k = rng.standard_normal((1, kv_heads, keys, depth)).astype(np.float32)
+    v = rng.standard_normal((1, kv_heads, depth, keys)).astype(np.float32)
+    k[:, :, filled:] = np.nan
+    v[..., filled:] = np.nan
+    mask = np.where(np.arange(keys) < filled, 0.0, -1e9).astype(np.float32).reshape(1, 1, 1, keys)
+    options = bytes(flexbuffers.Dumps({"k_layout": "bhsd", "v_layout": "bhds"}))
+    inputs = [(a.shape, F32) for a in (q, k, v, mask)]
+    blob = one_op_model("fusekit_attention", inputs, [((1, 1, heads, depth), F32)], options)
+    interp = fusekit.Interpreter(model_content=blob, num_threads=1)
+    interp.allocate_tensors()
+    for detail, value in zip(interp.get_input_details(), (q, k, v, mask), strict=True):
+        interp.set_tensor(detail["index"], value)
+    interp.invoke()
+    got = interp.get_tensor(interp.get_output_details()[0]["index"])
+    group = heads // kv_heads
+    want = np.empty_like(got)
+    for h in range(heads):
+        kh, vh = k[0, h // group, :filled], v[0, h // group, :, :filled]
+        scores = kh.astype(np.float64) @ q[0, 0, h] / np.sqrt(depth)
+        weights = np.exp(scores - scores.max())
+        want[0, 0, h] = vh @ (weights / weights.sum())
+    np.testing.assert_allclose(got, want, atol=2e-5)
