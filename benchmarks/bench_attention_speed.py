@@ -53,8 +53,13 @@ class Case:
     @property
     def flops(self) -> float:
         """2 FLOPs per multiply-add of Q.K^T and P.V."""
-        return 2.0 * self.batch * self.heads * self.q_len * self.kv_len * (
-            self.depth + self.value_depth
+        return (
+            2.0
+            * self.batch
+            * self.heads
+            * self.q_len
+            * self.kv_len
+            * (self.depth + self.value_depth)
         )
 
 
@@ -177,8 +182,12 @@ def fma_peak_gflops(simd: str) -> float:
     return 2 * 2 * lanes * ghz
 
 
-def render(info: dict[str, Any], results: Sequence[Result], threads: Sequence[int],
-           settings: dict[str, Any]) -> str:
+def render(
+    info: dict[str, Any],
+    results: Sequence[Result],
+    threads: Sequence[int],
+    settings: dict[str, Any],
+) -> str:
     peak = settings["fma_peak_gflops"]
     out = ["# fusekit_attention at model shapes: fused vs unfused (XNNPACK)", ""]
     out.append(bench_attention.machine_line(info))
@@ -201,8 +210,12 @@ def render(info: dict[str, Any], results: Sequence[Result], threads: Sequence[in
         row = [c.label, f"{c.q_layout}/{c.k_layout}/{c.v_layout}"]
         for t in threads:
             f, u = r.medians_us[f"fused@{t}"], r.medians_us[f"unfused@{t}"]
-            row += [f"{f:,.0f}", f"{u:,.0f}", f"{u / f:.2f}",
-                    f"{100 * c.flops / f / 1e3 / (peak * t):.0f}"]
+            row += [
+                f"{f:,.0f}",
+                f"{u:,.0f}",
+                f"{u / f:.2f}",
+                f"{100 * c.flops / f / 1e3 / (peak * t):.0f}",
+            ]
         row.append(f"{r.max_abs_diff:.1e}")
         rows.append(row)
     out.append(bench_attention.table(head, rows))
@@ -245,8 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         out_dir = args.out or (Path(tmp) if args.quick else HERE / "results")
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "attention_speed.md").write_text(markdown)
-        rows = [{"case": asdict(r.case), "medians_us": r.medians_us,
-                 "max_abs_diff": r.max_abs_diff} for r in results]
+        rows = [
+            {"case": asdict(r.case), "medians_us": r.medians_us, "max_abs_diff": r.max_abs_diff}
+            for r in results
+        ]
         payload = {"machine": info, "settings": settings, "results": rows}
         (out_dir / "attention_speed.json").write_text(json.dumps(payload, indent=1) + "\n")
     print(markdown)
