@@ -27,8 +27,9 @@
 // gives zeros, as the composite defines.
 //
 // Prefill (AttentionQueries): an item is one head and 4 SIMD vectors of
-// queries on AVX-512 (2 elsewhere), held transposed so that the vector
-// lanes are queries.  Q.K^T broadcasts K elements (read in place) against
+// queries on AVX-512 (2 elsewhere; a head's last item only as many
+// vectors as its queries fill), held transposed so that the vector lanes
+// are queries.  Q.K^T broadcasts K elements (read in place) against
 // Q^T, P.V broadcasts V elements (in place) against P^T, both
 // register-tiled microkernels (6 x 4-vector tiles of accumulators on
 // AVX-512; MR x 2 vectors elsewhere, MR = 8 with 32 vector registers, 6
