@@ -294,3 +294,158 @@ def test_kernels_registered_by_op_name_refuse_a_second_node():
         lib.LiteRtDestroyModel(model)
         lib.LiteRtDestroyOptions(options)
         ours.fusekit_litert_release(handle)
+
+
+# ------------------------------------------------------------ quantized forms
+#
+# The same contract over quantized forms of the fixtures: the fused model
+# equals the plain quantized model on the same runtime (quantized outputs
+# differ from the float ones by design).  A runtime may refuse a form with a
+# clear fusekit error only where it refuses the plain quantized model too.
+
+QUANT_DIR = Path(__file__).resolve().parents[1] / "build" / "contract_quant"
+AEQ_RECIPES = ("static_wi8_ai8", "static_wi8_ai16", "dynamic_wi8_afp32", "dynamic_wi4b32_afp32")
+AEQ_BASES = ("gen_decoder", "keras_3d", "hf_llama")
+QUANT_FORMS = [f"{b}:{r}" for b in AEQ_BASES for r in AEQ_RECIPES] + ["keras_3d:converter_int8"]
+
+
+def _aeq(plain: bytes, feeds: dict, recipe_name: str) -> bytes:
+    from ai_edge_quantizer import quantizer, recipe
+
+    q = quantizer.Quantizer(plain)
+    q.load_quantization_recipe(getattr(recipe, recipe_name)())
+    calibration = None
+    if recipe_name.startswith("static"):
+        calibration = q.calibrate({key: [inputs] for key, inputs in feeds.items()})
+    return bytes(q.quantize(calibration).quantized_model)
+
+
+def _converter_int8() -> bytes:
+    """keras_3d through the TF converter's full-integer quantization."""
+    import keras
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    inp = keras.Input((8, 16))
+    h = keras.layers.LayerNormalization()(keras.layers.Dense(16)(inp))
+    model = keras.Model(inp, keras.layers.Dense(4)(h))
+    model.set_weights(
+        [rng.uniform(-0.5, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: (
+        [rng.standard_normal((1, 8, 16)).astype(np.float32)] for _ in range(8)
+    )
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    return converter.convert()
+
+
+def quantized_case(form: str) -> tuple[bytes, bytes, dict[str, dict[str, np.ndarray]]]:
+    """(plain quantized model, its fused form, feeds), the quantized model
+    cached under build/ by the plain model's digest and the recipe."""
+    import hashlib
+
+    base, recipe_name = form.split(":")
+    if form not in _CACHE:
+        plain, _, feeds = case(base)
+        digest = hashlib.sha256(plain).hexdigest()[:16]
+        path = QUANT_DIR / f"{base}-{recipe_name}-{digest}.tflite"
+        if not path.exists():
+            QUANT_DIR.mkdir(parents=True, exist_ok=True)
+            model = _converter_int8() if recipe_name == "converter_int8" else _aeq(
+                plain, feeds, recipe_name)
+            path.write_bytes(model)
+        model = path.read_bytes()
+        if recipe_name == "converter_int8":
+            runner = fusekit.Interpreter(model_content=model).get_signature_runner()
+            (name,) = runner.get_input_details()
+            (x,) = next(iter(feeds.values())).values()
+            feeds = {"serving_default": {name: x}}
+        _CACHE[form] = (model, fusekit.optimize(model).model, feeds)
+    return _CACHE[form]
+
+
+def _refusal(error: str | None) -> bool:
+    """A refusal by a clear fusekit error (its class name leads the text)."""
+    if error is None:
+        return False
+    cls = getattr(fusekit.errors, error.split(":")[0], None)
+    return isinstance(cls, type) and issubclass(cls, fusekit.FusekitError)
+
+
+def _compiled_outputs(model: bytes, feeds, orders: bool):
+    """Outputs by (order, key, repeat) on fusekit.CompiledModel, or the
+    fusekit error that refused the model."""
+    try:
+        with fusekit.CompiledModel.from_buffer(model) as cm:
+            runs = {}
+            for order in itertools.permutations(feeds) if orders else [tuple(feeds)]:
+                for i, key in enumerate(k for k in order for _ in range(2)):
+                    runs[(order, i, key)] = compiled_run(cm, key, feeds[key])
+            return runs
+    except fusekit.FusekitError as e:
+        return e
+
+
+def check_quantized(form: str) -> None:
+    plain, fused, feeds = quantized_case(form)
+    want = _compiled_outputs(plain, feeds, orders=False)
+    got = _compiled_outputs(fused, feeds, orders=True)
+    if isinstance(want, Exception):
+        assert isinstance(got, fusekit.FusekitError), (
+            f"{form}: the plain model is refused ({want}) but the fused one is not")
+    else:
+        assert not isinstance(got, Exception), f"{form} on CompiledModel: {got}"
+        for (order, _, key), outputs in got.items():
+            ref = next(v for (o, _, k), v in want.items() if k == key)
+            assert_close(outputs, ref, f"{form} {key} on CompiledModel, order {order}")
+    for runtime in ("litert", "tf", "tflite_runtime"):
+        jobs = [Job(m, [inputs, inputs], signature=key)
+                for m in (plain, fused) for key, inputs in feeds.items()]
+        outcomes = run_jobs(runtime, jobs)
+        half = len(feeds)
+        for key, p, f in zip(feeds, outcomes[:half], outcomes[half:], strict=True):
+            what = f"{form} {key} on {runtime}"
+            if f.error is not None:
+                assert p.error is not None and _refusal(f.error), (
+                    f"{what}: the fused model fails ({f.error}); the plain one: {p.error}")
+                continue
+            assert p.error is None, f"{what}: only the plain model fails ({p.error})"
+            for run, ref in zip(f.ok(), p.ok(), strict=True):
+                assert_close(run, ref, what)
+
+
+@pytest.mark.parametrize("form", QUANT_FORMS)
+def test_quantized_forms_keep_the_contract(form):
+    check_quantized(form)
+
+
+def test_a_signature_naming_a_non_output_tensor_is_refused_not_aborted():
+    """ai-edge-quantizer's static recipes leave a signature pointing at a
+    tensor its subgraph no longer lists as an output; LiteRT's CompiledModel
+    aborted the process on such a model.  fusekit refuses it by name, and
+    a signature without its key too."""
+    from ai_edge_litert import schema_py_generated as schema
+    import flatbuffers
+
+    def packed(m) -> bytes:
+        b = flatbuffers.Builder(0)
+        b.Finish(m.Pack(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+    plain = (DATA / "torch" / "gen_decoder.tflite").read_bytes()
+    model = schema.ModelT.InitFromPackedBuf(plain, 0)
+    sig = model.signatureDefs[1]
+    outputs = list(model.subgraphs[sig.subgraphIndex].outputs)
+    inner = next(i for i in range(len(model.subgraphs[sig.subgraphIndex].tensors))
+                 if i not in outputs)
+    sig.outputs[0].tensorIndex = inner
+    with pytest.raises(fusekit.RuntimeUnsafeModelError,
+                       match=rf"signature 1 \('decode'\) output 0 .* is tensor {inner}, which is "
+                             "not an output of subgraph"):
+        fusekit.CompiledModel.from_buffer(packed(model))
+    model = schema.ModelT.InitFromPackedBuf(plain, 0)
+    model.signatureDefs[0].signatureKey = None
+    with pytest.raises(fusekit.FusekitError, match="signature 0 has no signature"):
+        fusekit.CompiledModel.from_buffer(packed(model))
