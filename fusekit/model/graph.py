@@ -486,6 +486,9 @@ class Graph:
         for op in self.ops:
             used |= set(_indices(op.inputs)) | set(_indices(op.outputs))
             used |= set(_indices(op.intermediates))
+        blockwise = _blockwise_details(self.sg.tensors)
+        for details in blockwise:
+            used |= set(_indices([details.scales, details.zeroPoints]))
         for signature in self.model.m.signatureDefs or []:
             if signature.subgraphIndex == self.index:
                 used |= {
@@ -511,11 +514,29 @@ class Graph:
             if signature.subgraphIndex == self.index:
                 for entry in (signature.inputs or []) + (signature.outputs or []):
                     entry.tensorIndex = mapping[entry.tensorIndex]
+        # Blockwise quantization names its scales (and zero points) by tensor
+        # index: LiteRT refuses a model whose index points elsewhere.
+        for details in blockwise:
+            if details.scales >= 0:
+                details.scales = mapping[details.scales]
+            if details.zeroPoints >= 0:
+                details.zeroPoints = mapping[details.zeroPoints]
         self.changed()
         return removed
 
     def transpose_count(self) -> int:
         return sum(1 for op in self.ops if self.builtin(op) == OP.TRANSPOSE)
+
+
+def _blockwise_details(tensors) -> list:
+    """The blockwise quantization details of ``tensors``, each object once
+    (copied tensors may share one)."""
+    seen: dict[int, object] = {}
+    for t in tensors:
+        q = t.quantization
+        if q is not None and q.detailsType == schema.QuantizationDetails.BlockwiseQuantization:
+            seen.setdefault(id(q.details), q.details)
+    return list(seen.values())
 
 
 def _indices(values) -> list[int]:
