@@ -374,9 +374,8 @@ MODELS: list[HFModel] = [
         _vision(),
         "pixels",
         {"layer_norm": 6, "attention": 3},
-        notes="the pooling head's nn.MultiheadAttention stays unfused with a note: its scores "
-        "are 3-D [B*H, 1, S] and never get a heads axis",
-        unfused={"attention": 1},
+        notes="the pooling head's nn.MultiheadAttention (3-D scores [B*H, 1, S] of a learned "
+        "probe) fuses by its axes",
     ),
     HFModel(
         "hf_whisper_encoder",

@@ -57,6 +57,7 @@ valid key produces.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,10 +65,13 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import attention_operands as operands
+from fusekit.passes.fusion.attention_axes import attention_by_axes, blocker
+from fusekit.passes.fusion.attention_check import measured_difference
 from fusekit.passes.fusion.attention_grouped_decode import decode_grouped_out, decode_grouped_q
 from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
 from fusekit.passes.fusion.key_mask import KeyRow, narrowed
 from fusekit.passes.fusion.pattern import Capture, NearMiss, Op, match, only_reader
+from fusekit.passes.fusion.softmax_forms import softmax_at
 from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
 
 HEADS_FIRST = [0, 2, 1, 3]
@@ -125,6 +129,17 @@ class AttentionMatch:
     # [B*H, 1, Dv] read back by a reshape).
     result_shape: list[int] | None = None
     ops: list[schema.OperatorT] = field(default_factory=list)
+    # Found by the axes (fusion/attention_axes.py): the layout attrs the op
+    # reads q, k and v in, the operators that write its operands (q, k, v,
+    # the mask) called before the op is added, and the ones that map its
+    # result onto ``output`` (None: the result is ``output``).
+    layouts: dict[str, str] = field(default_factory=dict)
+    prepare: Callable[[Graph], None] | None = None
+    finish_output: Callable[[Graph, int], None] | None = None
+    proven_by: str = "form"
+    # The tensors the region reads besides constants (its proof by
+    # execution feeds them random draws).
+    region_inputs: list[int] = field(default_factory=list)
 
 
 def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float] | None:
@@ -1071,15 +1086,46 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
     SOFTMAX on integer scores is None here: the float matchers do not read
     quantized tensors (fuse_quantized's float view does, and
     ``quantized.leftover_notes`` says why one is left)."""
-    if graph.tensor(int(softmax.inputs[0])).type in _INTEGER_TYPES:
+    region = softmax_at(graph, softmax)
+    if region is None or graph.tensor(region.input).type in _INTEGER_TYPES:
         return None
-    found = _match_attention(graph, softmax)
-    if found is None and reaches_activation_matmul(graph, int(softmax.inputs[0])):
+    # The catalogue of forms reads SOFTMAX ops; the axes read any softmax.
+    found = _match_attention(graph, softmax) if graph.builtin(softmax) == OP.SOFTMAX else None
+    if not isinstance(found, AttentionMatch):
+        by_axes = _by_axes(graph, softmax)
+        # A region the runtime disproved says so, whatever the forms said.
+        disproved = isinstance(by_axes, NearMiss) and by_axes.code == "attention.check"
+        if isinstance(by_axes, AttentionMatch) or disproved or (found is None and by_axes):
+            return by_axes
+    if found is None and reaches_activation_matmul(graph, region.input, hops=8):
+        blocking = blocker(graph, region.input)
+        if blocking is not None:
+            name = graph.model.op_name(blocking)
+            return _miss(
+                "scores_mixed",
+                f"the scores pass through {name} between Q.K^T and the softmax: the fused "
+                f"op computes softmax(scale * q.k^T + mask) only, and a {name} there (as "
+                "talking-head attention mixes its heads) has no fused form",
+                "nothing to change: this attention runs as plain operators",
+            )
         return _miss(
             "unknown_form",
-            "the SOFTMAX reads a matmul of two activations, but not in a form of "
-            "attention fusekit can prove (see fusion/attention.py for the forms)",
+            "the softmax reads a matmul of two activations, but q, k and v could not be "
+            "traced to their batch, head, sequence and depth axes",
+            "export with static shapes; report the model if it is attention",
         )
+    return found
+
+
+def _by_axes(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
+    """Attention read from its axes (fusion/attention_axes.py), proven by
+    running it (fusion/attention_check.py)."""
+    found = attention_by_axes(graph, softmax)
+    if not isinstance(found, AttentionMatch):
+        return found
+    reason = measured_difference(graph, found, set(found.region_inputs), attention_by_axes)
+    if reason:
+        return _miss("check", f"not fused: {reason}")
     return found
 
 

@@ -16,6 +16,7 @@ from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.pattern import Fusion, NearMiss, run_fusion
 from fusekit.passes.fusion.quantized import QUANTIZED_NORM
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
+from fusekit.passes.fusion.softmax_forms import ANCHORS as SOFTMAX_ANCHORS
 from fusekit.passes.fusion.values import FLOAT32
 from fusekit.passes.registry import PassOptions
 
@@ -202,6 +203,8 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
     a mask proven to be a key-only row broadcast over the queries is given
     to the op as that row (fusion/key_mask.py)."""
     where = graph.name(match.output)
+    if match.prepare is not None:
+        match.prepare(graph)
     if rows is not None:
         if match.mask_row is not None:
             match.mask = key_mask.emit(graph, match.mask_row, rows)
@@ -255,14 +258,20 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
     attrs = {"causal": match.causal, "scale": match.scale}
     if match.softcap is not None:
         attrs["softcap"] = match.softcap
+    attrs.update({k: v for k, v in match.layouts.items() if v != "bshd"})
     output = match.output
-    if match.output_perm is not None:
+    if match.finish_output is not None:
+        shape = match.result_shape
+        output = graph.like(match.output, shape, "/attention", signature=shape)
+    elif match.output_perm is not None:
         shape = match.result_shape or _permuted(graph.signature(match.output))
         output = graph.like(
             match.output, [max(d, 1) for d in shape], "/heads_last", signature=shape
         )
     replace_with_custom(graph, "fusekit_attention", inputs, output, attrs, match.ops)
-    if match.output_perm is not None:
+    if match.finish_output is not None:
+        match.finish_output(graph, output)
+    elif match.output_perm is not None:
         _heads_first(graph, output, match.output)
     peeled = match.peeled
     if peeled is not None and not graph.consumers(int(peeled.outputs[0])):
@@ -280,7 +289,7 @@ class AttentionFusion(Fusion[AttentionMatch]):
     """Scaled dot-product attention cores (fusion/attention.py)."""
 
     kind = "attention"
-    anchors = frozenset([OP.SOFTMAX])
+    anchors = SOFTMAX_ANCHORS
 
     def __init__(self) -> None:
         # Key-only mask rows emitted in the current graph, by the tensor
