@@ -194,9 +194,10 @@ def _markdown(payload: dict, quick: bool) -> str:
         f"command: `python benchmarks/bench_zoo.py{' --quick' if quick else ''}`.",
         "",
         "Instances per kind as *in PyTorch / fused / noted* (over all signatures), counted in "
-        "the PyTorch module by scripts/torch_census.py; *silent* are instances neither fused "
-        "nor noted.  Max diff: fused against plain outputs on the committed fixture "
-        "(and at deployment size where timed there).",
+        "the PyTorch module by scripts/torch_census.py, live ones only (an instance whose "
+        "result reaches none of a signature's outputs is removed by the exporter); *silent* "
+        "are instances neither fused nor noted.  Max diff: fused against plain outputs on the "
+        "committed fixture (and at deployment size where timed there).",
         "",
         "| model | family | attention | layer norm | rms norm | group norm | rotary | silent | "
         "max diff |",

@@ -152,6 +152,7 @@ def export_hf_gpu(
     size: Size = FIXTURE,
     reference: bool = True,
     observe: Callable[[str, torch.nn.Module, dict[str, Any]], None] | None = None,
+    export: bool = True,
 ) -> tuple[bytes, dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]]:
     """Exports the LFM2 of ``size`` with the exporter ``options`` (keywords of
     its ExportableModuleConfig; float weights unless ``quantization_recipe``
@@ -159,7 +160,8 @@ def export_hf_gpu(
     PyTorch's outputs by signature name (empty without ``reference``).
     ``observe(signature, module, inputs)`` is called before each reference
     run, on a copy of the inputs (scripts/torch_zoo.py counts instances
-    there)."""
+    there).  Without ``export`` the exporter's modules are built and run
+    but not converted (the model returned is empty)."""
     from litert_torch.generative.export_hf.core import export_lib, exportable_module
     from litert_torch.generative.export_hf.model_ext import patches
 
@@ -179,10 +181,12 @@ def export_hf_gpu(
         source = export_lib.load_model(str(where), config)
         config = export_lib.update_export_config(config, source)
         with _cache_keyword():
-            artifacts = export_lib.export_text_prefill_decode_model(
-                source, config, export_lib.ExportedModelArtifacts()
-            )
-            model = Path(artifacts.prefill_decode_model_path).read_bytes()
+            model = b""
+            if export:
+                artifacts = export_lib.export_text_prefill_decode_model(
+                    source, config, export_lib.ExportedModelArtifacts()
+                )
+                model = Path(artifacts.prefill_decode_model_path).read_bytes()
             inputs, outputs = (
                 _reference(source, config, patches, size, observe) if reference else ({}, {})
             )

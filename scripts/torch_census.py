@@ -25,6 +25,18 @@ tensors follow the data from op to op.
   count separately): ``x * cos + rotate(x) * sin`` where ``rotate`` is made
   of slices of ``x`` (rotate-half, interleaved pairs, or the split form
   ``cat(x1 cos - x2 sin, x2 cos + x1 sin)``).
+
+Every instance is also judged **live** or **dead** in the signature: live
+when its result reaches one of the module's outputs.  An exporter removes
+dead computation (a prefill signature that returns only the KV caches has
+no use for the last layer's attention output, its post-attention norms or
+the final norm), so a dead instance cannot appear in the .tflite file.  The
+forward pass runs with autograd recording (the weights require grad), and
+an instance is live when the autograd node that made its result is reached
+walking back from the outputs' nodes: exact for the data flow of float
+tensors, in-place updates of a cache included.  (A result reaching an
+output only through integer indices would read as dead; none of the
+counted kinds feeds an output that way.)
 """
 
 from __future__ import annotations
@@ -112,6 +124,8 @@ class Counts:
     """The instances one forward pass computed."""
 
     kinds: Counter = field(default_factory=Counter)
+    # The instances whose result reaches none of the outputs, by kind.
+    dead: Counter = field(default_factory=Counter)
     # Detail: norms by module class, attention by how it is written.
     norms: Counter = field(default_factory=Counter)
     attention: Counter = field(default_factory=Counter)
@@ -119,6 +133,7 @@ class Counts:
     def as_dict(self) -> dict[str, Any]:
         return {
             "counts": {k: int(self.kinds.get(k, 0)) for k in KINDS},
+            "dead": {k: int(self.dead[k]) for k in KINDS if self.dead[k]},
             "norm_modules": dict(sorted(self.norms.items())),
             "attention_forms": dict(sorted(self.attention.items())),
         }
@@ -178,6 +193,8 @@ class Census(TorchFunctionMode):
         self._mixed_probs: set[int] = set()
         self._roped: set[int] = set()
         self._hooks: list[Any] = []
+        # (kind, the autograd node that made the instance's result).
+        self._made: list[tuple[str, Any]] = []
 
     # -- tags ---------------------------------------------------------------
 
@@ -220,17 +237,45 @@ class Census(TorchFunctionMode):
         if not frame.nested:
             if frame.functional:
                 for kind in frame.functional:
-                    self._count_norm(kind, _norm_label(module))
+                    self._count_norm(kind, _norm_label(module), out)
                 counted = True
             elif frame.reduced or isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)):
-                self._count_norm(frame.kind, _norm_label(module))
+                self._count_norm(frame.kind, _norm_label(module), out)
                 counted = True
         if (counted or frame.nested) and self._frames:
             self._frames[-1].nested = True
 
-    def _count_norm(self, kind: str, label: str) -> None:
-        self.counts.kinds[kind] += 1
+    def _count_norm(self, kind: str, label: str, result: Any) -> None:  # noqa: ANN401
+        self._count(kind, result)
         self.counts.norms[f"{kind}: {label}"] += 1
+
+    def _count(self, kind: str, result: Any) -> None:  # noqa: ANN401
+        """One instance of ``kind`` whose result is ``result`` (a tensor or
+        a structure of tensors)."""
+        self.counts.kinds[kind] += 1
+        nodes = [
+            t.grad_fn
+            for t in pytree.tree_leaves(result)
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None
+        ]
+        self._made.append((kind, nodes))
+
+    def judge(self, outputs: Any) -> None:  # noqa: ANN401
+        """Counts the instances none of whose results reaches ``outputs``
+        (the module's return value) as dead."""
+        seen: set[Any] = set()
+        stack = [t.grad_fn for t in _leaves(outputs) if t.grad_fn is not None]
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            stack.extend(n for n, _ in node.next_functions if n is not None and n not in seen)
+        for kind, nodes in self._made:
+            # No node: the result does not depend on a weight (nothing to
+            # judge by); counted live.
+            if nodes and not any(n in seen for n in nodes):
+                self.counts.dead[kind] += 1
 
     # -- function mode (attention, rotary, functional norms) ----------------
 
@@ -264,11 +309,11 @@ class Census(TorchFunctionMode):
         base.probs = frozenset().union(*(t.probs for t in in_tags)) if in_tags else frozenset()
 
         if name in _FUNCTIONAL_NORMS:
-            self._functional_norm(_FUNCTIONAL_NORMS[name])
+            self._functional_norm(_FUNCTIONAL_NORMS[name], out)
         if name in _REDUCTIONS and self._frames:
             self._frames[-1].reduced = True
         if name in _ATTENTION_CALLS:
-            self.counts.kinds["attention"] += 1
+            self._count("attention", out)
             self.counts.attention[_ATTENTION_CALLS[name]] += 1
             base.scores, base.probs = False, frozenset()
         elif name in _MATMULS:
@@ -280,7 +325,7 @@ class Census(TorchFunctionMode):
             if carried:
                 for prob in carried - self._counted_probs:
                     self._counted_probs.add(prob)
-                    self.counts.kinds["attention"] += 1
+                    self._count("attention", out)
                     form = "softmax, heads mixed" if prob in self._mixed_probs else "softmax"
                     self.counts.attention[form] += 1
                 base.scores, base.mixed, base.probs = False, False, frozenset()
@@ -307,10 +352,10 @@ class Census(TorchFunctionMode):
             )
             tag.alias = tag.serial
             self._rope(name, args, ins, in_tags, t, tag)
-            self._statistic(name, in_tags, tag)
+            self._statistic(name, in_tags, tag, t)
             self._set(t, tag)
 
-    def _statistic(self, name: str, in_tags: list[_Tag], tag: _Tag) -> None:
+    def _statistic(self, name: str, in_tags: list[_Tag], tag: _Tag, out: torch.Tensor) -> None:
         """``rsqrt(mean(x^2) + eps)`` written out: a norm of its own where no
         norm module or functional norm computes it."""
         if not in_tags or not in_tags[0].dep:
@@ -325,13 +370,13 @@ class Census(TorchFunctionMode):
         elif name in {"pow", "__pow__", "mul", "__mul__", "square"} and first.centered:
             tag.centered = True
         elif name in _RSQRT and first.stat and not self._frames:
-            self._count_norm(f"{first.stat}_norm", f"{name}(statistic) outside a norm module")
+            self._count_norm(f"{first.stat}_norm", f"{name}(statistic) outside a norm module", out)
 
-    def _functional_norm(self, kind: str) -> None:
+    def _functional_norm(self, kind: str, out: Any) -> None:  # noqa: ANN401
         if self._frames:
             self._frames[-1].functional.append(kind)
         else:
-            self._count_norm(kind, f"F.{kind}")
+            self._count_norm(kind, f"F.{kind}", out)
 
     def _rope(
         self,
@@ -380,7 +425,7 @@ class Census(TorchFunctionMode):
             # projection q was sliced from) is the one rotated.
             if shared and max(shared) not in self._roped:
                 self._roped.add(max(shared))
-                self.counts.kinds["rotary"] += 1
+                self._count("rotary", out)
 
 
 def _leaves(value: Any) -> list[torch.Tensor]:  # noqa: ANN401
@@ -397,11 +442,22 @@ def _leaves(value: Any) -> list[torch.Tensor]:  # noqa: ANN401
 
 def count(module: nn.Module, args: tuple = (), kwargs: dict | None = None) -> dict[str, Any]:
     """Runs ``module(*args, **kwargs)`` once and returns what it computed:
-    ``counts`` by kind, ``norm_modules`` and ``attention_forms``."""
+    ``counts`` by kind, ``dead`` (by kind, the instances whose result
+    reaches none of the outputs), ``norm_modules`` and ``attention_forms``."""
     kwargs = kwargs or {}
     census = Census(module)
     for t in _leaves((args, kwargs)):
         census._tag(t).dep = True
-    with torch.no_grad(), census:
-        module(*args, **kwargs)
+    # Autograd records the data flow for Census.judge: the floating
+    # weights require grad while the module runs.
+    weights = [p for p in module.parameters() if p.is_floating_point() and not p.requires_grad]
+    for p in weights:
+        p.requires_grad_(True)
+    try:
+        with torch.enable_grad(), census:
+            result = module(*args, **kwargs)
+        census.judge(result)
+    finally:
+        for p in weights:
+            p.requires_grad_(False)
     return census.counts.as_dict()

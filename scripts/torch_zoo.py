@@ -853,17 +853,50 @@ MODELS: list[ZooModel] = [
 # Export and record
 
 
-def _census(sigs: list[Signature]) -> dict[str, Any]:
+# Why an instance a signature computes is not in its .tflite graph.
+DEAD_REASON = (
+    "computed in PyTorch but its result reaches none of the signature's outputs: "
+    "the exporter removes it"
+)
+
+
+def _agree(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The instances of every signature, counted in PyTorch; they must agree
-    (a prefill and a decode step compute the same layers)."""
-    results = []
-    for sig in sigs:
-        results.append(count(sig.module, sig.args, sig.kwargs))
-    first = results[0]
-    for sig, result in zip(sigs, results, strict=True):
+    (a prefill and a decode step compute the same layers), while the dead
+    ones (see torch_census) are the signature's own: ``dead_in_signature``
+    maps a signature with dead instances to their counts and the reason."""
+    names = list(results)
+    first = results[names[0]]
+    for name, result in results.items():
         if result["counts"] != first["counts"]:
-            raise RuntimeError(f"signatures count differently: {sig.name}: {result['counts']}")
-    return first
+            raise RuntimeError(f"signatures count differently: {name}: {result['counts']}")
+    dead = {
+        name: {"counts": result["dead"], "reason": DEAD_REASON}
+        for name, result in results.items()
+        if result["dead"]
+    }
+    return {**first, "dead_in_signature": dead}
+
+
+def _census(sigs: list[Signature]) -> dict[str, Any]:
+    return _agree({sig.name: count(sig.module, sig.args, sig.kwargs) for sig in sigs})
+
+
+def _hf_census(spec: ZooModel, size: Size, export: bool) -> tuple[dict[str, Any], Any]:
+    """The census of an export_hf model (run on the exporter's own prefill
+    and decode modules) and, with ``export``, the exporter's result."""
+    from export_hf_gpu import export_hf_gpu
+
+    censuses: dict[str, dict[str, Any]] = {}
+
+    def observe(name: str, module: nn.Module, feeds: dict[str, Any]) -> None:
+        censuses[name] = count(module, kwargs=feeds)
+
+    hf_size = HF_DEPLOY if size.deploy else HF_FIXTURE
+    exported = export_hf_gpu(
+        dict(spec.hf_exporter or {}), SEED, _randomize, size=hf_size, observe=observe, export=export
+    )
+    return _agree(censuses), exported
 
 
 def _versions() -> dict[str, str]:
@@ -880,21 +913,7 @@ def _versions() -> dict[str, str]:
 
 def _export_one(spec: ZooModel, size: Size, out_dir: Path) -> dict[str, Any]:
     if spec.hf_exporter is not None:
-        from export_hf_gpu import export_hf_gpu
-
-        censuses: list[dict[str, Any]] = []
-
-        def observe(name: str, module: nn.Module, feeds: dict[str, Any]) -> None:
-            censuses.append(count(module, kwargs=feeds))
-
-        options = dict(spec.hf_exporter)
-        hf_size = HF_DEPLOY if size.deploy else HF_FIXTURE
-        model, inputs, outputs = export_hf_gpu(
-            options, SEED, _randomize, size=hf_size, observe=observe
-        )
-        if any(c["counts"] != censuses[0]["counts"] for c in censuses):
-            raise RuntimeError(f"signatures count differently: {censuses}")
-        census = censuses[0]
+        census, (model, inputs, outputs) = _hf_census(spec, size, export=True)
         fixture = Fixture(
             spec.name, spec.description, lambda: [], census["counts"], notes=spec.notes
         )
@@ -915,6 +934,7 @@ def _export_one(spec: ZooModel, size: Size, out_dir: Path) -> dict[str, Any]:
         **entry,
         "norm_modules": census["norm_modules"],
         "attention_forms": census["attention_forms"],
+        **({"dead_in_signature": dead} if (dead := census["dead_in_signature"]) else {}),
         "bytes": (out_dir / entry["model"]).stat().st_size,
     }
 
@@ -923,7 +943,9 @@ def _write(path: Path, entries: dict[str, dict[str, Any]], order: list[str]) -> 
     manifest = {
         "about": "PyTorch models exported by scripts/torch_zoo.py; counts are the norm, "
         "attention and rotary instances counted in the PyTorch module while it runs "
-        "(scripts/torch_census.py), per signature (rotary: one per tensor RoPE is applied to).",
+        "(scripts/torch_census.py), per signature (rotary: one per tensor RoPE is applied to); "
+        "dead_in_signature: the instances a signature computes whose result reaches none of "
+        "its outputs (not in the .tflite graph).",
         "seed": SEED,
         "versions": _versions(),
         "models": [entries[n] for n in order if n in entries],
@@ -937,8 +959,9 @@ def _recount(
     changed = 0
     for spec in specs:
         if spec.hf_exporter is not None:
-            continue
-        census = _census(spec.build(size))
+            census, _ = _hf_census(spec, size, export=False)
+        else:
+            census = _census(spec.build(size))
         entry = entries[spec.name]
         if census["counts"] != entry["counts"]:
             print(f"{spec.name}: {entry['counts']} -> {census['counts']}", file=sys.stderr)
@@ -946,6 +969,13 @@ def _recount(
         entry["counts"] = census["counts"]
         entry["norm_modules"] = census["norm_modules"]
         entry["attention_forms"] = census["attention_forms"]
+        if entry.get("dead_in_signature") != (census["dead_in_signature"] or None):
+            print(f"{spec.name}: dead {census['dead_in_signature']}", file=sys.stderr)
+        entry.pop("dead_in_signature", None)
+        if census["dead_in_signature"]:
+            entry["dead_in_signature"] = census["dead_in_signature"]
+        # Keep the keys in the order an export writes them.
+        entry["bytes"] = entry.pop("bytes")
     _write(path, entries, order)
     print(f"{changed} model(s) counted differently", file=sys.stderr)
     return 0
@@ -965,7 +995,7 @@ def main(argv: list[str] | None = None) -> int:
         "--recount",
         action="store_true",
         help="rebuild the models and count their instances again, updating the manifest's "
-        "counts without exporting (not the export_hf ones, whose modules the exporter builds)",
+        "counts without exporting",
     )
     args = parser.parse_args(argv)
     size = DEPLOY if args.deploy else FIXTURE

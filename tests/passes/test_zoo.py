@@ -2,12 +2,15 @@
 scripts/torch_zoo.py from timm, transformers, diffusers and litert-torch's
 exporters; no torch needed here).
 
-Per model and kind the manifest gives the instances counted in PyTorch;
-``TODAY`` records what fusekit fuses and notes of them now.  The tests hold
-that state (no fused instance lost, no new silent miss, outputs within 1e-4
-of the plain model); the models whose misses are silent today are listed in
-``SILENT_TODAY`` and their "no silent miss" test is a strict xfail, so that
-the change which notes or fuses them must also update the table.
+Per model and kind the manifest gives the instances counted in PyTorch,
+and per signature the ones whose result reaches none of the signature's
+outputs (``dead_in_signature``: the exporter removes them, so they are
+neither fused nor missed); ``TODAY`` records what fusekit fuses and notes
+of them now.  The tests hold that state (no fused instance lost, no new
+silent miss, outputs within 1e-4 of the plain model); the models whose
+misses are silent today are listed in ``SILENT_TODAY`` and their "no silent
+miss" test is a strict xfail, so that the change which notes or fuses them
+must also update the table.
 """
 
 from __future__ import annotations
@@ -54,18 +57,7 @@ TODAY: dict[str, dict[str, tuple[int, int]]] = {
     "gen_builder_transposed": {"attention": (4, 0), "rms_norm": (10, 0), "rotary": (8, 0)},
 }
 
-SILENT_TODAY: dict[str, tuple[str, ...]] = {
-    "export_hf_default": (
-        "attention",
-        "rms_norm",
-        "rotary",
-    ),
-    "export_hf_default_int8": (
-        "attention",
-        "rms_norm",
-        "rotary",
-    ),
-}
+SILENT_TODAY: dict[str, tuple[str, ...]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +70,13 @@ def _table(outcomes: dict[str, Outcome]) -> str:
     for name, out in outcomes.items():
         cells = ", ".join(f"{k} {c}/{f}/{n}" for k, (c, f, n) in out.row().items())
         silent = [k for k in KINDS if out.silent(k)]
-        lines.append(f"{name}: {cells or '-'}" + (f"; silent: {silent}" if silent else ""))
-    return "in PyTorch/fused/noted per kind:\n" + "\n".join(lines)
+        dead = ", ".join(f"{k} {n}" for k, n in sorted(out.dead.items()) if n)
+        lines.append(
+            f"{name}: {cells or '-'}"
+            + (f"; removed by the exporter (dead in a signature): {dead}" if dead else "")
+            + (f"; silent: {silent}" if silent else "")
+        )
+    return "live in PyTorch/fused/noted per kind:\n" + "\n".join(lines)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -101,15 +98,18 @@ def test_fused_and_noted_hold_todays_state(name, outcomes):
     [
         pytest.param(
             n,
-            marks=pytest.mark.xfail(
-                strict=True, reason=f"silent today: {', '.join(SILENT_TODAY[n])}"
-            ),
+            marks=[
+                pytest.mark.xfail(strict=True, reason=f"silent today: {', '.join(SILENT_TODAY[n])}")
+            ]
+            if n in SILENT_TODAY
+            else [],
         )
-        for n in sorted(SILENT_TODAY)
+        for n in sorted(MODELS)
     ],
 )
 def test_no_silent_miss(name, outcomes):
-    """The models with a silent miss today: every instance fused or noted."""
+    """Every live instance fused or noted (strict xfail for the models with
+    a silent miss today)."""
     out = outcomes[name]
     assert all(out.silent(kind) == 0 for kind in KINDS), _table({name: out})
 
@@ -130,6 +130,11 @@ def test_the_manifest_describes_the_files():
     for name, entry in MODELS.items():
         assert (ZOO / entry["model"]).exists() and (ZOO / entry["data"]).exists(), name
         assert set(entry["counts"]) >= set(KINDS), name
+        signatures = {s["name"] for s in entry["signatures"]}
+        for key, dead in entry.get("dead_in_signature", {}).items():
+            assert key in signatures and dead["reason"], (name, key)
+            for kind, n in dead["counts"].items():
+                assert 0 < n <= entry["counts"][kind], (name, key, kind)
         for signature in entry["signatures"]:
             feeds = inputs(entry, signature)
             for spec in signature["inputs"]:

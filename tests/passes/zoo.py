@@ -1,7 +1,9 @@
 """What fusekit does to each model of the PyTorch zoo (tests/data/torch/zoo,
 made by scripts/torch_zoo.py): per kind, the instances the PyTorch module
-holds (the manifest's counts, per signature), how many came out as a fused
-op, how many got a note, and the rest: silent misses.  Shared by
+holds (the manifest's counts, per signature, less the instances a signature
+computes but whose result reaches none of its outputs: its
+``dead_in_signature``, which the exporter removes), how many came out as a
+fused op, how many got a note, and the rest: silent misses.  Shared by
 tests/passes/test_zoo.py and benchmarks/bench_zoo.py;
 ``PYTHONPATH=. python tests/passes/zoo.py`` (from the repository root) prints
 test_zoo.py's tables for the current
@@ -69,12 +71,14 @@ def note_kind(note: str) -> str | None:
 
 @dataclass
 class Outcome:
-    """One model after ``fusekit.optimize``: instances in PyTorch (times the
-    signatures), fused ops and notes by kind, and the largest difference
-    from the plain model per signature."""
+    """One model after ``fusekit.optimize``: the live instances in PyTorch
+    (summed over the signatures), the dead ones (removed by the exporter),
+    fused ops and notes by kind, and the largest difference from the plain
+    model per signature."""
 
     name: str
     counted: Counter = field(default_factory=Counter)
+    dead: Counter = field(default_factory=Counter)
     fused: Counter = field(default_factory=Counter)
     noted: Counter = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
@@ -116,8 +120,10 @@ def outcome(entry: dict, compare: bool = True) -> Outcome:
     result = fusekit.optimize(plain)
     out = Outcome(entry["name"], optimized=result.model)
     signatures = len(entry["signatures"])
+    for dead in entry.get("dead_in_signature", {}).values():
+        out.dead.update(dead["counts"])
     for kind in KINDS:
-        out.counted[kind] = entry["counts"].get(kind, 0) * signatures
+        out.counted[kind] = entry["counts"].get(kind, 0) * signatures - out.dead[kind]
     view = ModelView(result.model)
     for graph in view.graphs():
         for op in graph.ops:
