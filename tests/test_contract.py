@@ -7,7 +7,9 @@ The fast tier walks the models whose failures this contract was written
 for: a BART encoder-decoder (nodes of one op at different shapes), a
 prefill + decode generative model (two signatures), a Keras
 LayerNormalization with beta but no gamma, a dynamic-batch Keras model.
-The slow tier walks every committed litert-torch fixture.
+The slow tier walks every committed litert-torch fixture, and quantized
+forms (TF converter full int8, ai-edge-quantizer static int8 / int16,
+dynamic int8, blockwise int4) of a generative, a Keras and a Llama fixture.
 """
 
 from __future__ import annotations
@@ -294,3 +296,254 @@ def test_kernels_registered_by_op_name_refuse_a_second_node():
         lib.LiteRtDestroyModel(model)
         lib.LiteRtDestroyOptions(options)
         ours.fusekit_litert_release(handle)
+
+
+# ------------------------------------------------------------ quantized forms
+#
+# The same contract over quantized forms of the fixtures: the fused model
+# equals the plain quantized model on the same runtime (quantized outputs
+# differ from the float ones by design).  A runtime may refuse a form with a
+# clear fusekit error only where it refuses the plain quantized model too.
+
+QUANT_DIR = Path(__file__).resolve().parents[1] / "build" / "contract_quant"
+AEQ_RECIPES = ("static_wi8_ai8", "static_wi8_ai16", "dynamic_wi8_afp32", "dynamic_wi4b32_afp32")
+AEQ_BASES = ("gen_decoder", "keras_3d", "hf_llama")
+STATIC_RECIPES = ("static_wi8_ai8", "static_wi8_ai16", "converter_int8")
+# keras_3d's 16-wide weights have no 32-element blocks: the quantizer refuses
+# dynamic_wi4b32_afp32 there.
+QUANT_FORMS = [
+    f"{b}:{r}"
+    for b in AEQ_BASES
+    for r in AEQ_RECIPES
+    if (b, r) != ("keras_3d", "dynamic_wi4b32_afp32")
+] + ["keras_3d:converter_int8"]
+
+
+def _aeq(plain: bytes, feeds: dict, recipe_name: str) -> bytes:
+    from ai_edge_quantizer import quantizer, recipe
+
+    q = quantizer.Quantizer(plain)
+    q.load_quantization_recipe(getattr(recipe, recipe_name)())
+    calibration = None
+    if recipe_name.startswith("static"):
+        calibration = q.calibrate({key: [inputs] for key, inputs in feeds.items()})
+    return bytes(q.quantize(calibration).quantized_model)
+
+
+def _converter_int8() -> bytes:
+    """keras_3d through the TF converter's full-integer quantization."""
+    import keras
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    inp = keras.Input((8, 16))
+    h = keras.layers.LayerNormalization()(keras.layers.Dense(16)(inp))
+    model = keras.Model(inp, keras.layers.Dense(4)(h))
+    model.set_weights(
+        [rng.uniform(-0.5, 0.5, w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: (
+        [rng.standard_normal((1, 8, 16)).astype(np.float32)] for _ in range(8)
+    )
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    return converter.convert()
+
+
+def _quantized_feeds(model: bytes, feeds: dict) -> dict[str, dict[str, np.ndarray]]:
+    """The float feeds quantized to the inputs a quantized model takes
+    (static recipes quantize float inputs, a KV cache among them)."""
+    it = fusekit.Interpreter(model_content=model)
+    out = {}
+    for key, inputs in feeds.items():
+        details = it.get_signature_runner(key).get_input_details()
+        out[key] = {}
+        for name, x in inputs.items():
+            dtype = np.dtype(details[name]["dtype"])
+            if x.dtype.kind == "f" and dtype.kind == "i":
+                scale, zero = details[name]["quantization"]
+                info = np.iinfo(dtype)
+                x = np.clip(np.round(x / scale) + zero, info.min, info.max).astype(dtype)
+            out[key][name] = x
+    return out
+
+
+def quantized_case(form: str) -> tuple[bytes, bytes, dict[str, dict[str, np.ndarray]]]:
+    """(plain quantized model, its fused form, feeds), the quantized model
+    cached under build/ by the plain model's digest and the recipe."""
+    import hashlib
+
+    base, recipe_name = form.split(":")
+    if form not in _CACHE:
+        plain, _, feeds = case(base)
+        digest = hashlib.sha256(plain).hexdigest()[:16]
+        path = QUANT_DIR / f"{base}-{recipe_name}-{digest}.tflite"
+        if not path.exists():
+            QUANT_DIR.mkdir(parents=True, exist_ok=True)
+            model = (
+                _converter_int8()
+                if recipe_name == "converter_int8"
+                else _aeq(plain, feeds, recipe_name)
+            )
+            path.write_bytes(model)
+        model = path.read_bytes()
+        if recipe_name == "converter_int8":
+            runner = fusekit.Interpreter(model_content=model).get_signature_runner()
+            (name,) = runner.get_input_details()
+            (x,) = next(iter(feeds.values())).values()
+            feeds = {"serving_default": {name: x}}
+        feeds = _quantized_feeds(model, feeds)
+        _CACHE[form] = (model, fusekit.optimize(model).model, feeds)
+    return _CACHE[form]
+
+
+def _refusal(error: str | None) -> bool:
+    """A refusal by a clear fusekit error (its class name leads the text)."""
+    if error is None:
+        return False
+    cls = getattr(fusekit.errors, error.split(":")[0], None)
+    return isinstance(cls, type) and issubclass(cls, fusekit.FusekitError)
+
+
+def _compiled_runs(model: bytes, feeds) -> dict | fusekit.FusekitError:
+    """Outputs by (order, step, key) on fusekit.CompiledModel, every
+    signature in every order twice, or the fusekit error refusing the model."""
+    try:
+        with fusekit.CompiledModel.from_buffer(model) as cm:
+            return {
+                (order, i, key): compiled_run(cm, key, feeds[key])
+                for order in itertools.permutations(feeds)
+                for i, key in enumerate(k for k in order for _ in range(2))
+            }
+    except fusekit.FusekitError as e:
+        return e
+
+
+def _interpreter_runs(runtime: str, models: list[bytes], feeds) -> list[list]:
+    """Per model, per signature: the Outcome of two runs on ``runtime``."""
+    jobs = [
+        Job(m, [inputs, inputs], signature=key) for m in models for key, inputs in feeds.items()
+    ]
+    outcomes = run_jobs(runtime, jobs)
+    return [outcomes[i : i + len(feeds)] for i in range(0, len(outcomes), len(feeds))]
+
+
+def check_quantized(form: str) -> None:
+    """Float activations: the fused model equals the plain quantized one on
+    each runtime.  Integer activations: fuse_quantized computes the fused
+    regions in float (docs/quantized.md), so the fused model is not bit-equal
+    to the int8 ops it replaced; there it equals itself on every runtime
+    (within 1e-5 of ai-edge-litert's Interpreter), and the plain model still
+    opens and runs.  A refusal is accepted only by a fusekit error, and only
+    where the plain model is refused too."""
+    plain, fused, feeds = quantized_case(form)
+    integer = form.split(":")[1] in STATIC_RECIPES
+    (litert_plain, litert_fused) = _interpreter_runs("litert", [plain, fused], feeds)
+    for p in litert_plain:
+        p.ok()  # the reference runtime runs every quantized form
+    base = litert_fused if integer else litert_plain
+    reference_runs = {key: o.ok()[0] for key, o in zip(feeds, base, strict=True)}
+    old_runtime_gaps = []
+    for runtime in ("litert", "tf", "tflite_runtime"):
+        runs_plain, runs_fused = (
+            (litert_plain, litert_fused)
+            if runtime == "litert"
+            else _interpreter_runs(runtime, [plain, fused], feeds)
+        )
+        for key, p, f in zip(feeds, runs_plain, runs_fused, strict=True):
+            what = f"{form} {key} on {runtime}"
+            if p.error is not None:
+                # Unsupported there (tflite-runtime 2.14: no composites, no
+                # int16 RSQRT, no int4 EMBEDDING_LOOKUP): the fused model may
+                # fail too, but never run wrong.
+                assert runtime == "tflite_runtime", f"{what}: the plain model fails: {p.error}"
+                if f.error is not None:
+                    continue
+            elif f.error is not None:
+                raise AssertionError(f"{what}: only the fused model fails: {f.error}")
+            want = reference_runs[key] if integer or p.error is not None else p.ok()[0]
+            for run in f.ok():
+                try:
+                    assert_close(run, want, what)
+                except AssertionError as e:
+                    if runtime != "tflite_runtime":
+                        raise
+                    old_runtime_gaps.append(str(e).splitlines()[0])
+                    break  # the second run says the same
+    want_cm = _compiled_runs(plain, feeds)
+    got_cm = _compiled_runs(fused, feeds)
+    if isinstance(got_cm, Exception):
+        assert isinstance(want_cm, Exception), f"{form} on CompiledModel: {got_cm}"
+        return
+    for (order, _, key), outputs in got_cm.items():
+        assert_close(outputs, reference_runs[key], f"{form} {key} on CompiledModel, order {order}")
+    if old_runtime_gaps:
+        # Open: tflite-runtime 2.14 runs these quantized forms (fused, and
+        # plain where it opens them) off ai-edge-litert's numbers; not yet
+        # refused by a version check.
+        pytest.xfail("; ".join(old_runtime_gaps))
+
+
+@pytest.mark.parametrize("form", QUANT_FORMS)
+def test_quantized_forms_keep_the_contract(form):
+    check_quantized(form)
+
+
+def test_a_signature_naming_a_non_output_tensor_is_refused_not_aborted():
+    """ai-edge-quantizer's static recipes leave a signature pointing at a
+    tensor its subgraph no longer lists as an output; LiteRT's CompiledModel
+    aborted the process on such a model.  fusekit refuses it by name, and
+    a signature without its key too."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    def packed(m) -> bytes:
+        b = flatbuffers.Builder(0)
+        b.Finish(m.Pack(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+    plain = (DATA / "torch" / "gen_decoder.tflite").read_bytes()
+    model = schema.ModelT.InitFromPackedBuf(plain, 0)
+    sig = model.signatureDefs[1]
+    outputs = list(model.subgraphs[sig.subgraphIndex].outputs)
+    inner = next(
+        i for i in range(len(model.subgraphs[sig.subgraphIndex].tensors)) if i not in outputs
+    )
+    sig.outputs[0].tensorIndex = inner
+    with pytest.raises(
+        fusekit.RuntimeUnsafeModelError,
+        match=rf"signature 1 \('decode'\) output 0 .* is tensor {inner}, which is "
+        "not an output of subgraph",
+    ):
+        fusekit.CompiledModel.from_buffer(packed(model))
+    model = schema.ModelT.InitFromPackedBuf(plain, 0)
+    model.signatureDefs[0].signatureKey = None
+    with pytest.raises(fusekit.FusekitError, match="signature 0 has no signature"):
+        fusekit.CompiledModel.from_buffer(packed(model))
+
+
+def test_blockwise_int4_scales_follow_their_tensor_after_optimize():
+    """Blockwise quantization names its scales tensor by index; removing
+    dead tensors must renumber it (LiteRT refused the fused int4 model:
+    "Invalid scales tensor index in blockwise quantization")."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    plain, fused, _ = quantized_case("gen_decoder:dynamic_wi4b32_afp32")
+
+    def scales(model: bytes) -> list[np.ndarray]:
+        m = schema.ModelT.InitFromPackedBuf(model, 0)
+        out = []
+        for sg in m.subgraphs:
+            for t in sg.tensors:
+                q = t.quantization
+                if (
+                    q is not None
+                    and q.detailsType == schema.QuantizationDetails.BlockwiseQuantization
+                ):
+                    out.append(np.asarray(sg.tensors[q.details.scales].shape))
+        return out
+
+    assert scales(plain) and len(scales(fused)) == len(scales(plain))
+    with fusekit.CompiledModel.from_buffer(fused) as cm:
+        assert cm.get_num_signatures() == 2

@@ -104,6 +104,10 @@ MARKED: dict[str, str] = {
     # The contract over every committed litert-torch fixture.
     "tests/test_contract.py::test_compiled_model_every_fixture": "slow",  # 15
     "tests/test_contract.py::test_interpreters_every_fixture": "slow",  # 15
+    # ... and over quantized forms (cached under build/contract_quant).
+    "tests/test_contract.py::test_quantized_forms_keep_the_contract": "slow",  # 145 at load 12
+    # 10 s:
+    "tests/test_contract.py::test_blockwise_int4_scales_follow_their_tensor_after_optimize": "slow",
     "tests/passes/test_compiled_keras_hub.py": "slow",  # 20
     # Quantized conversions (representative datasets) and ai-edge-quantizer recipes.
     "tests/passes/test_fuse_quantized.py": "slow",  # 70

@@ -20,6 +20,16 @@
 // the runtime follows those indices unchecked when it first runs the model,
 // so a bad one crashes it.  Each must name another constant tensor of the
 // subgraph of a float (scales) or integer (zero points) type.
+//
+// The second rule: every tensor a signature names must be an input (or
+// output) of its subgraph, and every signature and tensor-map entry must
+// carry its name.  ai-edge-quantizer (static int8/int16 recipes) appends a
+// DEQUANTIZE after a float output, makes the new tensor the subgraph's
+// output and leaves the signature pointing at the old, now int8, tensor.
+// LiteRT's CompiledModel reads such a model, then builds the output layouts
+// (LiteRtGetCompiledModelOutputTensorLayouts, or creating output buffers)
+// from a null name: a C++ exception escapes its C API and aborts the
+// process.  A missing key or tensor-map name ends the same way.
 #include "litert_model_check.h"
 
 #include <algorithm>
@@ -147,6 +157,80 @@ bool DetailsProblem(Reader& r, const Table* subgraph, size_t s, const Tables* bu
   return true;
 }
 
+// Why the signature defs break the second rule (see the top), or "".
+std::string CheckSignatures(Reader& r, const Table* model, const Tables* subgraphs,
+                            const std::string& malformed) {
+  const Tables* signatures = nullptr;
+  if (!r.TablesOf(model, kModelSignatureDefs, &signatures)) return malformed;
+  const flatbuffers::uoffset_t num_subgraphs = subgraphs == nullptr ? 0 : subgraphs->size();
+  for (flatbuffers::uoffset_t s = 0; signatures != nullptr && s < signatures->size(); ++s) {
+    const Table* sig = signatures->Get(s);
+    std::string key;
+    bool has_key = false;
+    uint32_t index = 0;
+    if (!r.StringOf(sig, kSignatureKey, &key, &has_key) ||
+        !r.Scalar(sig, kSignatureSubgraphIndex, &index)) {
+      return malformed;
+    }
+    const std::string where = "signature " + std::to_string(s) +
+                              (has_key ? " ('" + key + "')" : std::string());
+    if (!has_key) {
+      return where + " has no signature key, which LiteRT's CompiledModel aborts on";
+    }
+    if (index >= num_subgraphs) {
+      return malformed + ": " + where + " names subgraph " + std::to_string(index) +
+             " (the model has " + std::to_string(num_subgraphs) + ")";
+    }
+    const Table* subgraph = subgraphs->Get(index);
+    const Tables* tensors = nullptr;
+    if (!r.TablesOf(subgraph, kSubgraphTensors, &tensors)) return malformed;
+    const int64_t num_tensors = tensors == nullptr ? 0 : tensors->size();
+    const struct {
+      voffset_t sig_field, subgraph_field;
+      const char* side;
+    } sides[] = {{kSignatureInputs, kSubgraphInputs, "input"},
+                 {kSignatureOutputs, kSubgraphOutputs, "output"}};
+    for (const auto& side : sides) {
+      const Tables* maps = nullptr;
+      const Vector<int32_t>* ends = nullptr;
+      if (!r.TablesOf(sig, side.sig_field, &maps) ||
+          !r.IntsOf(subgraph, side.subgraph_field, &ends)) {
+        return malformed;
+      }
+      for (flatbuffers::uoffset_t j = 0; maps != nullptr && j < maps->size(); ++j) {
+        std::string name;
+        bool has_name = false;
+        uint32_t tensor = 0;
+        if (!r.StringOf(maps->Get(j), kTensorMapName, &name, &has_name) ||
+            !r.Scalar(maps->Get(j), kTensorMapTensorIndex, &tensor)) {
+          return malformed;
+        }
+        const std::string entry = where + " " + side.side + " " + std::to_string(j);
+        if (!has_name) {
+          return entry + " has no name, which LiteRT's CompiledModel aborts on";
+        }
+        if (static_cast<int64_t>(tensor) >= num_tensors) {
+          return malformed + ": " + entry + " ('" + name + "') is tensor " +
+                 std::to_string(tensor) + " (its subgraph has " + std::to_string(num_tensors) +
+                 " tensors)";
+        }
+        const bool listed = ends != nullptr && std::find(ends->begin(), ends->end(),
+                                                         static_cast<int32_t>(tensor)) !=
+                                                   ends->end();
+        if (!listed) {
+          return entry + " ('" + name + "') is tensor " + std::to_string(tensor) +
+                 ", which is not an " + side.side + " of subgraph " + std::to_string(index) +
+                 ": the signature and its subgraph disagree (ai-edge-quantizer's static "
+                 "recipes write such models), and LiteRT's CompiledModel aborts on them. "
+                 "Point the signature at the subgraph's " + side.side +
+                 " tensors, or run the model with a TFLite interpreter";
+        }
+      }
+    }
+  }
+  return std::string();
+}
+
 }  // namespace
 
 std::string CheckModelForLiteRt(const uint8_t* data, size_t size) {
@@ -198,7 +282,7 @@ std::string CheckModelForLiteRt(const uint8_t* data, size_t size) {
       }
     }
   }
-  return std::string();
+  return CheckSignatures(r, model, subgraphs, malformed);
 }
 
 }  // namespace fusekit

@@ -503,14 +503,17 @@ class CompiledModel:
     def _release(self) -> None:
         """Releases LiteRT's objects.  The handles go last: they own the
         model LiteRT read."""
-        lib = litert_c.lib()
-        if self._compiled is not None:
+        held = (self._compiled, self._model, self._options)
+        # A model refused before compiling holds nothing of LiteRT's: do not
+        # load it (at interpreter exit, it can no longer be found).
+        lib = litert_c.lib() if any(h is not None for h in held) else None
+        if self._compiled is not None and lib is not None:
             lib.LiteRtDestroyCompiledModel(self._compiled)
             self._compiled = None
-        if self._model is not None:
+        if self._model is not None and lib is not None:
             lib.LiteRtDestroyModel(self._model)
             self._model = None
-        if self._options is not None:
+        if self._options is not None and lib is not None:
             lib.LiteRtDestroyOptions(self._options)
             self._options = None
         for handle_lib, handle in self._handles:
