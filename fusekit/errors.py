@@ -53,7 +53,11 @@ class RuntimeNotAvailableError(FusekitError, ImportError):
 
 class RuntimeTooOldError(RuntimeNotAvailableError):
     """The chosen runtime is older than a builtin op version the model uses
-    (it would refuse the model: "Didn't find op for builtin opcode ...").
+    (it would refuse the model: "Didn't find op for builtin opcode ..."),
+    or than a feature of an op it would run and compute wrong
+    (``computes_wrong``: tflite-runtime 2.14 returns zeros for hybrid
+    FULLY_CONNECTED, BATCH_MATMUL and EMBEDDING_LOOKUP with per-channel
+    int8 weights).
 
     Attributes:
       source: the model's path, or ``"<model_content>"`` for bytes.
@@ -61,6 +65,8 @@ class RuntimeTooOldError(RuntimeNotAvailableError):
       needed: the TFLite release the model needs, e.g. "2.17.0".
       ops: the op versions the runtime lacks, e.g. ["FULLY_CONNECTED v12"].
       alternatives: runtimes that can load the model, as advice.
+      computes_wrong: the runtime would load the model but compute ``ops``
+        wrong.
     """
 
     def __init__(
@@ -71,6 +77,7 @@ class RuntimeTooOldError(RuntimeNotAvailableError):
         needed: str,
         ops: list[str],
         alternatives: list[str],
+        computes_wrong: bool = False,
     ):
         self.source = source
         self.runtime = runtime
@@ -78,13 +85,21 @@ class RuntimeTooOldError(RuntimeNotAvailableError):
         self.needed = needed
         self.ops = ops
         self.alternatives = alternatives
+        self.computes_wrong = computes_wrong
         advice = (
             "use " + " or ".join(alternatives) if alternatives else "use a newer TFLite runtime"
         )
-        super().__init__(
-            f"{source}: this model needs TFLite >= {needed} ({', '.join(ops)}); "
-            f"{runtime} {runtime_version} is older: {advice}"
-        )
+        needs = f"TFLite >= {needed}" if needed[:1].isdigit() else needed
+        if computes_wrong:
+            problem = (
+                f"{runtime} {runtime_version} runs {', '.join(ops)} but computes them wrong "
+                f"(its kernel reads one weight scale and returns zeros); this model needs {needs}"
+            )
+        else:
+            problem = (
+                f"this model needs {needs} ({', '.join(ops)}); {runtime} {runtime_version} is older"
+            )
+        super().__init__(f"{source}: {problem}: {advice}")
 
     def __reduce__(self) -> tuple:
         return (
@@ -96,6 +111,7 @@ class RuntimeTooOldError(RuntimeNotAvailableError):
                 self.needed,
                 self.ops,
                 self.alternatives,
+                self.computes_wrong,
             ),
         )
 

@@ -2,8 +2,9 @@
 
 ai-edge-litert and tf.lite run in this process.  tflite-runtime needs
 numpy<2, so it runs in its own virtual environment (.venv-tflite-runtime,
-made by scripts/setup.sh) through tflite_runtime_worker.py, on the same
-installed fusekit wheel.
+made by scripts/setup.sh) through tflite_runtime_worker.py, on this
+checkout's fusekit source (its compiled library from fusekit/lib when built
+there, else the wheel installed in that venv).
 """
 
 from __future__ import annotations
@@ -172,6 +173,14 @@ def run_jobs(runtime: str, jobs: list[Job]) -> list[Outcome]:
             text=True,
             timeout=600,
             cwd=tmp,
+            # The worker imports the fusekit under test (this checkout's
+            # source), not whichever wheel the venv holds.
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(
+                    [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+                ),
+            },
         )
         if proc.returncode != 0:
             raise RuntimeError(

@@ -223,3 +223,48 @@ def test_litert_and_tf_register_the_versions_the_table_says():
     ]
     wrong = [row for row, ok, want in zip(rows, tf_loads, expected, strict=True) if ok != want]
     assert not wrong, f"TF {tf.__version__} disagrees with the table on {wrong}"
+
+
+def _bare_run(runtime: str, model: bytes, x: np.ndarray):
+    """One run on the runtime's own Interpreter, without fusekit's checks."""
+    from runtimes import Outcome, feed_and_invoke
+
+    from fusekit.run.runtimes import runtime_module
+
+    interp = runtime_module(runtime).Interpreter(model_content=model)
+    return Outcome(outputs=[feed_and_invoke(interp, [x])])
+
+
+def test_per_channel_hybrid_ops_are_refused_exactly_where_2_14_computes_them_wrong():
+    """tflite-runtime 2.14 runs hybrid FULLY_CONNECTED, BATCH_MATMUL and
+    EMBEDDING_LOOKUP with per-channel int8 weights and returns zeros (its
+    kernels read one weight scale); fusekit.Interpreter refuses exactly
+    those there, naming the op and ai-edge-litert.  Checked on the bare
+    runtimes (InterpreterWithCustomOps, no fusekit check) against numpy."""
+    from hybrid_models import HYBRID_OPS, hybrid_model
+    from runtimes import RUNTIMES, run_jobs
+
+    cases = [
+        (op, per_channel, *hybrid_model(op, per_channel))
+        for op in HYBRID_OPS
+        for per_channel in (True, False)
+        if per_channel or op != "DEPTHWISE_CONV_2D"  # takes per-channel scales only
+    ]
+    for runtime in RUNTIMES:
+        bare = (
+            run_jobs(runtime, [Job(m, [[x]], mode="registerer") for _, _, m, x, _ in cases])
+            if runtime == "tflite_runtime"  # a subprocess: numpy<2
+            else [_bare_run(runtime, m, x) for _, _, m, x, _ in cases]
+        )
+        checked = run_jobs(runtime, [Job(m, [[x]]) for _, _, m, x, _ in cases])
+        for (op, per_channel, model, _, want), b, c in zip(cases, bare, checked, strict=True):
+            what = f"{op} ({'per-channel' if per_channel else 'per-tensor'}) on {runtime}"
+            right = np.abs(b.ok()[0][0] - want).max() <= 0.02 * np.abs(want).max()
+            refused = runtime == "tflite_runtime" and bool(compat.per_channel_hybrid_ops(model))
+            assert right != refused, f"{what}: right={right}, fusekit refuses={refused}"
+            if refused:
+                assert c.error is not None and c.error.startswith("RuntimeTooOldError"), what
+                assert op in c.error and "computes them wrong" in c.error, c.error
+                assert "ai-edge-litert" in c.error, c.error
+            else:
+                np.testing.assert_array_equal(c.ok()[0][0], b.ok()[0][0], err_msg=what)

@@ -94,6 +94,23 @@ NEWER_THAN_2_14: dict[str, tuple[int, tuple[str, ...]]] = {
     "UNPACK": (4, ("2.22.0", "2.23.0")),
 }
 
+# Hybrid ops (float activations, constant int8 weights) whose TFLite 2.14
+# kernels read a single scale for the weights: given one scale per output
+# channel (or per row) they scale every product by 0 and return zeros,
+# without an error.  Op -> the input holding the weights.  Checked by
+# behaviour (tests/test_runtime_compat.py): tflite-runtime 2.14 returns zeros
+# for each; ai-edge-litert 2.3 and tf.lite 2.21 compute them right; CONV_2D
+# and DEPTHWISE_CONV_2D with per-channel hybrid weights are right on 2.14,
+# and per-tensor weights are right for all.  ai-edge-quantizer's dynamic
+# int8 recipe writes these per channel at op versions 2.14 registers.
+PER_CHANNEL_HYBRID_WRONG_UP_TO_2_14: dict[str, int] = {
+    "BATCH_MATMUL": 1,
+    "EMBEDDING_LOOKUP": 1,
+    "FULLY_CONNECTED": 1,
+}
+_WEIGHT_TYPES = ("INT8", "INT4")
+_PER_CHANNEL_NEEDED = "a TFLite release newer than 2.14"
+
 #: The last tflite-runtime release (assumed when it is not installed).
 TFLITE_RUNTIME_LAST = "2.14.0"
 #: The ai-edge-litert release checked to load every op version above.
@@ -211,6 +228,48 @@ def op_versions(buf: ModelBuffer) -> list[OpVersion]:
     return sorted(found, key=lambda o: (o.op, o.version))
 
 
+def per_channel_hybrid_ops(buf: ModelBuffer) -> list[str]:
+    """The ops of a verified model that TFLite 2.14 computes wrong: hybrid
+    ops of PER_CHANNEL_HYBRID_WRONG_UP_TO_2_14 (a float output) whose
+    constant weights carry more than one scale, each as e.g.
+    "FULLY_CONNECTED v5 (hybrid, per-channel int8 weights)", sorted."""
+    root = tflite_schema.model(buf)
+    codes = []
+    for code in root.items("operator_codes"):
+        name = tflite_schema.BUILTIN_OPERATORS.get(tflite_schema.builtin_code(code))
+        codes.append((name, code.scalar("version")))
+    if not any(name in PER_CHANNEL_HYBRID_WRONG_UP_TO_2_14 for name, _ in codes):
+        return []
+    found = set()
+    for graph in root.items("subgraphs"):
+        tensors = graph.length("tensors")
+        for op in graph.items("operators"):
+            index = op.scalar("opcode_index")
+            if index >= len(codes) or codes[index][0] not in PER_CHANNEL_HYBRID_WRONG_UP_TO_2_14:
+                continue
+            name, version = codes[index]
+            inputs, outputs = op.values("inputs"), op.values("outputs")
+            slot = PER_CHANNEL_HYBRID_WRONG_UP_TO_2_14[name]
+            if len(inputs) <= slot or not outputs:
+                continue
+            weights, out = inputs[slot], outputs[0]
+            if not (0 <= weights < tensors and 0 <= out < tensors):
+                continue
+            w = graph.item("tensors", weights)
+            dtype = tflite_schema.TENSOR_TYPES.get(w.scalar("type"))
+            if dtype not in _WEIGHT_TYPES:
+                continue
+            if (
+                tflite_schema.TENSOR_TYPES.get(graph.item("tensors", out).scalar("type"))
+                != "FLOAT32"
+            ):
+                continue  # integer activations: not hybrid
+            quant = w.table("quantization")
+            if quant is not None and quant.length("scale") > 1:
+                found.add(f"{name} v{version} (hybrid, per-channel {dtype.lower()} weights)")
+    return sorted(found)
+
+
 def _too_new(ops: list[OpVersion], release: str) -> tuple[OpVersion, ...]:
     bad = []
     for op in ops:
@@ -286,13 +345,32 @@ def check_loadable(model: ModelBuffer | str | os.PathLike[str], runtime: str) ->
     with _opened(model) as buf:
         ops = op_versions(buf)
         declared = min_runtime_version(buf)
+        version = abi_versions.runtime_version(runtime)
+        if runtime == "tflite_runtime":
+            version = version or TFLITE_RUNTIME_LAST
+        wrong = (
+            per_channel_hybrid_ops(buf)
+            if runtime != "litert" and version and not _newer(version, "2.14.99")
+            else []
+        )
+    source = "<model_content>" if not isinstance(model, (str, os.PathLike)) else str(model)
+    if wrong:
+        # The runtime would run the model and return wrong numbers.
+        raise RuntimeTooOldError(
+            source=source,
+            runtime=RUNTIME_NAMES[runtime],
+            runtime_version=version or "?",
+            needed=_PER_CHANNEL_NEEDED,
+            ops=wrong,
+            alternatives=[f"ai-edge-litert (>= {LITERT_CHECKED})", "tf.lite (TensorFlow >= 2.21)"],
+            computes_wrong=True,
+        )
     result = support(ops, runtime, abi_versions.runtime_version(runtime))
     if result.loads is not False:
         return
     needed = _needed(result.too_new)
     if declared and _newer(declared, needed) and needed[0].isdigit():
         needed = declared
-    source = "<model_content>" if not isinstance(model, (str, os.PathLike)) else str(model)
     raise RuntimeTooOldError(
         source=source,
         runtime=RUNTIME_NAMES[runtime],
@@ -315,6 +393,7 @@ def _opened(model: ModelBuffer | str | os.PathLike[str]) -> Iterator[ModelBuffer
 
 __all__ = [
     "NEWER_THAN_2_14",
+    "PER_CHANNEL_HYBRID_WRONG_UP_TO_2_14",
     "LITERT_CHECKED",
     "OpVersion",
     "RUNTIME_NAMES",
@@ -324,6 +403,7 @@ __all__ = [
     "min_runtime_version",
     "op_version_release",
     "op_versions",
+    "per_channel_hybrid_ops",
     "release_tuple",
     "runtime_support",
     "support",
