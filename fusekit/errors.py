@@ -54,10 +54,10 @@ class RuntimeNotAvailableError(FusekitError, ImportError):
 class RuntimeTooOldError(RuntimeNotAvailableError):
     """The chosen runtime is older than a builtin op version the model uses
     (it would refuse the model: "Didn't find op for builtin opcode ..."),
-    or than a feature of an op it would run and compute wrong
-    (``computes_wrong``: tflite-runtime 2.14 returns zeros for hybrid
-    FULLY_CONNECTED, BATCH_MATMUL and EMBEDDING_LOOKUP with per-channel
-    int8 weights).
+    or it would run the model and compute wrong numbers (``computes_wrong``
+    says why: tflite-runtime 2.14 returns zeros for hybrid FULLY_CONNECTED,
+    BATCH_MATMUL and EMBEDDING_LOOKUP with per-channel int8 weights, and
+    garbage for a signature output that is not an output of its subgraph).
 
     Attributes:
       source: the model's path, or ``"<model_content>"`` for bytes.
@@ -65,8 +65,8 @@ class RuntimeTooOldError(RuntimeNotAvailableError):
       needed: the TFLite release the model needs, e.g. "2.17.0".
       ops: the op versions the runtime lacks, e.g. ["FULLY_CONNECTED v12"].
       alternatives: runtimes that can load the model, as advice.
-      computes_wrong: the runtime would load the model but compute ``ops``
-        wrong.
+      computes_wrong: why the runtime would load the model but compute
+        ``ops`` wrong ("" when it would refuse the model).
     """
 
     def __init__(
@@ -77,7 +77,7 @@ class RuntimeTooOldError(RuntimeNotAvailableError):
         needed: str,
         ops: list[str],
         alternatives: list[str],
-        computes_wrong: bool = False,
+        computes_wrong: str = "",
     ):
         self.source = source
         self.runtime = runtime
@@ -93,7 +93,7 @@ class RuntimeTooOldError(RuntimeNotAvailableError):
         if computes_wrong:
             problem = (
                 f"{runtime} {runtime_version} runs {', '.join(ops)} but computes them wrong "
-                f"(its kernel reads one weight scale and returns zeros); this model needs {needs}"
+                f"({computes_wrong}); this model needs {needs}"
             )
         else:
             problem = (

@@ -130,3 +130,51 @@ def hybrid_model(op: str, per_channel: bool = True) -> tuple[bytes, np.ndarray, 
     builder = flatbuffers.Builder(0)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output()), x, want.astype(np.float32)
+
+
+def unlisted_output_model() -> tuple[bytes, np.ndarray, np.ndarray]:
+    """(model, input, what its signature output 'mid' holds): a chain of
+    float ADDs x+x -> a -> a+a -> ... whose signature names the first
+    intermediate 'mid', which the subgraph does not list as an output (the
+    form ai-edge-quantizer's static recipes leave), so a runtime may reuse
+    its memory for a later intermediate."""
+    model = schema.ModelT()
+    model.version = 3
+    model.buffers = [schema.BufferT()]
+    graph = schema.SubGraphT()
+    graph.tensors = []
+    code = schema.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.ADD
+    code.version = 1
+    model.operatorCodes = [code]
+    shape = (1, 64)
+    chain = [_tensor(model, graph, shape, schema.TensorType.FLOAT32) for _ in range(6)]
+    graph.operators = []
+    for a, b in zip(chain[:-1], chain[1:], strict=True):
+        op = schema.OperatorT()
+        op.opcodeIndex = 0
+        op.inputs = np.asarray([a, a], np.int32)
+        op.outputs = np.asarray([b], np.int32)
+        op.builtinOptionsType = schema.BuiltinOptions.AddOptions
+        op.builtinOptions = schema.AddOptionsT()
+        graph.operators.append(op)
+    graph.inputs = np.asarray([chain[0]], np.int32)
+    graph.outputs = np.asarray([chain[-1]], np.int32)
+    model.subgraphs = [graph]
+    sig = schema.SignatureDefT()
+    sig.signatureKey = "serving_default"
+    sig.subgraphIndex = 0
+    sig.inputs, sig.outputs = [], []
+    for name, index, side in (
+        ("x", chain[0], sig.inputs),
+        ("mid", chain[1], sig.outputs),
+        ("out", chain[-1], sig.outputs),
+    ):
+        t = schema.TensorMapT()
+        t.name, t.tensorIndex = name, index
+        side.append(t)
+    model.signatureDefs = [sig]
+    builder = flatbuffers.Builder(0)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    x = np.arange(64, dtype=np.float32).reshape(shape)
+    return bytes(builder.Output()), x, 2 * x

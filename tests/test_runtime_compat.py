@@ -268,3 +268,25 @@ def test_per_channel_hybrid_ops_are_refused_exactly_where_2_14_computes_them_wro
                 assert "ai-edge-litert" in c.error, c.error
             else:
                 np.testing.assert_array_equal(c.ok()[0][0], b.ok()[0][0], err_msg=what)
+
+
+def test_a_signature_output_its_subgraph_does_not_list_is_refused_on_2_14():
+    """ai-edge-quantizer's static recipes point signature outputs (a KV
+    cache) at tensors the subgraph does not list as outputs; tflite-runtime
+    2.14 reuses their memory and its signature runner returns garbage.
+    fusekit.Interpreter refuses such a model there, naming the output."""
+    from hybrid_models import unlisted_output_model
+    from runtimes import run_jobs
+
+    model, x, want = unlisted_output_model()
+    assert compat.unlisted_signature_outputs(model) == [
+        "signature 'serving_default' output 'mid' (tensor 1)"
+    ]
+    bare, checked = run_jobs(
+        "tflite_runtime",
+        [Job(model, [{"x": x}], mode=mode, signature=True) for mode in ("registerer", "delegate")],
+    )
+    assert np.abs(bare.ok()[0]["mid"] - want).max() > 1  # the runtime's own wrong number
+    assert checked.error is not None and checked.error.startswith("RuntimeTooOldError"), checked
+    assert "signature 'serving_default' output 'mid'" in checked.error
+    assert "computes them wrong" in checked.error and "ai-edge-litert" in checked.error

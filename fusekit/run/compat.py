@@ -109,7 +109,7 @@ PER_CHANNEL_HYBRID_WRONG_UP_TO_2_14: dict[str, int] = {
     "FULLY_CONNECTED": 1,
 }
 _WEIGHT_TYPES = ("INT8", "INT4")
-_PER_CHANNEL_NEEDED = "a TFLite release newer than 2.14"
+_NEWER_THAN_2_14 = "a TFLite release newer than 2.14"
 
 #: The last tflite-runtime release (assumed when it is not installed).
 TFLITE_RUNTIME_LAST = "2.14.0"
@@ -270,6 +270,30 @@ def per_channel_hybrid_ops(buf: ModelBuffer) -> list[str]:
     return sorted(found)
 
 
+def unlisted_signature_outputs(buf: ModelBuffer) -> list[str]:
+    """Signature outputs of a verified model that name a tensor its subgraph
+    does not list as an output (ai-edge-quantizer's static recipes leave
+    such signatures).  TFLite 2.14 plans that tensor's memory as a temporary
+    and reuses it, so its signature runner returns garbage there (checked by
+    behaviour, tests/test_runtime_compat.py).  Each as e.g. "signature
+    'decode' output 'kv_cache_k_0' (tensor 72)"."""
+    root = tflite_schema.model(buf)
+    found = []
+    for sig in root.items("signature_defs"):
+        index = sig.scalar("subgraph_index")
+        if index >= root.length("subgraphs"):
+            continue
+        graph = root.item("subgraphs", index)
+        listed = set(graph.values("outputs")) | set(graph.values("inputs"))
+        key = (sig.string("signature_key") or b"").decode("utf-8", "replace")
+        for out in sig.items("outputs"):
+            tensor = out.scalar("tensor_index")
+            if tensor not in listed:
+                name = (out.string("name") or b"").decode("utf-8", "replace")
+                found.append(f"signature {key!r} output {name!r} (tensor {tensor})")
+    return found
+
+
 def _too_new(ops: list[OpVersion], release: str) -> tuple[OpVersion, ...]:
     bad = []
     for op in ops:
@@ -348,37 +372,40 @@ def check_loadable(model: ModelBuffer | str | os.PathLike[str], runtime: str) ->
         version = abi_versions.runtime_version(runtime)
         if runtime == "tflite_runtime":
             version = version or TFLITE_RUNTIME_LAST
-        wrong = (
-            per_channel_hybrid_ops(buf)
-            if runtime != "litert" and version and not _newer(version, "2.14.99")
-            else []
-        )
+        up_to_2_14 = runtime != "litert" and bool(version) and not _newer(version, "2.14.99")
+        hybrid = per_channel_hybrid_ops(buf) if up_to_2_14 else []
+        unlisted = unlisted_signature_outputs(buf) if up_to_2_14 else []
     source = "<model_content>" if not isinstance(model, (str, os.PathLike)) else str(model)
-    if wrong:
-        # The runtime would run the model and return wrong numbers.
+    result = support(ops, runtime, abi_versions.runtime_version(runtime))
+    if result.loads is False:  # it would not load the model at all
+        needed = _needed(result.too_new)
+        if declared and _newer(declared, needed) and needed[0].isdigit():
+            needed = declared
         raise RuntimeTooOldError(
             source=source,
             runtime=RUNTIME_NAMES[runtime],
-            runtime_version=version or "?",
-            needed=_PER_CHANNEL_NEEDED,
-            ops=wrong,
-            alternatives=[f"ai-edge-litert (>= {LITERT_CHECKED})", "tf.lite (TensorFlow >= 2.21)"],
-            computes_wrong=True,
+            runtime_version=result.version or "?",
+            needed=needed,
+            ops=[f"{op.op} v{op.version}" for op in result.too_new],
+            alternatives=_alternatives(ops, runtime, needed),
         )
-    result = support(ops, runtime, abi_versions.runtime_version(runtime))
-    if result.loads is not False:
-        return
-    needed = _needed(result.too_new)
-    if declared and _newer(declared, needed) and needed[0].isdigit():
-        needed = declared
-    raise RuntimeTooOldError(
-        source=source,
-        runtime=RUNTIME_NAMES[runtime],
-        runtime_version=result.version or "?",
-        needed=needed,
-        ops=[f"{op.op} v{op.version}" for op in result.too_new],
-        alternatives=_alternatives(ops, runtime, needed),
-    )
+    for wrong, why in (
+        (hybrid, "its kernels read one weight scale and return zeros"),
+        (unlisted, "it reuses the memory of a signature output its subgraph does not list"),
+    ):
+        if wrong:
+            raise RuntimeTooOldError(
+                source=source,
+                runtime=RUNTIME_NAMES[runtime],
+                runtime_version=version or "?",
+                needed=_NEWER_THAN_2_14,
+                ops=wrong,
+                alternatives=[
+                    f"ai-edge-litert (>= {LITERT_CHECKED})",
+                    "tf.lite (TensorFlow >= 2.21)",
+                ],
+                computes_wrong=why,
+            )
 
 
 @contextlib.contextmanager
@@ -404,6 +431,7 @@ __all__ = [
     "op_version_release",
     "op_versions",
     "per_channel_hybrid_ops",
+    "unlisted_signature_outputs",
     "release_tuple",
     "runtime_support",
     "support",
