@@ -110,12 +110,6 @@ def _is_activation_matmul(graph: Graph, op: schema.OperatorT) -> bool:
     )
 
 
-def _read_only_by(graph: Graph, tensor: int, readers: list[schema.OperatorT]) -> bool:
-    allowed = {id(r) for r in readers}
-    found = graph.consumers(tensor)
-    return bool(found) and not graph.is_output(tensor) and all(id(r) in allowed for r in found)
-
-
 def _walk_back(
     graph: Graph,
     tensor: int,
@@ -127,10 +121,9 @@ def _walk_back(
     of an ADD."""
     if len(path) > _MAX_PATH:
         return None
+    # Sharing is checked on the whole region once found (a note then).
     op = graph.producer(tensor)
-    if op is None or not _read_only_by(graph, tensor, readers):
-        return None
-    if graph.tensor(tensor).type != FLOAT32:
+    if op is None or graph.tensor(tensor).type != FLOAT32:
         return None
     if _is_activation_matmul(graph, op):
         return op, path
@@ -493,7 +486,12 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     # folded into the rows (litert-torch's packed grouped-query attention:
     # [B, Hkv, G*Sq, D]): read as heads, the masks keep one row per query.
     terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
-    while len(rows) > 1 and all(_repeats_over(graph, t, rows[0]) for t in terms):
+    # So is a last row that q reads along its kv heads' axis (the grouped
+    # form in a decode step: q [B, 1, Hkv*G, D] read as [B, Hkv, G, D]).
+    head_axes = {where[a]["q"].axis for a in batch_like}
+    while rows and all(_repeats_over(graph, t, rows[0]) for t in terms):
+        if len(rows) == 1 and where[rows[0]]["q"].axis not in head_axes:
+            break
         query_like.append(rows.pop(0))
     # Batch: the kv-like atoms up to the first that q reads along its depth
     # axis, or along an axis of its own (q [B, S, H, D] or [B, H, S, D]);
@@ -510,12 +508,40 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     # The op's mask is [B|1, H|1, ..]: where the operands leave the cut
     # between batch and heads open (q with its heads on an axis of their
     # own), it falls where every mask is whole or repeated on each side.
+    # Of those cuts, the one that reads most operands without a copy.
     runtime = [t for t in terms if _constant_of(graph, t.tensor) is None]
+
+    def copies(cut: int) -> int:
+        b, kvh = batch_like[:cut], batch_like[cut:]
+        operands = (
+            (q_view, "q", q_roles["outer"], q_roles["inner"], rows, kvh + query_like, 2),
+            (k_view, "k", k_roles["outer"], k_roles["inner"], None, kvh, 2),
+            (v_view, "v", v_roles["inner"], v_roles["outer"], None, kvh, 3),
+        )
+        count = 0
+        for view, sink, seq, depth, own_rows, hs, n in operands:
+            axes = {
+                "b": [where[a][sink] for a in b],
+                "s": seq if own_rows is None else [where[a][sink] for a in own_rows],
+                "h": [where[a][sink] for a in hs],
+                "d": depth,
+            }
+            layouts = ("bshd", "bhsd", "bhds")[:n]
+            found = (
+                View(view.source, view.source_shape, [axes[c] for c in lay], view.offset)
+                for lay in layouts
+            )
+            count += not any(axis_map.in_place(f) for f in found)
+        return count
+
+    best = None
     for cut in [split, *reversed(range(len(batch_like) + 1))]:
         sides = (batch_like[:cut], batch_like[cut:] + query_like)
         if all(_whole_or_repeated(graph, t, side) for t in runtime for side in sides):
-            split = cut
-            break
+            cost = copies(cut)
+            if best is None or cost < best[0]:
+                best = (cost, cut)
+    split = split if best is None else best[1]
     batch, kv_heads = batch_like[:split], batch_like[split:]
     heads = kv_heads + query_like
     d_q, d_k = q_roles["inner"], k_roles["inner"]
