@@ -1089,14 +1089,16 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
     region = softmax_at(graph, softmax)
     if region is None or graph.tensor(region.input).type in _INTEGER_TYPES:
         return None
-    # The catalogue of forms reads SOFTMAX ops; the axes read any softmax.
+    # The axes are the matcher; the catalogue of forms below is only asked
+    # where the map has no reading (shapes known only at run time).
+    by_axes = _by_axes(graph, softmax)
+    # A region the runtime disproved says so, whatever the forms say.
+    disproved = isinstance(by_axes, NearMiss) and by_axes.code == "attention.check"
+    if isinstance(by_axes, AttentionMatch) or disproved:
+        return by_axes
     found = _match_attention(graph, softmax) if graph.builtin(softmax) == OP.SOFTMAX else None
-    if not isinstance(found, AttentionMatch):
-        by_axes = _by_axes(graph, softmax)
-        # A region the runtime disproved says so, whatever the forms said.
-        disproved = isinstance(by_axes, NearMiss) and by_axes.code == "attention.check"
-        if isinstance(by_axes, AttentionMatch) or disproved or (found is None and by_axes):
-            return by_axes
+    if not isinstance(found, AttentionMatch) and by_axes is not None:
+        return by_axes
     if found is None and reaches_activation_matmul(graph, region.input, hops=8):
         blocking = blocker(graph, region.input)
         if blocking is not None:
