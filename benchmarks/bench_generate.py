@@ -37,9 +37,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples"))
 
-import memory_floor  # noqa: E402
 import numpy as np  # noqa: E402
 import suite  # noqa: E402
+
+from fusekit.run import memory_floor  # noqa: E402
 
 FLOORS = ("floor_warm", "floor_evicted")
 VARIANTS = ("plain", "optimized", "in_place", *FLOORS)

@@ -26,12 +26,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import memory_floor  # noqa: E402
 import numpy as np  # noqa: E402
 import suite  # noqa: E402
 from suite import MIB, Case, CaseResult, Target  # noqa: E402
 
 import fusekit  # noqa: E402
+from fusekit.run import memory_floor  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

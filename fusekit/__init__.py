@@ -51,6 +51,7 @@ _LAZY = {
     "inspect": ("fusekit.conversion.plan", "inspect"),
     "converter_hook": ("fusekit.conversion.hook", "converter_hook"),
     "keras": ("fusekit.keras", None),
+    "torch": ("fusekit.torch", None),
     "passes": ("fusekit.passes", None),
     "optimize": ("fusekit.passes.pipeline", "optimize"),
     "OptimizeResult": ("fusekit.passes.pipeline", "OptimizeResult"),

@@ -30,6 +30,8 @@ examples:
   fusekit verify m.tflite out.tflite --signature decode --input decode:tokens=t.npy
   fusekit bench m.tflite out.tflite --cpu-time   time a model against its optimized copy
   fusekit inspect out.tflite                the custom kernels a model needs, and where from
+  fusekit bench-generate llm.tflite --prefill 128 --decode 128 --cache-position 512 --threads 1
+                                            prefill/decode tokens/s and x of the read floor
 Composites are written with @fusekit.composite or come from fusekit.ops.
 """
 
@@ -369,6 +371,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_generate(args: argparse.Namespace) -> int:
+    from fusekit.generation_bench import bench_generate
+
+    model: str | bytes = args.model
+    if args.optimize:
+        import fusekit
+
+        model = fusekit.optimize(args.model).model
+    if not args.quiet and args.bandwidth is None:
+        _say(args, "measuring this machine's memory bandwidth after the run (about 1 GB read)")
+    result = bench_generate(
+        model,
+        prefill=args.prefill,
+        decode=args.decode,
+        cache_position=args.cache_position,
+        threads=args.threads,
+        runtime=args.runtime,
+        bandwidth=None if args.bandwidth is None else args.bandwidth * 1e9,
+        decode_signature=args.decode_signature,
+        warmup=args.warmup,
+        name=args.model + (" (fusekit optimize)" if args.optimize else ""),
+    )
+    print(result.to_json() if args.json else result.to_text())
+    return 0
+
+
 def _same_bytes(a: str, b: str) -> bool:
     import filecmp
 
@@ -416,6 +444,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         passes=args.passes,
         space_to_depth=args.space_to_depth,
         max_iterations=args.max_iterations,
+        plugins=args.plugin,
     )
     out = result.save(args.output)
     if args.json:
@@ -561,6 +590,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser(
+        "bench-generate",
+        help="prefill and decode tokens/s of a generative model, against its read floor",
+        description="Time a model's prefill signature and DECODE decode steps from "
+        "--cache-position (the KV cache kept in place by fusekit.DecodeLoop), and compare "
+        "each decode token's time with the read floor: the model's weights plus the cache "
+        "rows up to the position, read at this machine's measured memory bandwidth. Token "
+        "ids, positions (input_pos) and causal masks are fed by input name.",
+    )
+    p.add_argument("model", help="the .tflite file (decode and prefill* signatures)")
+    p.add_argument(
+        "--prefill",
+        type=int,
+        help="prompt tokens: the prefill signature that takes this many (default: the longest)",
+    )
+    p.add_argument("--decode", type=int, default=128, help="decode steps to time (default 128)")
+    p.add_argument(
+        "--cache-position",
+        type=int,
+        default=512,
+        help="position of the first decode step: the cache filled up to it (default 512)",
+    )
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--runtime", default="auto", choices=["auto", "litert", "tf", "tflite_runtime"])
+    p.add_argument(
+        "--bandwidth",
+        type=float,
+        metavar="GB_PER_S",
+        help="memory bandwidth for the floor, in GB/s (default: measured)",
+    )
+    p.add_argument("--optimize", action="store_true", help="run fusekit.optimize on it first")
+    p.add_argument("--decode-signature", default="decode")
+    p.add_argument("--warmup", type=int, default=3, help="untimed decode steps first")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_bench_generate)
+
+    p = sub.add_parser(
         "optimize",
         help="fuse decomposed norms, RoPE and attention in any .tflite into fused ops "
         "(and layout, fold_affine, space-to-depth, cleanup passes)",
@@ -584,6 +650,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto: the cost model decides; on: rewrite wherever it applies",
     )
     p.add_argument("--max-iterations", type=int, default=6, help="bound of the fixed-point loop")
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a plugin of your kernels (fusekit build output), repeatable: composites its "
+        "kernels declare become those kernels' ops",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument(
         "-q", "--quiet", action="store_true", help="print nothing but errors (or the --json)"

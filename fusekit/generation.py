@@ -31,7 +31,9 @@ from fusekit.errors import DecodeLoopError
 
 
 @dataclass(frozen=True)
-class _Signature:
+class SignatureLayout:
+    """One signature of an interpreter, as the decode loop addresses it."""
+
     key: str
     subgraph: int
     inputs: dict[str, int]
@@ -41,7 +43,9 @@ class _Signature:
     layouts: dict[tuple[str, str], tuple[tuple[int, ...], np.dtype]]
 
 
-def _signature(interp: Any, key: str) -> _Signature:
+def signature_of(interp: Any, key: str) -> SignatureLayout:
+    """Signature ``key`` of ``interp``: its subgraph, tensor indices and
+    (shape, dtype) of every input and output, by name."""
     signatures = interp.get_signature_list()
     if key not in signatures:
         raise DecodeLoopError(f"the model has no signature {key!r} (it has {sorted(signatures)})")
@@ -55,7 +59,7 @@ def _signature(interp: Any, key: str) -> _Signature:
         for name, d in entries.items()
     }
     subgraph = int(interp._interpreter.GetSubgraphIndexFromSignature(key))
-    return _Signature(key, subgraph, inputs, outputs, layouts)
+    return SignatureLayout(key, subgraph, inputs, outputs, layouts)
 
 
 def _address(view: np.ndarray) -> int:
@@ -103,8 +107,8 @@ class DecodeLoop:
         # Before any signature runner exists: the runtime's allocate_tensors
         # refuses to run while other objects hold its wrapper.
         interpreter.allocate_tensors()
-        self._decode = _signature(interpreter, decode)
-        self._prefill = None if prefill is None else _signature(interpreter, prefill)
+        self._decode = signature_of(interpreter, decode)
+        self._prefill = None if prefill is None else signature_of(interpreter, prefill)
         if caches is None:
             caches = [n for n in self._decode.inputs if n in self._decode.outputs]
         if not caches:
@@ -189,10 +193,10 @@ class DecodeLoop:
     # Views are taken afresh for every call: a resize or allocation by the
     # caller may move the buffers, and the runtime's own calls refuse to run
     # while Python holds views.
-    def _view(self, sig: _Signature, index: int) -> np.ndarray:
+    def _view(self, sig: SignatureLayout, index: int) -> np.ndarray:
         return self._interp._interpreter.tensor(self._interp, index, sig.subgraph)
 
-    def _feed(self, sig: _Signature, inputs: Mapping[str, Any]) -> None:
+    def _feed(self, sig: SignatureLayout, inputs: Mapping[str, Any]) -> None:
         expected = set(sig.inputs) - set(self.caches)
         if set(inputs) != expected:
             raise DecodeLoopError(
@@ -214,7 +218,7 @@ class DecodeLoop:
                 # A 0-d tensor comes back as a numpy scalar, not a view.
                 wrapper.SetTensor(sig.inputs[name], value.astype(view.dtype), sig.subgraph)
 
-    def _results(self, sig: _Signature) -> dict[str, np.ndarray]:
+    def _results(self, sig: SignatureLayout) -> dict[str, np.ndarray]:
         return {
             name: np.array(self._view(sig, index))
             for name, index in sig.outputs.items()

@@ -108,6 +108,35 @@ def encode(value: TypedList) -> str:
     return MARKER + json.dumps(payload, separators=(",", ":"))
 
 
+def write_typed(builder: Any, key: str, value: TypedList) -> None:
+    """Writes ``value`` under ``key`` into an open flexbuffer map as kernels
+    read it: a typed vector of int64, float32/64 or bool, or a vector of
+    strings; an array of rank >= 2 also gets ``<key>_shape`` (int64)."""
+    builder.Key(key)
+    if value.element_type == "str":
+        with builder.Vector():
+            for item in value.values:
+                builder.String(item)
+    elif value.element_type == "bool":
+        with builder.TypedVector():
+            for item in value.values:
+                builder.Bool(bool(item))
+    elif value.element_type == "int":
+        with builder.TypedVector():
+            for item in value.values:
+                builder.Int(int(item), 8)
+    else:
+        width = value.float_bits // 8
+        with builder.TypedVector():
+            for item in value.values:
+                builder.Float(float(item), width)
+    if value.shape is not None:
+        builder.Key(f"{key}_shape")
+        with builder.TypedVector():
+            for dim in value.shape:
+                builder.Int(int(dim), 8)
+
+
 def decode(text: str) -> TypedList | None:
     """The TypedList a marked string holds, or None for an ordinary string."""
     if not text.startswith(MARKER):

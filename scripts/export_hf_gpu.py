@@ -151,39 +151,55 @@ def export_hf_gpu(
     randomize: Callable[[torch.nn.Module], torch.nn.Module],
     size: Size = FIXTURE,
     reference: bool = True,
+    observe: Callable[[str, torch.nn.Module, dict[str, Any]], None] | None = None,
+    export: bool = True,
 ) -> tuple[bytes, dict[str, dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]]:
-    """Exports the LFM2 of ``size`` with the exporter ``options``; returns the
-    model and, per signature, the inputs and PyTorch's outputs by signature
-    name (empty without ``reference``)."""
+    """Exports the LFM2 of ``size`` with the exporter ``options`` (keywords of
+    its ExportableModuleConfig; float weights unless ``quantization_recipe``
+    is given); returns the model and, per signature, the inputs and
+    PyTorch's outputs by signature name (empty without ``reference``).
+    ``observe(signature, module, inputs)`` is called before each reference
+    run, on a copy of the inputs (scripts/torch_zoo.py counts instances
+    there).  Without ``export`` the exporter's modules are built and run
+    but not converted (the model returned is empty)."""
     from litert_torch.generative.export_hf.core import export_lib, exportable_module
     from litert_torch.generative.export_hf.model_ext import patches
 
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp) / "model"
         _save(_lfm2(size, seed, randomize), size.vocab, where)
+        settings = {"quantization_recipe": None, "enable_gpu_dynamic_cache": False} | options
         config = exportable_module.ExportableModuleConfig(
             model=str(where),
             output_dir=tmp,
             work_dir=tmp,
             prefill_lengths=[size.prefill],
             cache_length=size.cache,
-            quantization_recipe=None,
             bundle_litert_lm=False,
-            enable_gpu_dynamic_cache=False,
-            **options,
+            **settings,
         )
         source = export_lib.load_model(str(where), config)
         config = export_lib.update_export_config(config, source)
         with _cache_keyword():
-            artifacts = export_lib.export_text_prefill_decode_model(
-                source, config, export_lib.ExportedModelArtifacts()
+            model = b""
+            if export:
+                artifacts = export_lib.export_text_prefill_decode_model(
+                    source, config, export_lib.ExportedModelArtifacts()
+                )
+                model = Path(artifacts.prefill_decode_model_path).read_bytes()
+            inputs, outputs = (
+                _reference(source, config, patches, size, observe) if reference else ({}, {})
             )
-            model = Path(artifacts.prefill_decode_model_path).read_bytes()
-            inputs, outputs = _reference(source, config, patches, size) if reference else ({}, {})
     return model, inputs, outputs
 
 
-def _reference(source: Any, config: Any, patches: Any, size: Size) -> tuple[dict, dict]:  # noqa: ANN401
+def _reference(
+    source: Any,  # noqa: ANN401
+    config: Any,  # noqa: ANN401
+    patches: Any,  # noqa: ANN401
+    size: Size,
+    observe: Callable[[str, torch.nn.Module, dict[str, Any]], None] | None = None,
+) -> tuple[dict, dict]:
     """PyTorch's outputs: the exporter's prefill and decode modules run
     eagerly, prefill from a random cache, decode from prefill's cache."""
     from litert_torch.generative.export_hf.core import export_lib
@@ -210,6 +226,8 @@ def _reference(source: Any, config: Any, patches: Any, size: Size) -> tuple[dict
             named_in = {k: v for k, v in feeds.items() if k != "kv_cache"}
             named_in |= _flat("kv_cache", feeds["kv_cache"])
             inputs[name] = {k: v.numpy().copy() for k, v in named_in.items()}
+            if observe is not None:
+                observe(name, module, pytree.tree_map(lambda t: t.clone(), feeds))
             with torch.no_grad():
                 result = module(**feeds)
             named_out = _flat("kv_cache", result["kv_cache"])

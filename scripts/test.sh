@@ -8,6 +8,13 @@ printf '\n== ruff\n'
 .venv/bin/ruff check fusekit tests examples benchmarks
 printf '\n== pytest (every tier: fast, slow, fuzz, bench)\n'
 .venv/bin/pytest -m "" "$@"
+# The torch tier: real litert-torch exports, in .venv-torch (about two
+# minutes after its setup); FUSEKIT_TORCH=0 leaves it out.
+if [ "${FUSEKIT_TORCH:-1}" != 0 ]; then
+  printf '\n== pytest (torch tier, .venv-torch)\n'
+  bash scripts/setup_torch.sh
+  .venv-torch/bin/python -m pytest -m torch tests/torch
+fi
 # The kernel tests and a small fuzz corpus again on an ASan/UBSan build of
 # the plugin (about two minutes); FUSEKIT_SANITIZE=0 leaves it out.
 if [ "${FUSEKIT_SANITIZE:-1}" != 0 ]; then

@@ -12,6 +12,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def _has_torch() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "litert_torch"))
+
+
+# The torch tier runs in .venv-torch (scripts/setup_torch.sh); environments
+# without torch and litert-torch do not collect it.
+collect_ignore = [] if _has_torch() else ["torch"]
+
+
 @pytest.fixture
 def pass_registry():
     """For tests that register or unregister graph passes: the global

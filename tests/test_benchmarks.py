@@ -332,3 +332,30 @@ def test_int8_sweep_quick_run(tmp_path):
     assert forms["float"]["fused"]
     for name in ("int8", "aeq_int8"):
         assert forms[name]["fused"] == forms["float"]["fused"], name
+
+
+def test_user_kernels_benchmark_quick_run(tmp_path):
+    """bench_user_kernels.py --quick: each case fused into the user's kernel
+    and agreeing with its unfused form."""
+    rows = run_quick("bench_user_kernels.py", tmp_path, "user_kernels.json")
+    assert [r["case"] for r in rows] == [
+        "my_custom_fused_op alone",
+        "gelu_mul alone",
+        "gelu_mul in a GeGLU FFN",
+    ]
+    for row in rows:
+        assert not any(k.startswith("CUSTOM") for k in row["unfused_ops"]), row
+        assert any(k.startswith("CUSTOM") for k in row["fused_ops"]), row
+        assert row["max_abs_diff"] < 1e-4, row
+
+
+def test_zoo_benchmark_quick_run(tmp_path):
+    """bench_zoo.py --quick: every zoo model in the table, counted, compared
+    with its plain model and timed at its fixture size."""
+    payload = run_quick("bench_zoo.py", tmp_path, "zoo.json", "zoo.md")
+    zoo = json.loads((ROOT / "tests" / "data" / "torch" / "zoo" / "manifest.json").read_text())
+    assert [r["model"] for r in payload["results"]] == [e["name"] for e in zoo["models"]]
+    markdown = (tmp_path / "zoo.md").read_text()
+    for r in payload["results"]:
+        assert f"| {r['model']} |" in markdown
+        assert r["timings"] and all(t["plain_us"] > 0 and t["fused_us"] > 0 for t in r["timings"])

@@ -37,6 +37,9 @@ ALLOWED = {
     "fusekit.conversion": SHARED | {"fusekit.model", "fusekit.run", "fusekit.passes"},
     "fusekit.passes": SHARED | {"fusekit.model", "fusekit.run"},
     "fusekit.keras": SHARED | {"fusekit.author", "fusekit.ops", "fusekit.run"},
+    # PyTorch authoring: the framework-free half of fusekit.author (how a
+    # call splits into tensors and attrs) and the op specs.
+    "fusekit.torch": SHARED | {"fusekit.author", "fusekit.run"},
     # The kernel test harness runs models; composite_cases converts them.
     "fusekit.testing": SHARED | {"fusekit.model", "fusekit.run", "fusekit.conversion"},
 }

@@ -1,4 +1,5 @@
-"""fusekit_read_bytes (the benchmarks' memory floor, benchmarks/memory_floor.py)
+"""fusekit_read_bytes (the memory floor of benchmarks and bench-generate,
+fusekit/run/memory_floor.py)
 reads every byte it is given: its XOR equals numpy's over the same bytes at
 any start, length and thread count, on every SIMD level the CPU has."""
 
@@ -12,12 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fusekit.run import memory_floor
 from fusekit.testing.runner import machine_levels
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import memory_floor  # noqa: E402
 
 
 def xor_of(data: np.ndarray) -> int:
@@ -60,7 +59,7 @@ def test_read_floor_rings_past_the_last_level_cache() -> None:
 def test_read_bytes_on_every_simd_level() -> None:
     """Each SIMD level's loop, in a process that asks for it (FUSEKIT_SIMD)."""
     code = (
-        "import sys, numpy as np; sys.path.insert(0, 'benchmarks'); import memory_floor;"
+        "import numpy as np; from fusekit.run import memory_floor;"
         "import fusekit; d = np.arange(1 << 20, dtype=np.uint8)[1:];"
         "print(fusekit.simd_target(), memory_floor._read_bytes()(d.ctypes.data, d.nbytes, 2))"
     )

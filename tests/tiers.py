@@ -6,6 +6,9 @@
     pytest -m bench            the benchmarks' quick runs
     pytest -m ""               every tier (CI, scripts/test.sh)
     bash scripts/sanitize.sh   the sanitize tier: kernel tests and fuzz on an ASan/UBSan build
+    .venv-torch/bin/python -m pytest -m torch tests/torch
+                               the torch tier: real litert-torch exports (scripts/setup_torch.sh
+                               makes .venv-torch); other environments do not collect tests/torch
 
 Kept in one table rather than as decorators in each file, with the time each
 test took when the tiers were cut (2 shared cores, seconds, fixtures
@@ -16,13 +19,17 @@ tf.lite and tflite-runtime (a subprocess in another venv) in the slow one.
 
 from __future__ import annotations
 
-TIERS = ("slow", "fuzz", "bench", "sanitize")
+TIERS = ("slow", "fuzz", "bench", "sanitize", "torch")
 
 # Runtimes whose parametrizations (a ``runtime`` parameter) are slow.
 SLOW_RUNTIMES = frozenset({"tf", "tflite_runtime"})
 
 # node id (without parameters: every parametrization) or a file -> tier.
 MARKED: dict[str, str] = {
+    # Real exports with litert-torch in .venv-torch (2.4 min at load 8).
+    "tests/torch/test_torch_composite.py": "torch",  # 85 (plugin builds of 40)
+    "tests/torch/test_torch_ops.py": "torch",  # 30
+    "tests/torch/test_pytorch_doc.py": "torch",  # 30: docs/pytorch.md's walkthrough as written
     # Conversions of many or large models, sweeps over shapes.
     "tests/ops/test_attention.py::test_converts_to_one_fused_op": "slow",  # 35
     "tests/ops/test_attention.py::test_float16_converts_with_float16_tensors": "slow",  # 22
@@ -72,6 +79,7 @@ MARKED: dict[str, str] = {
     "tests/test_abi_behaviour.py": "slow",  # 54: a probe plugin on every runtime
     "tests/test_threads.py": "slow",  # 46 (litert only; 3 runtimes: ~120)
     "tests/test_user_plugin.py": "slow",  # 139: compiles plugins
+    "tests/test_examples.py": "slow",  # 85: four examples as subprocesses
     "tests/test_sdk_checks.py": "slow",  # 50: compiles a plugin
     # Compiles two plugins and runs each op in worker processes.
     "tests/test_opcheck.py::test_a_correct_user_op_passes_every_check": "slow",  # 20
@@ -104,6 +112,8 @@ MARKED: dict[str, str] = {
     "tests/test_generation.py": "slow",  # 34
     "tests/passes/test_decode_step.py": "slow",
     "tests/passes/test_fuse_composites.py": "slow",
+    # bench-generate measuring the memory bandwidth (a ring of about 1 GB).
+    "tests/test_generation_bench.py::test_the_floor_with_the_measured_bandwidth": "slow",  # 10
     # The mutation fuzz run (its builder check stays in the fast tier).
     "tests/fuzz/test_fuzz.py::test_fuzz": "fuzz",
     "tests/fuzz/test_fuzz.py::test_regressions_replay": "fuzz",

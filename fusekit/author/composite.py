@@ -5,15 +5,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
 
+from fusekit.author.call import CallSignature
 from fusekit.author.signature import implements_signature, validate_attr, validate_name
-from fusekit.errors import CompositeDefinitionError
-from fusekit.wire import TypedList
 
 _UNFUSED = contextvars.ContextVar("fusekit_unfused", default=False)
 
@@ -33,15 +31,6 @@ def unfused() -> Iterator[None]:
         _UNFUSED.reset(token)
 
 
-def _body_values(attrs: dict[str, Any], wanted: set[str]) -> dict[str, Any]:
-    """Attr values as the body sees them: lists and arrays as given."""
-    return {
-        k: (v.to_python() if isinstance(v, TypedList) else v)
-        for k, v in attrs.items()
-        if k in wanted
-    }
-
-
 class Composite:
     """A composite op: calling it runs the body as a fusable tf.function.
 
@@ -51,78 +40,21 @@ class Composite:
     """
 
     def __init__(self, name: str, body: Callable[..., Any], attr_defaults: dict[str, Any]):
-        self.name = validate_name(name)
+        self._call = CallSignature(name, body, attr_defaults)
+        self.name = self._call.name
         self.body = body
-        self.attr_defaults = {
-            k: None if v is None else validate_attr(name, k, v) for k, v in attr_defaults.items()
-        }
-        self._signature = inspect.signature(body)
-        params = self._signature.parameters
-        takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        # Attrs the body declares as parameters are passed to it; the rest
-        # live only in the signature (the kernel reads them).
-        self._body_attrs = {k for k in self.attr_defaults if k in params or takes_kwargs}
-        self._num_tensor_params = sum(
-            1
-            for k, p in params.items()
-            if k not in self.attr_defaults
-            and p.default is inspect.Parameter.empty
-            and p.kind
-            in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        )
+        self.attr_defaults = self._call.attr_defaults
         self._functions: dict[tuple, Callable[..., Any]] = {}
         functools.update_wrapper(self, body)
 
     def _split_call(self, args: tuple, kwargs: dict[str, Any]) -> tuple[list, dict[str, Any]]:
-        """Separates tensors (positional) from attrs (by name or, where the
-        body declares them, by position) and merges attrs over defaults."""
-        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in self.attr_defaults}
-        try:
-            bound = self._signature.bind_partial(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{self.name}: {exc}") from None
-        tensors = []
-        for key, value in bound.arguments.items():
-            if key in self.attr_defaults:
-                if key in overrides:
-                    raise TypeError(f"{self.name}: attr {key!r} given twice")
-                overrides[key] = value
-            else:
-                tensors.append(value)
-        if len(tensors) < self._num_tensor_params:
-            raise TypeError(
-                f"{self.name}: expected {self._num_tensor_params} tensor argument(s), "
-                f"got {len(tensors)}"
-            )
-        attrs = dict(self.attr_defaults)
-        for key, value in overrides.items():
-            default = self.attr_defaults[key]
-            if value is None or default is None:
-                # An optional attr (declared with None): absent unless given.
-                attrs[key] = None if value is None else validate_attr(self.name, key, value)
-                continue
-            value = validate_attr(self.name, key, value)
-            if (
-                isinstance(default, float)
-                and isinstance(value, int)
-                and not isinstance(value, bool)
-            ):
-                value = float(value)
-            elif isinstance(default, TypedList) != isinstance(value, TypedList) or (
-                not isinstance(default, TypedList) and type(value) is not type(default)
-            ):
-                raise CompositeDefinitionError(
-                    f"{self.name}: attr {key!r} was declared {type(default).__name__}, "
-                    f"got {type(value).__name__} {value!r}"
-                )
-            attrs[key] = value
-        return tensors, attrs
+        return self._call.split(args, kwargs)
 
     def _function(self, attrs: dict[str, Any]) -> Callable[..., Any]:
         key = tuple(sorted(attrs.items()))
         fn = self._functions.get(key)
         if fn is None:
-            body_kwargs = _body_values(attrs, self._body_attrs)
+            body_kwargs = self._call.body_values(attrs)
 
             def bound(*args: Any) -> Any:
                 return self.body(*args, **body_kwargs)
@@ -138,7 +70,7 @@ class Composite:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors, attrs = self._split_call(args, kwargs)
         if _UNFUSED.get():
-            body_kwargs = _body_values(attrs, self._body_attrs)
+            body_kwargs = self._call.body_values(attrs)
             return self.body(*tensors, **body_kwargs)
         return self._function(attrs)(*tensors)
 

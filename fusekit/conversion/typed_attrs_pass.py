@@ -67,32 +67,6 @@ def _add_value(builder: flexbuffers.Builder, key: str, ref: Any) -> None:
         raise ValueError(f"unexpected attr type for {key!r}")
 
 
-def _add_typed(builder: flexbuffers.Builder, key: str, value: wire.TypedList) -> None:
-    builder.Key(key)
-    if value.element_type == "str":
-        with builder.Vector():
-            for item in value.values:
-                builder.String(item)
-    elif value.element_type == "bool":
-        with builder.TypedVector():
-            for item in value.values:
-                builder.Bool(bool(item))
-    elif value.element_type == "int":
-        with builder.TypedVector():
-            for item in value.values:
-                builder.Int(int(item), 8)
-    else:
-        width = value.float_bits // 8
-        with builder.TypedVector():
-            for item in value.values:
-                builder.Float(float(item), width)
-    if value.shape is not None:
-        builder.Key(f"{key}_shape")
-        with builder.TypedVector():
-            for dim in value.shape:
-                builder.Int(int(dim), 8)
-
-
 def absent_inputs(options: bytes) -> tuple[int, ...]:
     """The input positions a composite's options list as absent."""
     entries = _read_map(options) or {}
@@ -140,7 +114,7 @@ def restore_options(options: bytes, bool_keys: set[str]) -> bytes | None:
     with builder.Map():
         for key, ref in entries.items():
             if key in typed:
-                _add_typed(builder, key, typed[key])
+                wire.write_typed(builder, key, typed[key])
             elif key in bools:
                 builder.Key(key)
                 builder.Bool(ref.AsInt != 0)

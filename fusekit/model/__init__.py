@@ -10,9 +10,12 @@ viewing and writing a model.
   blobs of models written with buffer offsets;
 * ``graph``: the graph view passes edit;
 * ``kernel_metadata``: the ``fusekit_kernels`` metadata entry every packed
-  model carries (the custom kernels it needs and where they come from).
+  model carries (the custom kernels it needs and where they come from);
+* ``tensor_refs``: tensor indices inside quantization details (blockwise
+  scales), kept pointing at their tensors through every rewrite;
+* ``sub_byte``: INT4 / UINT4 / INT2 constants, packed and unpacked.
 
-Importing this package imports none of them.  ``flatbuffer_edit`` and
-``graph`` need ai-edge-litert's schema module (the conversion side); the
+Importing this package imports none of them.  ``flatbuffer_edit``,
+``tensor_refs`` and ``graph`` need ai-edge-litert's schema module (the conversion side); the
 others need only numpy and flatbuffers, as on a device.
 """

@@ -33,7 +33,7 @@ import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model import kernel_metadata
+from fusekit.model import kernel_metadata, tensor_refs
 from fusekit.model.model_check import MODEL_CONTENT, ModelBuffer, verify_model
 
 _BLOB_ALIGNMENT = 16
@@ -58,8 +58,12 @@ def read_model(model: ModelBuffer, source: str = MODEL_CONTENT) -> schema.ModelT
 
 
 def read_verified_model(model: ModelBuffer) -> schema.ModelT:
-    """``read_model`` for a buffer that ``verify_model`` has accepted."""
-    return schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    """``read_model`` for a buffer that ``verify_model`` has accepted.  Tensor
+    indices inside quantization details are linked to the tensors they name
+    (``tensor_refs``), so that they follow those tensors through rewrites."""
+    m = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    tensor_refs.link(m)
+    return m
 
 
 def custom_options(model: ModelBuffer, op: schema.OperatorT) -> bytes:
@@ -152,7 +156,10 @@ def pack_model(
     here carries the ``fusekit_kernels`` metadata entry
     (``fusekit.model.kernel_metadata``; ``plugins``: op -> plugin name of
     users' kernels), unless ``kernel_entry`` is False: a runtime's private
-    copy whose every byte placement is fixed (``fusekit.run.aligned_model``)."""
+    copy whose every byte placement is fixed (``fusekit.run.aligned_model``).
+    Tensor indices inside quantization details are written from the tensors
+    they were linked to first (``tensor_refs.resolve``)."""
+    tensor_refs.resolve(m)
     if kernel_entry:
         kernel_metadata.stamp(m, plugins)
     blobs = _blobs(m, original)

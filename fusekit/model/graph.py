@@ -19,6 +19,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.errors import PassError  # noqa: F401  (also importable from here)
+from fusekit.model import sub_byte, tensor_refs
 from fusekit.model.flatbuffer_edit import pack_model, read_model
 from fusekit.model.model_ops import builtin_code, op_counts
 from fusekit.model.op_properties import PURE_OPS
@@ -39,6 +40,11 @@ DTYPES = {
     schema.TensorType.BOOL: np.bool_,
 }
 TENSOR_TYPES = {np.dtype(v): k for k, v in DTYPES.items()}
+TYPE_NAMES = {value: name for name, value in vars(schema.TensorType).items() if name.isupper()}
+# Sub-byte TensorTypes: read unpacked (int8 / uint8 values), written packed.
+SUB_BYTE = {
+    getattr(schema.TensorType, name): spec for name, spec in sub_byte.SUB_BYTE_TYPES.items()
+}
 
 # Control flow: the subgraphs these operators run are left untouched.
 _BODY_FIELDS = {
@@ -144,6 +150,9 @@ class ModelView:
     def prune_buffers(self) -> int:
         """Removes buffers no tensor or metadata entry refers to (buffer 0,
         the empty sentinel, stays); returns how many."""
+        # A tensor named only from quantization details and left out of its
+        # subgraph's list by a rewrite is put back first: its buffer is used.
+        tensor_refs.resolve(self.m)
         used = {0}
         for subgraph in self.m.subgraphs or []:
             used |= {t.buffer for t in subgraph.tensors or []}
@@ -270,13 +279,20 @@ class Graph:
     def constant(self, tensor: int) -> np.ndarray:
         """A constant tensor's value (a copy), shaped."""
         t = self.tensor(tensor)
-        dtype = DTYPES.get(t.type)
         data = self.model.buffer_bytes(t.buffer)
-        if dtype is None or data is None:
+        if data is None:
+            raise PassError(f"{self.model.name}: tensor {self.name(tensor)!r} is not a constant")
+        shape = self.shape(tensor)
+        if t.type in SUB_BYTE:
+            count = int(np.prod(shape, dtype=np.int64))
+            return sub_byte.unpack(data, count, *SUB_BYTE[t.type]).reshape(shape)
+        dtype = DTYPES.get(t.type)
+        if dtype is None:
             raise PassError(
-                f"{self.model.name}: tensor {self.name(tensor)!r} is not a constant passes can read"
+                f"{self.model.name}: tensor {self.name(tensor)!r} is a "
+                f"{TYPE_NAMES.get(t.type, t.type)} constant, a type passes do not read"
             )
-        return np.frombuffer(data, dtype).reshape(self.shape(tensor)).copy()
+        return np.frombuffer(data, dtype).reshape(shape).copy()
 
     def name(self, tensor: int) -> str:
         name = self.tensor(tensor).name
@@ -326,7 +342,8 @@ class Graph:
         value = np.ascontiguousarray(value)
         if type_ is None:
             type_ = TENSOR_TYPES[value.dtype]
-        buffer = self.model.add_buffer(value.tobytes())
+        data = sub_byte.pack(value, *SUB_BYTE[type_]) if type_ in SUB_BYTE else value.tobytes()
+        buffer = self.model.add_buffer(data)
         return self.add_tensor(value.shape, type_, name, quantization, buffer=buffer)
 
     def like(
@@ -491,6 +508,9 @@ class Graph:
                 used |= {
                     e.tensorIndex for e in (signature.inputs or []) + (signature.outputs or [])
                 }
+        # Scale (and zero-point) tensors of blockwise weights: no operator
+        # reads them, the weights' quantization details name them.
+        used |= tensor_refs.used_by_details(self.sg, used)
         if len(used) == len(self.sg.tensors):
             return 0
         mapping = {old: new for new, old in enumerate(sorted(used))}
@@ -511,6 +531,7 @@ class Graph:
             if signature.subgraphIndex == self.index:
                 for entry in (signature.inputs or []) + (signature.outputs or []):
                     entry.tensorIndex = mapping[entry.tensorIndex]
+        tensor_refs.resolve(self.model.m)
         self.changed()
         return removed
 
@@ -533,8 +554,31 @@ def copy_quantization(
     for field in ("min", "max", "scale", "zeroPoint"):
         value = getattr(q, field)
         setattr(out, field, None if value is None else np.array(value).copy())
+    if not follows_axes(q, axis_map):
+        raise PassError(
+            "quantization details of type "
+            f"{type(q.details).__name__.removesuffix('T')} cannot follow a permutation of "
+            "the tensor's axes (their scales are laid out for the original axes)"
+        )
+    # Shared, not copied: details naming scale tensors stay linked to them.
     out.detailsType, out.details = q.detailsType, q.details
     out.quantizedDimension = q.quantizedDimension
     if axis_map is not None and q.scale is not None and len(q.scale) > 1:
         out.quantizedDimension = axis_map[q.quantizedDimension]
     return out
+
+
+def laid_out_by_blocks(q: schema.QuantizationParametersT | None) -> bool:
+    """Whether ``q`` has details (blockwise, multi-axis scales) laid out for
+    the tensor's own shape: a rewrite that reshapes, permutes or rearranges
+    the tensor's values would need new scales, so it leaves the tensor be."""
+    return q is not None and bool(q.detailsType)
+
+
+def follows_axes(q: schema.QuantizationParametersT | None, axis_map: dict[int, int] | None) -> bool:
+    """Whether ``q`` stays valid when the tensor's axes move by ``axis_map``:
+    always for per-tensor and per-axis parameters, which ``copy_quantization``
+    moves; for details laid out by block only when no axis moves."""
+    if not laid_out_by_blocks(q) or axis_map is None:
+        return True
+    return all(old == new for old, new in axis_map.items())

@@ -299,6 +299,15 @@ _BUILTIN_NAMES = BUILTIN_OPERATORS
 # Largest tensor a 64-bit runtime can size without overflowing size_t math.
 _MAX_TENSOR_BYTES = 2**62
 
+# Quantization details naming tensors of their subgraph: field, tensor types
+# it may name, and whether it must (else -1 means none).
+_FLOATS = ("FLOAT32", "FLOAT16", "BFLOAT16")
+_INTEGERS = ("INT8", "UINT8", "INT16", "INT32", "INT64", "INT4", "UINT4", "INT2")
+_DETAIL_TENSOR_FIELDS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "BlockwiseQuantization": (("scales", _FLOATS, True), ("zero_points", _INTEGERS, False)),
+    "MultiAxisQuantization": (("scales", _FLOATS, True), ("zero_points", _INTEGERS, False)),
+}
+
 # Builtin options that name other subgraphs: option table -> fields holding
 # one index, and fields holding a vector of indices.
 _SUBGRAPH_REFS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -431,6 +440,7 @@ class _Graph:
         for i, tensor in enumerate(subgraph.items("tensors")):
             if self._tensor(s, i, tensor):
                 constants.add(i)
+        self._detail_refs(s, subgraph, constants)
 
         def in_range(index: int, what: str) -> None:
             if not 0 <= index < num_tensors:
@@ -587,6 +597,66 @@ class _Graph:
                     f"subgraph {s} tensor {i}: {scales} quantization scales for dimension "
                     f"{axis} of size {shape[axis]}"
                 )
+
+    def _detail_refs(self, s: int, subgraph: Table, constants: set[int]) -> None:
+        """Quantization details that name other tensors of the subgraph by
+        index (blockwise and multi-axis scales and zero points): runtimes
+        follow those indices and read the tensors' data unchecked."""
+        tensors = subgraph.items("tensors")
+        for i, tensor in enumerate(tensors):
+            quantization = tensor.table("quantization")
+            details = quantization.union("details") if quantization is not None else None
+            if details is None or details.type not in _DETAIL_TENSOR_FIELDS:
+                continue
+            where = f"subgraph {s} tensor {i} ({self._tensor_name(subgraph, i)}): {details.type}"
+            for field, kinds, required in _DETAIL_TENSOR_FIELDS[details.type]:
+                index = details.scalar(field)
+                if index == -1 and not required:
+                    continue
+                if not 0 <= index < len(tensors):
+                    raise _MalformedError(
+                        f"{where}.{field} names tensor {index}, out of range "
+                        f"(subgraph {s} has {len(tensors)} tensors)"
+                    )
+                named = tensors[index]
+                type_name = _TYPE_NAMES[named.scalar("type")]
+                if index == i or index not in constants or type_name not in kinds:
+                    raise _MalformedError(
+                        f"{where}.{field} names tensor {index} "
+                        f"({self._tensor_name(subgraph, index)}), a {type_name} "
+                        f"{'constant' if index in constants else 'tensor without data'}; "
+                        f"it must be another constant tensor of {' / '.join(kinds)}"
+                    )
+            if details.type == "BlockwiseQuantization":
+                self._blockwise(where, tensor, details, tensors[details.scalar("scales")])
+
+    def _blockwise(self, where: str, tensor: Table, details: Table, scales: Table) -> None:
+        shape = list(tensor.values("shape"))
+        block_shape = list(details.values("block_shape"))
+        block_size = details.scalar("block_size")
+        if not block_shape:
+            # One block of block_size values along the last axis.
+            block_shape = [1] * (len(shape) - 1) + [block_size]
+        if not shape or len(block_shape) != len(shape) or min(block_shape) < 1:
+            raise _MalformedError(
+                f"{where}: block size {block_size} / block shape {block_shape} does not fit "
+                f"shape {shape}"
+            )
+        if any(d % b for d, b in zip(shape, block_shape, strict=True)):
+            raise _MalformedError(
+                f"{where}: shape {shape} is not a whole number of blocks of {block_shape}"
+            )
+        blocks = 1
+        for d, b in zip(shape, block_shape, strict=True):
+            blocks *= d // b
+        count = 1
+        for d in scales.values("shape"):
+            count *= d
+        if count != blocks:
+            raise _MalformedError(
+                f"{where}: {blocks} blocks of {block_shape} in shape {shape}, but the scale "
+                f"tensor holds {count} values"
+            )
 
     def _options(self, s: int, where: str, op: Table) -> None:
         for field in ("builtin_options", "builtin_options2"):

@@ -27,14 +27,8 @@ Variants = dict[tuple[bool, bool], Composite]
 
 
 def composite_attrs(spec: OpSpec, absent: tuple[int, ...] = ()) -> dict[str, Any]:
-    """A composite's attr declaration from the op's spec: each attr with its
-    default (None: given at the call, or absent), the options version, and
-    the positions of the inputs the composite leaves out."""
-    attrs: dict[str, Any] = {a.name: a.default for a in spec.attrs}
-    attrs.update(spec.version_attrs())
-    if absent:
-        attrs[wire.ABSENT_INPUTS] = list(absent)
-    return attrs
+    """A composite's attr declaration from the op's spec (OpSpec.composite_attrs)."""
+    return spec.composite_attrs(absent)
 
 
 def affine_variants(name: str, reference: Reference) -> Callable[[], Variants]:

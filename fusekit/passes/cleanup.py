@@ -9,7 +9,15 @@ from collections import Counter
 
 import numpy as np
 
-from fusekit.model.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
+from fusekit.model.graph import (
+    OP,
+    Graph,
+    ModelView,
+    copy_quantization,
+    follows_axes,
+    inverse,
+    is_identity,
+)
 from fusekit.passes.registry import PassOptions, register
 from fusekit.passes.strided_slice import strided_slices_as_slices
 
@@ -27,6 +35,8 @@ def fold_constant_transposes(graph: Graph) -> int:
             continue
         t = graph.tensor(source)
         axis_map = {a: inverse(perm)[a] for a in range(len(perm))}
+        if not follows_axes(t.quantization, axis_map):
+            continue  # blockwise weights: their scales' layout would not follow
         value = np.transpose(graph.constant(source), perm)
         const = graph.add_constant(
             value, graph.name(out), copy_quantization(t.quantization, axis_map), t.type

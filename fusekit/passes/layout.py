@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model.graph import OP, Graph, ModelView, copy_quantization, inverse, is_identity
+from fusekit.model.graph import (
+    OP,
+    Graph,
+    ModelView,
+    copy_quantization,
+    inverse,
+    is_identity,
+    laid_out_by_blocks,
+)
 from fusekit.model.op_properties import (
     ELEMENTWISE_BROADCAST,
     ELEMENTWISE_UNARY,
@@ -110,6 +118,8 @@ def plan_op(graph: Graph, op: schema.OperatorT, perms: dict[int, Perm]) -> OpPla
         positions = [i for i, t in enumerate(inputs) if t >= 0]
         for i in positions:
             t = inputs[i]
+            if graph.is_constant(t) and laid_out_by_blocks(graph.tensor(t).quantization):
+                return None  # its scales would not follow a new layout
             if t in perms or graph.is_constant(t) or _dequantized_constant(graph, t) is not None:
                 if len(graph.shape(t)) > n:
                     return None

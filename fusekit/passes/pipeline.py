@@ -15,7 +15,7 @@ from typing import Any
 from fusekit.errors import InvalidModelError, PassError
 from fusekit.model.graph import ModelView
 from fusekit.passes.registry import PassOptions, available, get
-from fusekit.run.plugin import op_plugins
+from fusekit.run.plugin import op_plugins, register_plugin, resolve_plugin
 
 # What `fusekit optimize` and `fusekit.optimize` run when no passes are
 # named.  Kept in one place: other passes (pattern fusion) may join it.
@@ -210,16 +210,26 @@ def run_passes(
     space_to_depth: str = "auto",
     max_iterations: int = MAX_ITERATIONS,
     name: str = "<model>",
+    plugins: Sequence[str | os.PathLike] = (),
 ) -> OptimizeResult:
     """Runs the passes to a fixed point (at most ``max_iterations`` rounds).
 
     Returns the model unchanged (same bytes) when no pass changed anything.
     """
     names = selected_passes(passes, space_to_depth)
-    options = PassOptions(space_to_depth=space_to_depth, passes=tuple(names))
+    if isinstance(plugins, (str, os.PathLike)):
+        plugins = [plugins]
+    options = PassOptions(
+        space_to_depth=space_to_depth,
+        passes=tuple(names),
+        plugins=tuple(resolve_plugin(p) for p in plugins),
+    )
     if max_iterations < 1:
         raise PassError(f"max_iterations must be at least 1, got {max_iterations}")
     view = ModelView(bytes(model) if not isinstance(model, bytes) else model, name)
+    for plugin in options.plugins:
+        # The model's kernel metadata then names the plugins its ops need.
+        register_plugin(plugin)
     view.plugins = op_plugins()
     start_counts = view.op_counts()
     lines = {n: PassLine(n) for n in names}
@@ -273,6 +283,7 @@ def optimize(
     passes: Sequence[str] | str | None = None,
     space_to_depth: str = "auto",
     max_iterations: int = MAX_ITERATIONS,
+    plugins: Sequence[str | os.PathLike] = (),
 ) -> OptimizeResult:
     """Runs graph passes on any .tflite model (also ones fusekit did not
     convert).
@@ -286,6 +297,13 @@ def optimize(
         declined), "on" (rewrite wherever it applies; adds the pass) or
         "off" (drops the pass).
       max_iterations: bound of the fixed-point loop.
+      plugins: your kernel plugins (``fusekit.build_plugin`` /
+        ``fusekit build`` output): ``fuse_composites`` maps a composite
+        (or a ``litert_custom_op.<name>`` custom op) whose name one of
+        their kernels declares to that kernel, after checking its attrs
+        against the kernel's schema and its decomposition against the
+        kernel by running both; the report names the composites no kernel
+        serves.
 
     Returns:
       OptimizeResult with ``.model`` bytes and ``.report`` (one line per
@@ -307,4 +325,4 @@ def optimize(
                 "OUT.tflite`; optimize takes a .tflite file",
             )
         model = Path(model).read_bytes()
-    return run_passes(model, passes, space_to_depth, max_iterations, name=name)
+    return run_passes(model, passes, space_to_depth, max_iterations, name=name, plugins=plugins)

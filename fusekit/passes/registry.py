@@ -27,11 +27,14 @@ class PassOptions:
       keyed by pass name; the report prints them).
     passes: the passes of this run (a pass leaves a note to the pass whose
       work it is when that pass runs too).
+    plugins: kernel plugins (``fusekit build`` output) whose kernels a
+      composite may be mapped to, besides fusekit's own.
     """
 
     space_to_depth: str = "auto"
     notes: dict[str, list[str]] = field(default_factory=dict)
     passes: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.space_to_depth not in SPACE_TO_DEPTH_MODES:

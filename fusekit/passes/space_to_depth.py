@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model.graph import OP, OPTIONS, Graph, ModelView, copy_quantization
+from fusekit.model.graph import OP, OPTIONS, Graph, ModelView, copy_quantization, laid_out_by_blocks
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "space_to_depth"
@@ -105,6 +105,8 @@ def candidate(graph: Graph, op: schema.OperatorT) -> tuple[Candidate | None, str
         return None, f"{label}: dilated"
     if not graph.is_constant(w):
         return None, f"{label}: weights are not a constant"
+    if laid_out_by_blocks(graph.tensor(w).quantization):
+        return None, f"{label}: blockwise-quantized weights"
     if len(op.inputs) > 2 and op.inputs[2] >= 0 and not graph.is_constant(int(op.inputs[2])):
         return None, f"{label}: bias is not a constant"
     signature = graph.signature(x)

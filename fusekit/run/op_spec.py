@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from flatbuffers import flexbuffers
 
+from fusekit import wire
 from fusekit.errors import FusekitError, OpSpecError
 from fusekit.run import plugin
 
@@ -245,6 +246,16 @@ class OpSpec:
                 raise OpSpecError(f"{self.name}: attr {spec.name!r} ({spec.type}) is required")
         return given
 
+    def composite_attrs(self, absent: tuple[int, ...] = ()) -> dict[str, Any]:
+        """A composite's attr declaration for this op: each attr with its
+        default (None: given at the call, or absent), the options version,
+        and the positions of the inputs the composite leaves out."""
+        attrs: dict[str, Any] = {a.name: a.default for a in self.attrs}
+        attrs.update(self.version_attrs())
+        if absent:
+            attrs[wire.ABSENT_INPUTS] = list(absent)
+        return attrs
+
     def version_attrs(self) -> dict[str, int]:
         """The options version entry a node of this op carries ({} for 1)."""
         return {OPTIONS_VERSION: self.options_version} if self.options_version > 1 else {}
@@ -260,8 +271,19 @@ class OpSpec:
         with builder.Map():
             for key in sorted(entries):
                 value = entries[key]
-                builder.Key(key)
                 kind = declared.get(key, "int")
+                if isinstance(value, wire.TypedList) or (
+                    kind.startswith("list of ") and kind != "list of int"
+                ):
+                    # As the TF route's typed-attr pass writes lists.
+                    typed = (
+                        value
+                        if isinstance(value, wire.TypedList)
+                        else (wire.from_value(self.name, key, list(value)))
+                    )
+                    wire.write_typed(builder, key, typed)
+                    continue
+                builder.Key(key)
                 if kind == "bool":
                     builder.Bool(bool(value))
                 elif kind == "int":

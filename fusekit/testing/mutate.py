@@ -551,14 +551,42 @@ def g_buffer(rng, m, op):
 
 
 def g_quantization(rng, m, op):
+    """Quantization parameters of every kind on an operand: per tensor, per
+    channel, and details naming other tensors by index (blockwise and
+    multi-axis scales / zero points: valid, the tensor itself, computed,
+    out of range)."""
     t = m.subgraphs[0].tensors[_operand(rng, op, m)]
     q = schema.QuantizationParametersT()
-    count = rng.choice([0, 1, 2, 3, 16, 1000])
-    q.scale = [rng.choice([1.0, 0.0, -1.0, math.nan, 1e-30]) for _ in range(count)]
-    q.zeroPoint = [rng.choice([0, -128, 127, 2**40]) for _ in range(rng.choice([0, count, 1]))]
-    q.quantizedDimension = rng.choice([0, 1, 3, 7, -1, INT32_MAX])
+    kind = rng.choice(["per-tensor", "per-channel", "per-channel", "blockwise", "multi-axis"])
+    if kind in ("per-tensor", "per-channel"):
+        count = 1 if kind == "per-tensor" else rng.choice([0, 2, 3, 16, 1000])
+        q.scale = [rng.choice([1.0, 0.0, -1.0, math.nan, 1e-30]) for _ in range(count)]
+        q.zeroPoint = [rng.choice([0, -128, 127, 2**40]) for _ in range(rng.choice([0, count, 1]))]
+        q.quantizedDimension = rng.choice([0, 1, 3, 7, -1, INT32_MAX])
+        t.quantization = q
+        return f"{t.name!r} quantization {count} scales, axis {q.quantizedDimension}"
+    n = len(m.subgraphs[0].tensors)
+    consts = _const_tensors(m) or [0]
+    pick = [rng.choice(consts), _operand(rng, op, m), n, n + 7, -1, INT32_MAX, -(2**31)]
+    if kind == "blockwise":
+        details = schema.BlockwiseQuantizationT()
+        details.blockSize = rng.choice([32, 1, 0, -1, 3, INT32_MAX])
+        if rng.random() < 0.3:
+            details.blockShape = [rng.choice([1, 2, 0, -1, 32]) for _ in range(rng.randint(0, 4))]
+        q.detailsType = schema.QuantizationDetails.BlockwiseQuantization
+    else:
+        details = schema.MultiAxisQuantizationT()
+        details.blockSize = rng.choice([32, 0, -1])
+        details.quantizedDimensions = [rng.choice([0, 1, -1, 7]) for _ in range(rng.randint(0, 3))]
+        q.detailsType = schema.QuantizationDetails.MultiAxisQuantization
+    details.scales = rng.choice(pick)
+    details.zeroPoints = rng.choice(pick)
+    q.details = details
     t.quantization = q
-    return f"{t.name!r} quantization {count} scales, axis {q.quantizedDimension}"
+    return (
+        f"{t.name!r} {kind} quantization: scales tensor {details.scales}, zero points tensor "
+        f"{details.zeroPoints}, block size {details.blockSize}"
+    )
 
 
 def g_variable(rng, m, op):

@@ -115,10 +115,24 @@ def fused_model(
     out_shape: Sequence[int],
     out_type: int,
 ) -> bytes:
-    """The op ``name`` alone as a model, reading the composite operands at
-    ``positions`` (-1: an absent optional input)."""
+    """The library op ``name`` alone as a model, reading the composite
+    operands at ``positions`` (-1: an absent optional input)."""
+    options = custom_options(name, attrs)
+    return kernel_model(name, args, positions, options, [(out_shape, out_type)])
+
+
+def kernel_model(
+    name: str,
+    args: list[Operand],
+    positions: Sequence[int],
+    options: bytes,
+    outputs: Sequence[tuple[Sequence[int], int]],
+) -> bytes:
+    """The custom op ``name`` with these custom options alone as a model,
+    reading the composite operands at ``positions`` (-1: absent) and
+    writing ``outputs`` (shape, type)."""
     buffers = [_buffer(None)]
-    tensors, graph_inputs, op_inputs = [], [], []
+    tensors, graph_inputs = [], []
     for i, a in enumerate(args):
         buffer = 0
         if a.value is not None:
@@ -127,28 +141,30 @@ def fused_model(
         else:
             graph_inputs.append(len(tensors))
         tensors.append(_tensor(a.shape, a.type_, f"arg{i}", buffer))
-    op_inputs = [p for p in positions]
-    tensors.append(_tensor(out_shape, out_type, "out"))
+    first_out = len(tensors)
+    for i, (shape, type_) in enumerate(outputs):
+        tensors.append(_tensor(shape, type_, f"out{i}"))
+    out_ids = list(range(first_out, len(tensors)))
     code = schema.OperatorCodeT()
     code.builtinCode = code.deprecatedBuiltinCode = OP.CUSTOM
     code.customCode = name.encode()
     code.version = 1
     op = schema.OperatorT()
     op.opcodeIndex = 0
-    op.inputs = np.array(op_inputs, np.int32)
-    op.outputs = np.array([len(tensors) - 1], np.int32)
-    op.customOptions = np.frombuffer(custom_options(name, attrs), np.uint8).copy()
+    op.inputs = np.array(list(positions), np.int32)
+    op.outputs = np.array(out_ids, np.int32)
+    op.customOptions = np.frombuffer(options, np.uint8).copy()
     op.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS
     sg = schema.SubGraphT()
     sg.tensors = tensors
     sg.operators = [op]
     sg.inputs = np.array(graph_inputs, np.int32)
-    sg.outputs = np.array([len(tensors) - 1], np.int32)
+    sg.outputs = np.array(out_ids, np.int32)
     return _pack([code], sg, buffers)
 
 
-def _run(model: bytes, feeds: list[np.ndarray]) -> list[np.ndarray]:
-    interpreter = Interpreter(model_content=model, num_threads=1)
+def _run(model: bytes, feeds: list[np.ndarray], plugins: Sequence[str] = ()) -> list[np.ndarray]:
+    interpreter = Interpreter(model_content=model, num_threads=1, plugins=list(plugins))
     interpreter.allocate_tensors()
     for detail, value in zip(interpreter.get_input_details(), feeds, strict=True):
         interpreter.set_tensor(detail["index"], value)
@@ -179,8 +195,10 @@ class Checker:
     """Runs the comparisons, remembering each pair of models it has seen
     (a model's layers often share one composite: same shapes, same body)."""
 
-    def __init__(self) -> None:
+    def __init__(self, plugins: Sequence[str] = ()) -> None:
         self._seen: dict[bytes, str | None] = {}
+        # User kernels the fused models may use, besides fusekit's own.
+        self.plugins = tuple(plugins)
 
     def differs(
         self,
@@ -193,25 +211,40 @@ class Checker:
         entry of ``trials``, which scales chosen operands), else why not."""
         key = hashlib.sha256(reference + b"\0" + fused).digest()
         if key not in self._seen:
-            self._seen[key] = self._compare(reference, fused, args, trials)
+            self._seen[key] = self._compare(reference, fused, args, trials, self.plugins)
         return self._seen[key]
 
     @staticmethod
-    def _compare(reference, fused, args, trials) -> str | None:
+    def _compare(reference, fused, args, trials, plugins=()) -> str | None:
         for seed, scales in enumerate(trials):
             feeds = random_feeds(args, seed, scales)
             try:
                 want = _run(reference, feeds)
-                got = _run(fused, feeds)
+                got = _run(fused, feeds, plugins)
             except Exception as error:  # noqa: BLE001 - the runtime's own error is the reason
                 return f"the check could not run ({type(error).__name__}: {error})"
-            if len(want) != 1 or want[0].shape != got[0].shape:
-                return "its decomposition's output does not have the fused op's shape"
-            bound = TOLERANCE * max(1.0, float(np.max(np.abs(want[0]), initial=0.0)))
-            diff = float(np.max(np.abs(want[0].astype(np.float64) - got[0]), initial=0.0))
-            if not diff <= bound:
-                return (
-                    f"on random inputs the decomposition and the fused op differ by {diff:.3g} "
-                    f"(allowed {bound:.3g})"
-                )
+            if len(want) != len(got) or any(
+                w.shape != g.shape for w, g in zip(want, got, strict=True)
+            ):
+                return "its decomposition's outputs do not have the fused op's shapes"
+            for i, (w, g) in enumerate(zip(want, got, strict=True)):
+                reason = _differ(w, g)
+                if reason:
+                    which = f" (output {i})" if len(want) > 1 else ""
+                    return reason + which
         return None
+
+
+def _differ(want: np.ndarray, got: np.ndarray) -> str | None:
+    if want.dtype.kind not in "fc":
+        if np.array_equal(want, got):
+            return None
+        return "on random inputs the decomposition and the fused op give other values"
+    bound = TOLERANCE * max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    diff = float(np.max(np.abs(want.astype(np.float64) - got), initial=0.0))
+    if not diff <= bound:
+        return (
+            f"on random inputs the decomposition and the fused op differ by {diff:.3g} "
+            f"(allowed {bound:.3g})"
+        )
+    return None

@@ -49,7 +49,9 @@ query's own position.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,8 +67,20 @@ from fusekit.passes.fusion.composite_check import (
 )
 from fusekit.passes.fusion.emit import AttrValue, replace_with_custom
 from fusekit.passes.fusion.inline import inline_composite
+from fusekit.passes.fusion.kernel_composites import (
+    ADVICE,
+    KernelMapping,
+    composite_attributes,
+    is_litert_custom,
+    kernel_for,
+    propose_kernel,
+    proven_kernel,
+    replace_op,
+    wanted_kernel,
+)
 from fusekit.passes.fusion.subgraphs import remove_subgraphs
 from fusekit.passes.registry import PassOptions
+from fusekit.run.op_spec import OpSpec, kernel_specs
 
 FLOAT32 = schema.TensorType.FLOAT32
 
@@ -311,6 +325,17 @@ _UNMAPPED = {
 }
 
 
+# The composites fusekit maps to its own ops by their meaning (propose).
+MAPPED = frozenset(
+    {
+        "odml.rms_norm",
+        "odml.group_norm",
+        "odml.scaled_dot_product_attention",
+        "odml.sdpa_transposed",
+    }
+)
+
+
 def propose(
     graph: Graph, op: schema.OperatorT, name: str, attrs: dict
 ) -> Mapping | list[Mapping] | str:
@@ -390,9 +415,11 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
     notes those left under ``pass_name``; returns one line per change."""
     changes: list[str] = []
     bodies: set[int] = set()
-    checker = Checker()
+    checker = Checker(options.plugins)
+    # The kernels' schemas, read when a composite or custom op asks for one.
+    specs = functools.cache(lambda: kernel_specs(options.plugins))
     for graph in list(model.graphs()):
-        edited = False
+        edited = _litert_custom_ops(graph, specs, options, pass_name, changes)
         # Composites already looked at (kept alive, so ids stay unique);
         # inlined bodies bring new ones, looked at in the next round.
         seen: dict[int, schema.OperatorT] = {}
@@ -412,8 +439,33 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
                 name = (composite.name or b"").decode(errors="replace")
                 where = graph.name(int(op.outputs[0]))
                 body = int(composite.decompositionSubgraphIndex)
-                mapping = _mapped(graph, op, name, composite_attrs(composite), checker)
-                if isinstance(mapping, Mapping):
+                attrs = composite_attrs(composite)
+                # litert-torch's layers keep fusekit's own mappings (the
+                # library also has a kernel named odml.scaled_dot_product_attention,
+                # for models holding TensorFlow Lite's GenAI custom op).
+                spec = None if name in MAPPED else kernel_for(name, specs())
+                wanted = spec.name if spec is not None else wanted_kernel(name)
+                if spec is not None:
+                    mapping = proven_kernel(graph, op, name, attrs, spec, checker)
+                elif wanted is not None:
+                    mapping = f"no loaded kernel is named {wanted!r}"
+                else:
+                    mapping = _mapped(graph, op, name, attrs, checker)
+                if isinstance(mapping, str) and wanted is not None:
+                    why = mapping
+                    options.note(
+                        pass_name,
+                        f"{name} at {where!r} did not become the kernel op {wanted}: {why}; it "
+                        "runs as its decomposition"
+                        + ("" if spec is not None else f". To fuse it, {ADVICE}"),
+                    )
+                if isinstance(mapping, KernelMapping):
+                    replace_op(graph, op, mapping)
+                    changes.append(
+                        f"{name} -> {mapping.op} at {where!r} ({_shown(mapping.attrs)}; kernel "
+                        "checked against the decomposition)"
+                    )
+                elif isinstance(mapping, Mapping):
                     inputs = [int(op.inputs[p]) if p >= 0 else -1 for p in mapping.positions]
                     out = int(op.outputs[0])
                     replace_with_custom(graph, mapping.op, inputs, out, mapping.attrs, [op])
@@ -450,3 +502,41 @@ def fuse_composites(model: ModelView, options: PassOptions, pass_name: str) -> l
         model.prune_buffers()
         prune_operator_codes(model)
     return changes
+
+
+def _litert_custom_ops(
+    graph: Graph,
+    specs: Callable[[], dict[str, OpSpec]],
+    options: PassOptions,
+    pass_name: str,
+    changes: list[str],
+) -> bool:
+    """Renames litert-torch's ``litert_custom_op.<name>`` custom ops to the
+    kernel declaring ``<name>``, their options typed as it declares them;
+    notes those no kernel serves.  True when it changed the graph."""
+    edited = False
+    for op in list(graph.ops):
+        name = is_litert_custom(graph, op)
+        if name is None:
+            continue
+        where = graph.name(int(op.outputs[0]))
+        spec = kernel_for(name, specs())
+        if spec is None:
+            options.note(
+                pass_name,
+                f"custom op {name} at {where!r}: no loaded kernel is named {wanted_kernel(name)!r} "
+                f"or {name!r}, and no runtime can run it. {ADVICE[0].upper()}{ADVICE[1:]}",
+            )
+            continue
+        mapping = propose_kernel(graph, op, name, composite_attributes(op), spec)
+        if isinstance(mapping, str):
+            options.note(pass_name, f"custom op {name} at {where!r} left as is: {mapping}")
+            continue
+        replace_op(graph, op, mapping)
+        changes.append(
+            f"{name} -> {mapping.op} at {where!r} ({_shown(mapping.attrs)}; attrs checked against "
+            "the kernel's schema, not run against a reference: litert-torch keeps no "
+            "decomposition for litert_custom_op composites)"
+        )
+        edited = True
+    return edited

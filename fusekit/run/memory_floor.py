@@ -1,4 +1,5 @@
-"""The memory floor of a memory-bound step: the time to read its bytes once.
+"""The memory floor of a memory-bound step: the time to read its bytes once
+(benchmarks and ``fusekit bench-generate``; runtime side, no TensorFlow).
 
 ``ReadFloor`` reads a buffer with ``fusekit_read_bytes`` from fusekit's own
 kernel library (the widest vector loads the CPU has, independent
@@ -94,3 +95,22 @@ class ReadFloor:
         buffer = self.buffers[self.turn]
         self.turn = (self.turn + 1) % len(self.buffers)
         return self._read(buffer.ctypes.data, self.nbytes, self.threads)
+
+
+def memory_bandwidth(threads: int, chunk_bytes: int = 64 << 20, passes: int = 2) -> float:
+    """This machine's read bandwidth from memory in bytes per second, on
+    ``threads`` threads: the median time of reading ``chunk_bytes`` from a
+    ring of buffers twice the last-level cache (so every read comes from
+    memory), ``passes`` times round the ring.  Allocates that ring (about
+    1 GB on a CPU with a 480 MB last-level cache) for the measurement."""
+    import statistics
+    import time
+
+    floor = ReadFloor(chunk_bytes, threads, evicted=True)
+    floor()  # the read loop's first call (the library loads, the pool starts)
+    seconds = []
+    for _ in range(max(1, passes) * len(floor.buffers)):
+        start = time.perf_counter()
+        floor()
+        seconds.append(time.perf_counter() - start)
+    return floor.nbytes / statistics.median(seconds)
