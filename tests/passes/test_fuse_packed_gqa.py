@@ -10,8 +10,8 @@ the plain model's on all three runtimes."""
 from __future__ import annotations
 
 import numpy as np
-from flatbuffers import flexbuffers
 import tensorflow as tf
+from flatbuffers import flexbuffers
 from fuse_models import assert_same_outputs, convert_function, custom_ops, optimize_twice
 
 from fusekit.passes import ModelView

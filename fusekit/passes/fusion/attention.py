@@ -1,5 +1,11 @@
-"""Finding scaled dot-product attention as the TF converter emits it (Keras
-MultiHeadAttention's einsums, ``tf.matmul`` code)::
+"""The entry point of attention fusion, ``match_attention``: attention is
+found by what its axes mean (fusion/attention_axes.py, one index map per
+operand) and proven by running the region (fusion/attention_check.py).
+
+Where a shape is known only at run time (a dynamic batch) the maps have
+nothing to read, and the forms below -- scaled dot-product attention as
+the TF converter emits it (Keras MultiHeadAttention's einsums,
+``tf.matmul`` code) -- are still matched::
 
     qh = TRANSPOSE(q [B,Sq,H,D], [0,2,1,3])        (a scalar MUL on q allowed)
     kt = TRANSPOSE(k [B,Skv,H,D], [0,2,3,1])       (or [0,2,1,3] with adj_y)
@@ -131,7 +137,6 @@ class AttentionMatch:
     layouts: dict[str, str] = field(default_factory=dict)
     prepare: Callable[[Graph], None] | None = None
     finish_output: Callable[[Graph, int], None] | None = None
-    proven_by: str = "form"
     # The tensors the region reads besides constants (its proof by
     # execution feeds them random draws).
     region_inputs: list[int] = field(default_factory=list)

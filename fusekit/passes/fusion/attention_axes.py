@@ -634,7 +634,6 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
 
     match.prepare = prepare
     match.finish_output = None if axis_map.is_identity(end_view) else finish_output
-    match.proven_by = "axes"
     return match
 
 
