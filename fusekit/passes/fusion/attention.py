@@ -1089,12 +1089,21 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
     by_axes = _by_axes(graph, softmax)
     # A region the runtime disproved says so, whatever the forms say.
     disproved = isinstance(by_axes, NearMiss) and by_axes.code == "attention.check"
-    if isinstance(by_axes, AttentionMatch) or disproved:
+    if disproved:
         return by_axes
+    # Still missing from the map: a causal band merged with a padding mask
+    # and a bias besides (keras-hub's Bloom), which the forms split into
+    # causal=True and the padding.
     dynamic = -1 in graph.signature(region.input)
+    merged_band = isinstance(by_axes, AttentionMatch) and not by_axes.causal and by_axes.ops
+    if isinstance(by_axes, AttentionMatch) and not merged_band:
+        return by_axes
     found = None
-    if dynamic and graph.builtin(softmax) == OP.SOFTMAX:
+    if (dynamic or merged_band) and graph.builtin(softmax) == OP.SOFTMAX:
         found = _match_attention(graph, softmax)
+    if isinstance(by_axes, AttentionMatch):
+        caught = isinstance(found, AttentionMatch) and found.causal and found.mask is not None
+        return found if caught else by_axes
     if not isinstance(found, AttentionMatch) and by_axes is not None:
         return by_axes
     if found is None and reaches_activation_matmul(graph, region.input, hops=8):

@@ -606,10 +606,14 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     match.constant_keep = plan.constant_keep
     if plan.mask is not None:
         match.mask, match.mask_scale = plan.mask, plan.mask_scale
-        match.mask_row = key_mask.narrowed(graph, plan.mask)
+        match.mask_reshape = plan.mask_reshape
+        if plan.mask_reshape is None:
+            match.mask_row = key_mask.narrowed(graph, plan.mask)
     if plan.keep is not None:
-        match.keep = plan.keep
-        match.keep_row = key_mask.narrowed(graph, plan.keep)
+        match.keep, match.keep_reshape = plan.keep, plan.keep_reshape
+        if plan.keep_reshape is None:
+            match.keep_row = key_mask.narrowed(graph, plan.keep)
+        _split_padding(graph, match, sizes["s"], kv_len)
     terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
     match.region_inputs = [q_view.source, k_view.source, v_view.source] + [
         t.tensor for t in terms if _constant_of(graph, t.tensor) is None
@@ -835,14 +839,22 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
                 return _MaskPlan(None)
             return _MaskPlan(None, constant_keep=keep_plane[0, 0])
     # A runtime mask and keep-mask the op reads as the graph has them.
-    keep_as_is = keep_view is None or axis_map.is_identity(keep_view)
+    keep_as_is = keep_view is None or axis_map.in_place(keep_view)
+    keep = None if keep_view is None else keep_view.source
+    keep_reshape = None if keep_view is None else _reshape_to(keep_view)
     if len(runtime) == 1 and constant is None and keep_as_is:
         view, factor = runtime[0]
-        if axis_map.is_identity(view):
-            keep = None if keep_view is None else keep_view.source
-            return _MaskPlan(None, mask=view.source, mask_scale=factor, keep=keep)
+        if axis_map.in_place(view):
+            return _MaskPlan(
+                None,
+                mask=view.source,
+                mask_scale=factor,
+                mask_reshape=_reshape_to(view),
+                keep=keep,
+                keep_reshape=keep_reshape,
+            )
     if not runtime and constant is None and keep_view is not None and keep_as_is:
-        return _MaskPlan(None, keep=keep_view.source)
+        return _MaskPlan(None, keep=keep, keep_reshape=keep_reshape)
 
     def write(graph: Graph, name: str) -> int:
         if zeroed and not runtime and constant is None:
@@ -900,8 +912,17 @@ class _MaskPlan:
     # keep-mask, or a constant keep plane [Sq, Skv].
     mask: int | None = None
     mask_scale: float = 1.0
+    mask_reshape: list[int] | None = None
     keep: int | None = None
+    keep_reshape: list[int] | None = None
     constant_keep: np.ndarray | None = None
+
+
+def _reshape_to(view: View) -> list[int] | None:
+    """The 4-D shape an in-place view's source is reshaped to (None: it is
+    that shape already)."""
+    shape = axis_map.emitted_shape(view)
+    return None if shape == view.source_shape else shape
 
 
 def _constant_term(graph: Graph, view: View, value: np.ndarray, factor: float):
@@ -960,3 +981,19 @@ def _constant_of(graph: Graph, tensor: int, depth: int = 0) -> np.ndarray | None
     if keep is None or a is None or b is None:
         return None
     return np.broadcast_to(np.where(keep, a, b), graph.signature(tensor)).astype(np.float32)
+
+
+def _split_padding(graph: Graph, match, q_len: int, kv_len: int) -> None:
+    """A runtime keep-mask that is a padding row AND the kernel's causal band
+    (keras-hub's decoders merge them so), with masked probabilities zeroed:
+    causal in the op (it skips the masked half) and the padding as its bool
+    mask -- the same keys kept, rows left without keys zeros either way."""
+    from fusekit.passes.fusion.attention import _padding_and_band  # noqa: PLC0415 (cycle)
+
+    if not match.zero_masked_rows or q_len <= 0 or kv_len < q_len:
+        return
+    padding = _padding_and_band(graph, match.keep, q_len, kv_len)
+    if padding is not None:
+        match.causal = True
+        match.keep, match.keep_row = padding, None
+        match.keep_reshape = [graph.signature(padding)[0], 1, 1, kv_len]
