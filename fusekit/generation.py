@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from fusekit import sample_inputs
 from fusekit.errors import DecodeLoopError
 
 
@@ -110,7 +111,7 @@ class DecodeLoop:
         self._decode = signature_of(interpreter, decode)
         self._prefill = None if prefill is None else signature_of(interpreter, prefill)
         if caches is None:
-            caches = [n for n in self._decode.inputs if n in self._decode.outputs]
+            caches = sample_inputs.carried(list(self._decode.inputs), list(self._decode.outputs))
         if not caches:
             raise DecodeLoopError(
                 f"signature {decode!r} has no cache: no name is both an input and an output"
@@ -162,8 +163,9 @@ class DecodeLoop:
     def _positions(self) -> tuple[int, str]:
         """The number of positions of the caches, and where it was read."""
         for name in self._decode.inputs:
-            shape = self._decode.layouts[("inputs", name)][0]
-            if "mask" in name.lower() and name not in self.caches and len(shape) >= 2:
+            shape, dtype = self._decode.layouts[("inputs", name)]
+            is_mask = sample_inputs.role(name, dtype) == "mask"
+            if is_mask and name not in self.caches and len(shape) >= 2:
                 return shape[-1], f"the last dim of decode input {name!r}"
         largest = max(
             size

@@ -12,11 +12,12 @@ reports each decode token's time as a multiple of
 
 Models: a ``decode`` signature whose KV caches are both inputs and outputs
 (litert-torch's generative and Hugging Face exporters, keras-hub steps),
-optionally ``prefill*`` signatures.  Their other inputs are fed by name:
-token ids (``tokens``, ``input_ids``...), positions (``input_pos``,
-``positions``...), attention masks (``mask``: causal over the filled
-positions) and the runtime parameters of litert-torch's Hugging Face
-exporter (``param_tensor``: write offset and end).  The cache axis that
+optionally ``prefill*`` signatures.  Their other inputs are fed by role
+(``fusekit.sample_inputs``): token ids (``tokens``, ``input_ids``...),
+positions (``input_pos``, ``positions``...), attention masks (``mask``:
+causal over the filled positions) and the runtime parameters of
+litert-torch's Hugging Face exporter (``param_tensor``: write offset and
+end).  The cache axis that
 indexes positions is found by running one step on an empty cache and seeing
 which rows it wrote.
 
@@ -39,10 +40,8 @@ from fusekit.errors import DecodeLoopError
 from fusekit.generation import DecodeLoop, signature_of
 from fusekit.model.model_check import mapped_model
 from fusekit.model.tflite_schema import model as root_table
+from fusekit.sample_inputs import carried, mask, params, positions, role
 
-_TOKEN_NAMES = ("token", "input_id", "ids")
-_POSITION_NAMES = ("pos", "index", "step")
-_MASK_NAMES = ("mask",)
 _PROBE_POSITION = 1
 
 
@@ -173,40 +172,6 @@ def weight_bytes(model: bytes | memoryview, subgraph: int) -> int:
 # -- feeding a signature --------------------------------------------------
 
 
-def _kind(name: str) -> str | None:
-    lowered = name.lower()
-    if lowered == "param_tensor":
-        return "params"
-    for kind, names in (
-        ("mask", _MASK_NAMES),
-        ("tokens", _TOKEN_NAMES),
-        ("positions", _POSITION_NAMES),
-    ):
-        if any(n in lowered for n in names):
-            return kind
-    return None
-
-
-def _mask(shape: tuple[int, ...], dtype: np.dtype, position: int) -> np.ndarray:
-    """Causal mask of queries at position, position + 1, ... over the last
-    axis (keys): allowed up to each query's own position; an integer mask is
-    a padding mask (ones: no padding)."""
-    if np.issubdtype(dtype, np.integer):
-        return np.ones(shape, dtype)  # a padding mask: every token is real
-    if len(shape) < 2:
-        raise DecodeLoopError(f"a mask of shape {list(shape)}: expected [..., queries, keys]")
-    queries, keys = shape[-2], shape[-1]
-    allowed = np.arange(keys)[None, :] <= (position + np.arange(queries))[:, None]
-    if dtype == np.bool_:
-        value = allowed
-    elif np.issubdtype(dtype, np.floating):
-        # Large enough to zero a softmax weight, finite in float16 too.
-        value = np.where(allowed, 0.0, max(float(np.finfo(dtype).min), -1e9))
-    else:
-        raise DecodeLoopError(f"a mask of type {dtype}: expected bool, float or integer")
-    return np.broadcast_to(value.astype(dtype), shape).copy()
-
-
 def feeds(
     layouts: dict[str, tuple[tuple[int, ...], np.dtype]],
     signature: str,
@@ -221,28 +186,25 @@ def feeds(
       DecodeLoopError: an input that is none of these.
     """
     out = {}
-    tokens = next((s[-1] for n, (s, _) in layouts.items() if _kind(n) == "tokens" and s), 1)
+    tokens = next((s[-1] for n, (s, d) in layouts.items() if role(n, d) == "tokens" and s), 1)
     for name, (shape, dtype) in layouts.items():
-        kind = _kind(name)
-        count = int(np.prod(shape, dtype=np.int64))
+        kind = role(name, dtype)
+        value = None
         if kind == "mask":
-            out[name] = _mask(shape, dtype, position)
-        elif kind == "tokens" and np.issubdtype(dtype, np.integer):
-            out[name] = rng.integers(0, max(vocab, 1), shape).astype(dtype)
-        elif kind == "positions" and np.issubdtype(dtype, np.integer):
-            out[name] = (position + np.arange(count)).reshape(shape).astype(dtype)
-        elif kind == "params" and np.issubdtype(dtype, np.integer) and shape and shape[-1] >= 2:
-            # litert-torch's Hugging Face exporter: [..., (write offset, end
-            # of the tokens written), 0...].
-            value = np.zeros(shape, dtype)
-            value[..., 0], value[..., 1] = position, position + tokens
-            out[name] = value
-        else:
+            value = mask(shape, dtype, position)
+        elif kind == "tokens":
+            value = rng.integers(0, max(vocab, 1), shape).astype(dtype)
+        elif kind == "positions":
+            value = positions(shape, dtype, position)
+        elif kind == "params":
+            value = params(shape, dtype, position, tokens)
+        if value is None:
             raise DecodeLoopError(
                 f"signature {signature!r} input {name!r} ({dtype}{list(shape)}): bench-generate "
                 "feeds token ids, positions (input_pos), attention masks and export_hf's "
                 "param_tensor by name, and does not know what this input holds"
             )
+        out[name] = value
     return out
 
 
@@ -287,8 +249,8 @@ def _prefill_signature(signatures: list[str], interp: Any, tokens: int | None) -
         sig = signature_of(interp, key)
         widths = [
             shape[-1]
-            for (role, name), (shape, _) in sig.layouts.items()
-            if role == "inputs" and _kind(name) == "tokens" and shape
+            for (side, name), (shape, dtype) in sig.layouts.items()
+            if side == "inputs" and role(name, dtype) == "tokens" and shape
         ]
         if widths:
             candidates[key] = widths[0]
@@ -311,8 +273,8 @@ def _prefill_signature(signatures: list[str], interp: Any, tokens: int | None) -
 
 
 def _vocab(layouts: dict[tuple[str, str], tuple[tuple[int, ...], np.dtype]]) -> int:
-    for (role, name), (shape, _) in layouts.items():
-        if role == "outputs" and "logit" in name.lower() and shape:
+    for (side, name), (shape, _) in layouts.items():
+        if side == "outputs" and "logit" in name.lower() and shape:
             return int(shape[-1])
     return 1
 
@@ -381,7 +343,7 @@ def bench_generate(
         )
     interp.allocate_tensors()
     dsig = signature_of(interp, decode_signature)
-    caches = [n for n in dsig.inputs if n in dsig.outputs]
+    caches = carried(list(dsig.inputs), list(dsig.outputs))
     if not caches:
         raise DecodeLoopError(
             f"signature {decode_signature!r} has no KV cache (no name is both an input and "
@@ -406,7 +368,9 @@ def bench_generate(
         psig = signature_of(interp, prefill_key)
         layouts = {n: psig.layouts[("inputs", n)] for n in psig.inputs if n not in caches}
         inputs = feeds(layouts, prefill_key, 0, vocab, rng)
-        prefill_tokens = next(s[-1] for n, (s, _) in layouts.items() if _kind(n) == "tokens" and s)
+        prefill_tokens = next(
+            s[-1] for n, (s, d) in layouts.items() if role(n, d) == "tokens" and s
+        )
         times = [_timed(lambda: loop.prefill(**inputs)) for _ in range(1 + prefill_repeats)]
         prefill_ms = statistics.median(times[1:])
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -167,14 +167,23 @@ def main() -> None:
     parser.add_argument("--size", choices=sorted(SIZES), default="smol")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument(
+        "--cache", type=int, default=None, help="cache length (default: the size's own)"
+    )
+    parser.add_argument(
+        "--tflite-only", action="store_true", help="write model.tflite only (no GGUF)"
+    )
     args = parser.parse_args()
     size = SIZES[args.size]
+    if args.cache is not None:
+        size = replace(size, cache=args.cache)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp) / "hf"
         build(size, args.seed, where)
         (args.out / "model.tflite").write_bytes(export_tflite(size, where, Path(tmp)))
-        write_gguf(size, where, args.out / "model-f32.gguf")
+        if not args.tflite_only:
+            write_gguf(size, where, args.out / "model-f32.gguf")
     (args.out / "size.json").write_text(json.dumps({"name": args.size, **asdict(size)}, indent=2))
     print(f"wrote {args.out}/model.tflite, model-f32.gguf")
 

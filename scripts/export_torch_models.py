@@ -182,6 +182,129 @@ class _GroupNormConv(nn.Module):
         return (self.norm2(self.conv2(h)),)
 
 
+class _NormAxisBlock(nn.Module):
+    """Channels-first norms over a non-last axis: Conv2d -> nn.GroupNorm(32,
+    32) (one channel per group) whose input is also the residual, then
+    PoolFormer's block with timm's GroupNorm1 (nn.GroupNorm(1, C))."""
+
+    def __init__(self, channels: int = 32) -> None:
+        super().__init__()
+        from timm.layers import GroupNorm1
+
+        self.conv1 = nn.Conv2d(4, channels, 3, padding=1)
+        self.norm1 = nn.GroupNorm(channels, channels, eps=1e-5)
+        self.conv2 = nn.Conv2d(channels, channels, 1)
+        self.norm2 = GroupNorm1(channels)
+        self.pool = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.norm3 = GroupNorm1(channels)
+        self.fc = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        h = self.conv1(x)
+        h = h + self.conv2(F.silu(self.norm1(h)))
+        n = self.norm2(h)
+        h = h + self.pool(n) - n
+        return (h + self.fc(F.gelu(self.norm3(h))),)
+
+
+def _poolformer(randomize: bool = True) -> Callable[[], list[Signature]]:
+    """timm's PoolFormer, tiny; ``randomize`` False keeps the norms as
+    built (gamma ones, beta zeros: the converter folds them away, as in a
+    freshly created timm model)."""
+
+    def build() -> list[Signature]:
+        model = _tiny_poolformer()
+        if randomize:
+            model = _randomize(model)
+        image = torch.randn(1, 3, 64, 64)
+        return [Signature("serving_default", _Tuple(model).eval(), args=(image,))]
+
+    return build
+
+
+def _tiny_poolformer() -> nn.Module:
+    from timm.layers import GroupNorm1
+    from timm.models.metaformer import MetaFormer
+
+    _seed()
+    model = MetaFormer(
+        depths=(1, 1, 1, 1),
+        dims=(16, 24, 32, 48),
+        norm_layers=GroupNorm1,
+        downsample_norm=None,
+        use_mlp_head=False,
+        num_classes=10,
+        layer_scale_init_values=1e-5,
+        res_scale_init_values=None,
+    )
+    return model.eval()
+
+
+class _Tuple(nn.Module):
+    """A module's one output as the tuple the export names output_0."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.model(x),)
+
+
+def _vae_decoder() -> list[Signature]:
+    from diffusers import AutoencoderKL
+
+    _seed()
+    vae = AutoencoderKL(
+        block_out_channels=(32, 32),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=32,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+    )
+    decoder = _Decode(_randomize(vae))
+    return [Signature("serving_default", decoder.eval(), args=(torch.randn(1, 4, 8, 8),))]
+
+
+class _Decode(nn.Module):
+    def __init__(self, vae: nn.Module) -> None:
+        super().__init__()
+        self.vae = vae
+
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.vae.decode(z).sample,)
+
+
+def _hf_bart() -> list[Signature]:
+    from transformers import BartConfig, BartModel
+
+    _seed()
+    config = BartConfig(
+        vocab_size=VOCAB,
+        d_model=64,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_position_embeddings=64,
+        attn_implementation="sdpa",
+    )
+    model = _randomize(BartModel(config))
+    return [Signature("serving_default", _BartHidden(model).eval(), args=(_ids(),))]
+
+
+class _BartHidden(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.model(input_ids=ids, decoder_input_ids=ids).last_hidden_state,)
+
+
 def _plain(module: nn.Module, *args: torch.Tensor) -> Callable[[], list[Signature]]:
     def build() -> list[Signature]:
         _seed()
@@ -523,6 +646,41 @@ FIXTURES: list[Fixture] = [
         "[1, 4, 12, 12]",
         _plain(_GroupNormConv, _x(1, 4, 12, 12)),
         {"group_norm": 2},
+    ),
+    Fixture(
+        "norm_axis_block",
+        "channels-first Conv2d -> nn.GroupNorm(32, 32) read beside the residual, then "
+        "PoolFormer blocks with GroupNorm(1, C), [1, 4, 12, 12]",
+        _plain(_NormAxisBlock, _x(1, 4, 12, 12)),
+        {"group_norm": 3},
+    ),
+    Fixture(
+        "timm_poolformer_tiny",
+        "timm MetaFormer with pooling mixers and GroupNorm(1, C) norms (PoolFormer), "
+        "depths 1/1/1/1, dims 16/24/32/48, [1, 3, 64, 64]",
+        _poolformer(),
+        {"group_norm": 8, "layer_norm": 1},
+    ),
+    Fixture(
+        "timm_poolformer_init",
+        "timm_poolformer_tiny with its norms as built (gamma ones, beta zeros, folded away "
+        "by the converter: per-group values broadcast to the channels)",
+        _poolformer(randomize=False),
+        {"group_norm": 8, "layer_norm": 1},
+    ),
+    Fixture(
+        "diffusers_vae_decoder",
+        "diffusers AutoencoderKL decoder: channels 32/32, GroupNorm(32, 32) (one channel per "
+        "group) in resnets read beside the residual and in the mid-block attention "
+        "([B, C, H*W] view), its single-head attention, latent [1, 4, 8, 8]",
+        _vae_decoder,
+        {"group_norm": 14, "attention": 1},
+    ),
+    Fixture(
+        "hf_bart",
+        "BartModel: d_model 64, 1 encoder and 1 decoder layer, 4 heads, S=16",
+        _hf_bart,
+        {"layer_norm": 7, "attention": 3},
     ),
     Fixture(
         "hf_llama",

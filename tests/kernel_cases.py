@@ -482,6 +482,19 @@ def attention_models(workdir: Path) -> list[Model]:
         (4, 4, 9, None, True, [(1, 1, 600), (1, 66, 66)], {"k_layout": "bhsd", "v_layout": "bhds"}),
         # A padding mask with litert-torch's layouts (dropped key blocks).
         (4, 2, 64, "pad", False, [(2, 70, 400)], {"k_layout": "bhsd", "v_layout": "bhds"}),
+        # Vision encoder lengths (ViT's 197, DINOv2's 257, Swin's 49-token
+        # windows): a head's last query item is narrower than the others
+        # (1, 2 or 3 vectors wide on AVX-512), in timm's layouts.
+        (
+            2,
+            2,
+            48,
+            None,
+            False,
+            [(1, 197, 197), (3, 49, 49), (1, 257, 100)],
+            {"q_layout": "bhsd", "k_layout": "bhsd", "v_layout": "bhsd"},
+        ),
+        (3, 3, 32, "float", False, [(2, 49, 49), (1, 161, 161)], {"v_layout": "bhds"}),
     ]
     models = []
     for i, (h, hkv, d, mask, causal, shapes, *more) in enumerate(plan):

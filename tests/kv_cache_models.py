@@ -16,19 +16,31 @@ OP = "fusekit_kv_cache_update"
 F16 = schema.TensorType.FLOAT16
 
 
-def options(offset: int, block_shape) -> bytes:
-    return bytes(
-        flexbuffers.Dumps({"block_shape": [int(d) for d in block_shape], "offset": offset})
-    )
+def options(offset: int, block_shape, view_shape=None) -> bytes:
+    attrs = {"block_shape": [int(d) for d in block_shape], "offset": offset}
+    if view_shape is not None:
+        attrs["view_shape"] = [int(d) for d in view_shape]
+    return bytes(flexbuffers.Dumps(attrs))
 
 
-def model(cache_shape, block_shape, update_shape, offset, dtype=F32, start_type=I32, opts=None):
-    """cache, update, start -> updated_cache, block."""
+def model(
+    cache_shape,
+    block_shape,
+    update_shape,
+    offset,
+    dtype=F32,
+    start_type=I32,
+    opts=None,
+    view_shape=None,
+):
+    """cache, update, start -> updated_cache, block (of ``view_shape`` when
+    given)."""
+    block_out = tuple(block_shape if view_shape is None else view_shape)
     return one_op_model(
         OP,
         [(cache_shape, dtype), (update_shape, dtype), ((len(block_shape),), start_type)],
-        [(cache_shape, dtype), (tuple(block_shape), dtype)],
-        options(offset, block_shape) if opts is None else opts,
+        [(cache_shape, dtype), (block_out, dtype)],
+        options(offset, block_shape, view_shape) if opts is None else opts,
     )
 
 

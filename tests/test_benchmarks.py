@@ -334,6 +334,20 @@ def test_int8_sweep_quick_run(tmp_path):
         assert forms[name]["fused"] == forms["float"]["fused"], name
 
 
+def test_attention_speed_benchmark_quick_run(tmp_path):
+    payload = run_quick(
+        "bench_attention_speed.py", tmp_path, "attention_speed.json", "attention_speed.md"
+    )
+    threads = payload["settings"]["threads"]
+    assert payload["results"]
+    for r in payload["results"]:
+        where = r["case"]["label"]
+        for key in [f"{m}@{t}" for m in ("fused", "unfused") for t in threads]:
+            assert r["medians_us"].get(key, 0) > 0, f"{where}: no {key}"
+        assert r["max_abs_diff"] < 1e-4, f"{where}: fused and unfused differ"
+    assert "| ViT-S S197 H6 D64 |" in (tmp_path / "attention_speed.md").read_text()
+
+
 def test_user_kernels_benchmark_quick_run(tmp_path):
     """bench_user_kernels.py --quick: each case fused into the user's kernel
     and agreeing with its unfused form."""

@@ -148,3 +148,30 @@ def test_the_floor_with_the_measured_bandwidth(capsys):
     assert r["floor_ms_per_token"] == pytest.approx(
         r["read_bytes_per_token"] / r["bandwidth_bytes_per_s"] * 1e3
     )
+
+
+def test_verify_and_bench_generate_feed_a_step_at_position_0_alike():
+    """One set of rules: verify's sampled inputs of a generative signature
+    are bench-generate's feeds of a step at position 0 (token ids aside)."""
+    from fusekit import sample_inputs
+    from fusekit.run.signature_runs import Operand
+
+    layouts = {
+        "mask": ((1, 1, 3, 8), np.dtype(np.float32)),
+        "bool_mask": ((1, 1, 3, 8), np.dtype(np.bool_)),
+        "int_mask": ((1, 1, 3, 8), np.dtype(np.int32)),
+        "attention_mask": ((1, 3), np.dtype(np.int64)),
+        "input_pos": ((3,), np.dtype(np.int32)),
+        "positions": ((2, 3), np.dtype(np.int32)),
+    }
+    fed = feeds(layouts, "prefill", 0, 10, np.random.default_rng(0))
+    cache = Operand("kv_cache_k_0", "k", np.dtype(np.float32), [1, 8, 2, 4])
+    for name, (shape, dtype) in layouts.items():
+        operand = Operand(name, name, dtype, list(shape))
+        sampled = sample_inputs.sample(operand, list(shape), [cache], True,
+                                       np.random.default_rng(0))
+        assert sampled.dtype == fed[name].dtype, name
+        np.testing.assert_array_equal(sampled, fed[name], err_msg=name)
+    np.testing.assert_array_equal(fed["positions"], [[0, 1, 2], [0, 1, 2]])
+    np.testing.assert_array_equal(fed["attention_mask"], [[1, 1, 1]])  # padding: all real
+    np.testing.assert_array_equal(fed["int_mask"][0, 0], np.tri(3, 8, dtype=np.int32))

@@ -27,8 +27,9 @@
 // gives zeros, as the composite defines.
 //
 // Prefill (AttentionQueries): an item is one head and 4 SIMD vectors of
-// queries on AVX-512 (2 elsewhere), held transposed so that the vector
-// lanes are queries.  Q.K^T broadcasts K elements (read in place) against
+// queries on AVX-512 (2 elsewhere; a head's last item only as many
+// vectors as its queries fill), held transposed so that the vector lanes
+// are queries.  Q.K^T broadcasts K elements (read in place) against
 // Q^T, P.V broadcasts V elements (in place) against P^T, both
 // register-tiled microkernels (6 x 4-vector tiles of accumulators on
 // AVX-512; MR x 2 vectors elsewhere, MR = 8 with 32 vector registers, 6
@@ -408,9 +409,58 @@ class Attention {
     return kTfLiteOk;
   }
 
+  // Mask values at or below this drop a key: exp(score + mask - row max)
+  // is exactly 0 in float32 for every score within 9,800 of the row's
+  // largest kept score (litert-torch fills masks with -1e4 or lower,
+  // runtimes with -1e9, -FLT_MAX or -inf).
+  static constexpr float kDroppedMask = -1.0e4f;
+
+  // One past the last key that some query row of the mask keeps; kv_len
+  // without a per-key mask, or when a row keeps no key at all (such a row's
+  // result is defined over every key: left to the kernel as it is).
+  static int64_t LiveKeys(const Problem& p) {
+    const int64_t* st = p.mask_stride;
+    if (st[3] == 0 || (p.mask_add == nullptr && p.mask_keep == nullptr)) return p.kv_len;
+    const int64_t nb = st[0] ? p.batch : 1, nh = st[1] ? p.heads : 1, nq = st[2] ? p.q_len : 1;
+    int64_t live = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t h = 0; h < nh; ++h) {
+        for (int64_t i = 0; i < nq; ++i) {
+          const int64_t row = b * st[0] + h * st[1] + i * st[2];
+          int64_t j = p.kv_len;
+          if (p.mask_add != nullptr) {
+            // (NaN compares false: kept.)
+            while (j > live && p.mask_add[row + (j - 1) * st[3]] <= kDroppedMask) --j;
+          } else {
+            while (j > live && p.mask_keep[row + (j - 1) * st[3]] == 0) --j;
+          }
+          if (j == live && !RowKeepsBefore(p, row, live)) return p.kv_len;
+          live = std::max(live, j);
+        }
+      }
+    }
+    return live;
+  }
+
+  // Whether the mask row keeps any of keys [0, end).
+  static bool RowKeepsBefore(const Problem& p, int64_t row, int64_t end) {
+    const int64_t s = p.mask_stride[3];
+    for (int64_t j = 0; j < end; ++j) {
+      if (p.mask_add != nullptr ? !(p.mask_add[row + j * s] <= kDroppedMask)
+                                : p.mask_keep[row + j * s] != 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   TfLiteStatus Decode(OpContext& ctx, const Problem& p, const ScratchPlan& mem, void* scratch) {
     const att::Layout& l = plan_.layout;
-    const int64_t splits = plan_.splits;
+    // Keys past the last one any row keeps (a cache's unfilled tail) are
+    // neither read nor split over: a step's cost follows the filled length,
+    // not the allocated one.  (At most plan_.splits: the scratch fits.)
+    const int64_t live = LiveKeys(p);
+    const int64_t splits = std::max<int64_t>(1, (live + att::kSplitKeys - 1) / att::kSplitKeys);
     const int64_t per_head = p.group * p.q_len;  // rows of one kv head
     const int64_t group_heads = plan_.decode_heads;  // kv heads per item
     const int64_t groups = (p.kv_heads + group_heads - 1) / group_heads;
@@ -431,7 +481,7 @@ class Attention {
         it.query_begin = 0;
         it.query_count = p.q_len;
         it.key_begin = split * att::kSplitKeys;
-        it.key_end = std::min(p.kv_len, it.key_begin + att::kSplitKeys);
+        it.key_end = std::min(live, it.key_begin + att::kSplitKeys);
         if (splits == 1) {
           item_(p, l, it, mine, nullptr);
           continue;

@@ -55,79 +55,98 @@ int64_t AttentionQueryPanel() {
   return kQueryVectors * static_cast<int64_t>(hn::Lanes(DF()));
 }
 
-// acc[r] (4 vectors) = init(r, q), then for j < n: acc[r] += a(r, j) *
-// panel(j), for the MR <= 6 rows of a tile; then store(r, acc[r]).  Named
-// accumulators, as TileMulAdd's (only AVX-512 instantiates it).
-#define FUSEKIT_TILE4_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-template <int MR, class Init, class Scalar, class Panel, class Store>
-HWY_INLINE void TileMulAdd4(int64_t n, const Init& init, const Scalar& a, const Panel& panel,
+// acc[r] (NV <= 4 vectors) = init(r, q), then for j < n: acc[r] +=
+// a(r, j) * panel(j), for the MR <= 8 rows of a tile; then store(r, acc[r]).
+// Named accumulators, as TileMulAdd's (sizeless SVE vectors cannot be array
+// elements); statements past NV or MR are discarded (if constexpr).
+#define FUSEKIT_TILEN_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+template <int NV, int MR, class Init, class Scalar, class Panel, class Store>
+HWY_INLINE void TileMulAddN(int64_t n, const Init& init, const Scalar& a, const Panel& panel,
                             const Store& store) {
-  static_assert(MR >= 1 && MR <= 6, "a 4-vector tile has 1 to 6 rows");
+  static_assert(NV >= 1 && NV <= 4, "a tile is 1 to 4 vectors wide");
+  static_assert(MR >= 1 && MR <= 8, "a tile has 1 to 8 rows");
   const DF d;
-#define FUSEKIT_TILE4_INIT(r)                                                          \
-  [[maybe_unused]] VF acc##r##_0 = hn::Zero(d), acc##r##_1 = acc##r##_0,              \
-                      acc##r##_2 = acc##r##_0, acc##r##_3 = acc##r##_0;                \
-  if constexpr ((r) < MR) {                                                            \
-    acc##r##_0 = init(r, 0);                                                           \
-    acc##r##_1 = init(r, 1);                                                           \
-    acc##r##_2 = init(r, 2);                                                           \
-    acc##r##_3 = init(r, 3);                                                           \
+#define FUSEKIT_TILEN_INIT(r)                                             \
+  [[maybe_unused]] VF acc##r##_0 = hn::Zero(d), acc##r##_1 = acc##r##_0, \
+                      acc##r##_2 = acc##r##_0, acc##r##_3 = acc##r##_0;   \
+  if constexpr ((r) < MR) {                                               \
+    acc##r##_0 = init(r, 0);                                              \
+    if constexpr (NV > 1) acc##r##_1 = init(r, 1);                        \
+    if constexpr (NV > 2) acc##r##_2 = init(r, 2);                        \
+    if constexpr (NV > 3) acc##r##_3 = init(r, 3);                        \
   }
-  FUSEKIT_TILE4_ROWS(FUSEKIT_TILE4_INIT)
-#undef FUSEKIT_TILE4_INIT
+  FUSEKIT_TILEN_ROWS(FUSEKIT_TILEN_INIT)
+#undef FUSEKIT_TILEN_INIT
   for (int64_t j = 0; j < n; ++j) {
-    const VF b0 = panel(j, 0), b1 = panel(j, 1), b2 = panel(j, 2), b3 = panel(j, 3);
-#define FUSEKIT_TILE4_STEP(r)                    \
-  if constexpr ((r) < MR) {                      \
-    const VF x = hn::Set(d, a(r, j));            \
-    acc##r##_0 = hn::MulAdd(x, b0, acc##r##_0);  \
-    acc##r##_1 = hn::MulAdd(x, b1, acc##r##_1);  \
-    acc##r##_2 = hn::MulAdd(x, b2, acc##r##_2);  \
-    acc##r##_3 = hn::MulAdd(x, b3, acc##r##_3);  \
+    const VF b0 = panel(j, 0);
+    [[maybe_unused]] VF b1 = b0, b2 = b0, b3 = b0;
+    if constexpr (NV > 1) b1 = panel(j, 1);
+    if constexpr (NV > 2) b2 = panel(j, 2);
+    if constexpr (NV > 3) b3 = panel(j, 3);
+#define FUSEKIT_TILEN_STEP(r)                                          \
+  if constexpr ((r) < MR) {                                            \
+    const VF x = hn::Set(d, a(r, j));                                  \
+    acc##r##_0 = hn::MulAdd(x, b0, acc##r##_0);                        \
+    if constexpr (NV > 1) acc##r##_1 = hn::MulAdd(x, b1, acc##r##_1);  \
+    if constexpr (NV > 2) acc##r##_2 = hn::MulAdd(x, b2, acc##r##_2);  \
+    if constexpr (NV > 3) acc##r##_3 = hn::MulAdd(x, b3, acc##r##_3);  \
   }
-    FUSEKIT_TILE4_ROWS(FUSEKIT_TILE4_STEP)
-#undef FUSEKIT_TILE4_STEP
+    FUSEKIT_TILEN_ROWS(FUSEKIT_TILEN_STEP)
+#undef FUSEKIT_TILEN_STEP
   }
-#define FUSEKIT_TILE4_STORE(r) \
+#define FUSEKIT_TILEN_STORE(r) \
   if constexpr ((r) < MR) store(r, acc##r##_0, acc##r##_1, acc##r##_2, acc##r##_3);
-  FUSEKIT_TILE4_ROWS(FUSEKIT_TILE4_STORE)
-#undef FUSEKIT_TILE4_STORE
+  FUSEKIT_TILEN_ROWS(FUSEKIT_TILEN_STORE)
+#undef FUSEKIT_TILEN_STORE
 }
-#undef FUSEKIT_TILE4_ROWS
+#undef FUSEKIT_TILEN_ROWS
 
-// out[r][0, 4 vectors) = (kAccumulate ? out[r] : 0) + sum_j a(r, j) * panel[j]
-// for `rows` rows r, a(r, j) = a[r * row_stride + j * inner_stride], j < n:
+// Rows of an NV-vector tile: MR x NV accumulators, NV panel vectors and a
+// broadcast within the register file (32 vectors on AVX-512, NEON and SVE,
+// else 16).
+template <int NV>
+constexpr int TileRows() {
+#if HWY_TARGET == HWY_AVX3 || HWY_ARCH_ARM_A64
+  return NV == 4 ? 6 : 8;
+#else
+  return NV == 1 ? 8 : 6;
+#endif
+}
+
+// out[r][0, NV vectors) = (kAccumulate ? out[r] : 0) + sum_j a(r, j) *
+// panel[j] for `rows` rows r, a(r, j) = a[r * row_stride + j * inner_stride],
+// j < n, panel and out rows NV vectors wide:
 //   S^T = K . Q^T:   a = K (row_stride k_stride, inner 1), panel Q^T, out S^T;
 //   O^T += V^T . P^T: a = V (row_stride col_stride, inner v_stride: V[j][r]
 //                     as VpTile reads it), panel P^T, out O^T.
-template <int MR, bool kAccumulate>
-HWY_INLINE void PanelRows4(const float* a, int64_t row_stride, int64_t inner_stride, int64_t n,
+template <int NV, int MR, bool kAccumulate>
+HWY_INLINE void PanelRowsN(const float* a, int64_t row_stride, int64_t inner_stride, int64_t n,
                            const float* panel, float* out, int64_t rows) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   int64_t r0 = 0;
   for (; r0 + MR <= rows; r0 += MR) {
     const float* ar = a + r0 * row_stride;
-    float* o = out + r0 * 4 * lanes;
-    TileMulAdd4<MR>(
+    float* o = out + r0 * NV * lanes;
+    TileMulAddN<NV, MR>(
         n,
         [&](int r, int q) {
-          return kAccumulate ? hn::Load(d, o + (4 * r + q) * lanes) : hn::Zero(d);
+          return kAccumulate ? hn::Load(d, o + (NV * r + q) * lanes) : hn::Zero(d);
         },
         [&](int r, int64_t j) { return ar[r * row_stride + j * inner_stride]; },
-        [&](int64_t j, int q) { return hn::Load(d, panel + (4 * j + q) * lanes); },
+        [&](int64_t j, int q) { return hn::Load(d, panel + (NV * j + q) * lanes); },
         [&](int r, VF a0, VF a1, VF a2, VF a3) {
-          float* row = o + r * 4 * lanes;
+          float* row = o + r * NV * lanes;
           hn::Store(a0, d, row);
-          hn::Store(a1, d, row + lanes);
-          hn::Store(a2, d, row + 2 * lanes);
-          hn::Store(a3, d, row + 3 * lanes);
+          if constexpr (NV > 1) hn::Store(a1, d, row + lanes);
+          if constexpr (NV > 2) hn::Store(a2, d, row + 2 * lanes);
+          if constexpr (NV > 3) hn::Store(a3, d, row + 3 * lanes);
         });
   }
   if constexpr (MR > 1) {
     if (r0 < rows) {
-      PanelRows4<MR - 1, kAccumulate>(a + r0 * row_stride, row_stride, inner_stride, n, panel,
-                                      out + r0 * 4 * lanes, rows - r0);
+      PanelRowsN<NV, MR - 1, kAccumulate>(a + r0 * row_stride, row_stride, inner_stride, n,
+                                          panel, out + r0 * NV * lanes, rows - r0);
     }
   }
 }
@@ -144,19 +163,20 @@ HWY_INLINE void PrefetchFloats(const float* row, int64_t count) {
 // store-to-load round trip on every key of P.V.  K rows, read in place
 // Hkv * D floats apart, come from L2: each tile asks for the rows of the
 // next one while it computes.
+template <int NV>
 HWY_NOINLINE void KqBlock(const float* k, int64_t k_stride, int64_t depth, const float* qt,
                           float* st, int64_t rows) {
-  constexpr int kRowsPerTile = kQueryVectors == 4 ? 6 : kMaxTile;
+  constexpr int kRowsPerTile = NV == 2 ? kMaxTile : TileRows<NV>();
   for (int64_t r = 0; r < rows; r += kRowsPerTile) {
     const int64_t m = rows - r < kRowsPerTile ? rows - r : kRowsPerTile;
     for (int64_t t = kRowsPerTile; t < 2 * kRowsPerTile; ++t) {
       PrefetchFloats(k + (r + t) * k_stride, depth);
     }
-    float* out = st + r * AttentionQueryPanel();
-    if constexpr (kQueryVectors == 4) {
-      PanelRows4<6, false>(k + r * k_stride, k_stride, 1, depth, qt, out, m);
-    } else {
+    float* out = st + r * NV * static_cast<int64_t>(hn::Lanes(DF()));
+    if constexpr (NV == 2) {
       KqRows<kMaxTile>(k + r * k_stride, k_stride, depth, qt, out, m);
+    } else {
+      PanelRowsN<NV, TileRows<NV>(), false>(k + r * k_stride, k_stride, 1, depth, qt, out, m);
     }
   }
 }
@@ -167,15 +187,17 @@ HWY_NOINLINE void KqBlock(const float* k, int64_t k_stride, int64_t depth, const
 // whole block's rows per column tile evicted each other before the next
 // tile could reuse them.
 constexpr int64_t kVpKeys = 32;
+template <int NV>
 HWY_NOINLINE void VpBlock(const float* v, int64_t v_stride, int64_t col_stride, int64_t n,
                           const float* pt, float* ot, int64_t cols) {
-  const int64_t width = AttentionQueryPanel();
+  const int64_t width = NV * static_cast<int64_t>(hn::Lanes(DF()));
   for (int64_t j = 0; j < n; j += kVpKeys) {
     const int64_t m = n - j < kVpKeys ? n - j : kVpKeys;
-    if constexpr (kQueryVectors == 4) {
-      PanelRows4<6, true>(v + j * v_stride, col_stride, v_stride, m, pt + j * width, ot, cols);
-    } else {
+    if constexpr (NV == 2) {
       VpRows<kMaxTile>(v + j * v_stride, v_stride, col_stride, m, pt + j * width, ot, cols);
+    } else {
+      PanelRowsN<NV, TileRows<NV>(), true>(v + j * v_stride, col_stride, v_stride, m,
+                                           pt + j * width, ot, cols);
     }
   }
 }
@@ -236,17 +258,17 @@ KeyRow KeyRowOf(const att::Problem<T>& p, int64_t b, int64_t h) {
 }
 
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
-// most kQueryVectors vectors.  Scratch: see Buffers (q holds Q^T, s holds
+// most NV (<= kQueryVectors) vectors.  Scratch: see Buffers (q holds Q^T, s holds
 // S^T, o O^T; with float16 storage kblock and vblock hold a block of K and
 // V as float).
-template <typename T>
+template <int NV, typename T>
 void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i0, int64_t nq,
                        float* scratch, const att::Layout& l) {
   constexpr bool kInPlace = std::is_same_v<T, float>;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t width = kQueryVectors * lanes;
+  const int64_t width = NV * lanes;
   const Buffers buf = Carve(p, l, scratch);
   const int64_t depth = p.depth, dv = p.value_depth;
   // float32 K and V rows are read in place.  (A contiguous copy per head,
@@ -288,7 +310,7 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   } else if (nq == width && width * q_stride <= INT32_MAX) {
     const auto index = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(q_stride)));
     const VF scale = hn::Set(d, p.scale);
-    for (int64_t part = 0; part < kQueryVectors; ++part) {
+    for (int64_t part = 0; part < NV; ++part) {
       const float* src = q_rows + part * lanes * q_stride;
       for (int64_t c = 0; c < depth; ++c) {
         hn::Store(hn::Mul(hn::GatherIndex(d, src + c, index), scale), d,
@@ -329,10 +351,10 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       if (n == 0) continue;
     }
     if constexpr (kInPlace) {
-      KqBlock(k_head + jb * k_row, k_row, depth, qt, st, n);
+      KqBlock<NV>(k_head + jb * k_row, k_row, depth, qt, st, n);
     } else {
       ConvertRows(k_head + jb * k_row, k_row, n, depth, buf.kblock, depth);
-      KqBlock(buf.kblock, depth, depth, qt, st, n);
+      KqBlock<NV>(buf.kblock, depth, depth, qt, st, n);
     }
     // The scale is in Q^T; the cap (Gemma 2) comes before the mask.
     if (p.softcap > 0.0f) SoftcapRow(st, n * width, p.softcap);
@@ -386,14 +408,14 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       }
     }
     if constexpr (kInPlace) {
-      VpBlock(v_head + jb * v_row, v_row, v_col, n, st, ot, dv);
+      VpBlock<NV>(v_head + jb * v_row, v_row, v_col, n, st, ot, dv);
     } else if (l.value_transposed) {
       // The block's V^T rows (dv of them, n keys each) converted as rows.
       ConvertRows(v_head + jb, v_col, dv, n, buf.vblock, kKeysT);
-      VpBlock(buf.vblock, 1, kKeysT, n, st, ot, dv);
+      VpBlock<NV>(buf.vblock, 1, kKeysT, n, st, ot, dv);
     } else {
       ConvertRows(v_head + jb * v_row, v_row, n, dv, buf.vblock, dv);
-      VpBlock(buf.vblock, dv, 1, n, st, ot, dv);
+      VpBlock<NV>(buf.vblock, dv, 1, n, st, ot, dv);
     }
   }
 
@@ -421,13 +443,29 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   }
 }
 
+// An item of nq queries runs as wide as its queries need: the last item
+// of a head (197 tokens = 3 x 64 + 5 on AVX-512) would otherwise compute a
+// whole 4-vector panel for a few queries (a quarter of ViT-S's FMAs).
+template <typename T>
+void AttentionQueriesAnyWidth(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i0,
+                              int64_t nq, float* scratch, const att::Layout& l) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t vectors = (nq + lanes - 1) / lanes;
+  if constexpr (kQueryVectors == 4) {
+    if (vectors >= 4) return AttentionQueriesT<4>(p, b, h, i0, nq, scratch, l);
+    if (vectors == 3) return AttentionQueriesT<3>(p, b, h, i0, nq, scratch, l);
+  }
+  if (vectors >= 2) return AttentionQueriesT<2>(p, b, h, i0, nq, scratch, l);
+  AttentionQueriesT<1>(p, b, h, i0, nq, scratch, l);
+}
+
 void AttentionQueriesF32(const att::Problem<float>& p, int64_t b, int64_t h, int64_t i0,
                          int64_t nq, float* scratch, const att::Layout& l) {
-  AttentionQueriesT(p, b, h, i0, nq, scratch, l);
+  AttentionQueriesAnyWidth(p, b, h, i0, nq, scratch, l);
 }
 void AttentionQueriesF16(const att::Problem<F16>& p, int64_t b, int64_t h, int64_t i0,
                          int64_t nq, float* scratch, const att::Layout& l) {
-  AttentionQueriesT(p, b, h, i0, nq, scratch, l);
+  AttentionQueriesAnyWidth(p, b, h, i0, nq, scratch, l);
 }
 
 #include "fusekit/simd_end.h"

@@ -2,7 +2,10 @@
 // that writes only the new rows, with the cache updated in place.
 //
 // fusekit_kv_cache_update(cache, update, start) -> (updated_cache, block)
-//   attrs: offset (elements), block_shape (ints).
+//   attrs: offset (elements), block_shape (ints), view_shape (ints,
+//   optional: the shape the block output has, same element count; a
+//   reshape of the block folded into the op, so its readers read the
+//   cache in place rather than a reshaped copy).
 //   block = the block_shape-shaped, row-major run of cache's elements
 //   starting at element `offset` (e.g. cache[0, layer, 0] of a keras-hub
 //   cache [1, layers, 2, L, kv_heads, head_dim]); block' =
@@ -56,6 +59,24 @@ class KvCacheUpdate {
       block_shape_.push_back(static_cast<int>(d));
     }
     block_elements_ = n;
+    view_shape_ = block_shape_;
+    if (attrs.Has("view_shape")) {
+      const std::vector<int64_t> view = attrs.Ints("view_shape");
+      int64_t m = 1;
+      view_shape_.clear();
+      for (int64_t d : view) {
+        if (d < 0 || d > INT32_MAX || __builtin_mul_overflow(m, d, &m)) {
+          *error = "attr 'view_shape' has a negative or too large dimension";
+          return;
+        }
+        view_shape_.push_back(static_cast<int>(d));
+      }
+      if (m != n) {
+        *error = "attr 'view_shape' has " + std::to_string(m) +
+                 " elements, block_shape " + std::to_string(n);
+        return;
+      }
+    }
   }
 
   TfLiteStatus Prepare(OpContext& ctx, In<T> cache, In<T> update, In<P> start,
@@ -80,7 +101,7 @@ class KvCacheUpdate {
                    static_cast<long long>(offset_), static_cast<long long>(block_elements_),
                    static_cast<long long>(cache.num_elements()));
     FUSEKIT_ENSURE_OK(ctx.ResizeOutput(updated_cache, cache.shape()));
-    FUSEKIT_ENSURE_OK(ctx.ResizeOutput(block, block_shape_));
+    FUSEKIT_ENSURE_OK(ctx.ResizeOutput(block, view_shape_));
     ctx.AliasOutput(updated_cache, cache, 0);
     ctx.AliasOutput(block, cache, static_cast<size_t>(offset_) * sizeof(T));
     return kTfLiteOk;
@@ -139,6 +160,7 @@ class KvCacheUpdate {
 
   int64_t offset_ = 0;
   std::vector<int> block_shape_;
+  std::vector<int> view_shape_;
   int64_t block_elements_ = 0;
 };
 
@@ -155,7 +177,8 @@ using KvCacheF16I64 = KvCacheUpdate<Half, int64_t>;
                           Inputs("cache", "update", "start"),                         \
                           Outputs("updated_cache", "block"),                          \
                           AttrSchema(attr::Required(attr::Int("offset", 0)),          \
-                                     attr::Required(attr::Ints("block_shape"))))
+                                     attr::Required(attr::Ints("block_shape")),   \
+                                     attr::Ints("view_shape")))
 FUSEKIT_KV_CACHE_UPDATE(KvCacheF32I32);
 FUSEKIT_KV_CACHE_UPDATE(KvCacheF32I64);
 FUSEKIT_KV_CACHE_UPDATE(KvCacheF16I32);

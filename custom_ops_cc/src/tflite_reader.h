@@ -28,7 +28,18 @@ constexpr voffset_t kCodeCustomCode = Field(1);
 constexpr voffset_t kCodeVersion = Field(2);
 constexpr voffset_t kCodeBuiltin = Field(3);
 constexpr int kCodeFields = 4;
+constexpr voffset_t kSubgraphTensors = Field(0);
 constexpr voffset_t kSubgraphOperators = Field(3);
+constexpr voffset_t kTensorType = Field(1);
+constexpr voffset_t kTensorBuffer = Field(2);
+constexpr voffset_t kTensorName = Field(3);
+constexpr voffset_t kTensorQuantization = Field(4);
+constexpr voffset_t kQuantizationDetailsType = Field(4);
+constexpr voffset_t kQuantizationDetails = Field(5);
+// BlockwiseQuantization and MultiAxisQuantization alike.
+constexpr voffset_t kDetailsScales = Field(0);
+constexpr voffset_t kDetailsZeroPoints = Field(1);
+constexpr voffset_t kBufferData = Field(0);
 constexpr voffset_t kOperatorOpcodeIndex = Field(0);
 constexpr voffset_t kOperatorInputs = Field(1);
 constexpr voffset_t kOperatorLargeCustomOptionsOffset = Field(9);
@@ -64,6 +75,23 @@ class TfliteReader {
     for (flatbuffers::uoffset_t i = 0; i < (*out)->size(); ++i) {
       if (!Start((*out)->Get(i))) return false;
     }
+    return true;
+  }
+
+  // A table field (null when absent); false if malformed.
+  bool TableOf(const flatbuffers::Table* t, flatbuffers::voffset_t field,
+               const flatbuffers::Table** out) {
+    if (!t->VerifyOffset(verifier_, field)) return false;
+    *out = t->GetPointer<const flatbuffers::Table*>(field);
+    return *out == nullptr || Start(*out);
+  }
+
+  // Whether a vector field is present (of any element type); false if
+  // malformed.
+  bool HasVector(const flatbuffers::Table* t, flatbuffers::voffset_t field, bool* present) {
+    const flatbuffers::Vector<uint8_t>* v = nullptr;
+    if (!VectorOf<uint8_t>(t, field, &v)) return false;
+    *present = v != nullptr;
     return true;
   }
 

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from fusekit.author.composite import Composite, composite
 from fusekit.ops._affine import composite_attrs
+from fusekit.run.attention_attrs import attention_attrs
 from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_attention"
@@ -306,28 +307,6 @@ def attention(
                     f"{_OP}: mask {m_shape.as_list()} does not broadcast to the scores "
                     f"[B, H, Sq, Skv] = {target}"
                 )
-    if scale is not None and (
-        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
-    ):
-        raise ValueError(f"{_OP}: scale must be a finite number or None, got {scale!r}")
-    if softcap is not None and (
-        isinstance(softcap, bool)
-        or not isinstance(softcap, (int, float))
-        or not math.isfinite(softcap)
-        or softcap <= 0
-    ):
-        raise ValueError(f"{_OP}: softcap must be a finite number > 0 or None, got {softcap!r}")
-    attrs = op_spec(_OP).check_attrs(
-        {
-            "causal": bool(causal),
-            "scale": None if scale is None else float(scale),
-            "softcap": None if softcap is None else float(softcap),
-            # A default layout is no attr at all.
-            **{
-                f"{name}_layout": None if layout == "bshd" else layout
-                for name, layout in (("q", q_layout), ("k", k_layout), ("v", v_layout))
-            },
-        }
-    )
+    attrs = attention_attrs(causal, scale, softcap, {"q": q_layout, "k": k_layout, "v": v_layout})
     tensors = (q, k, v) if mask is None else (q, k, v, mask)
     return _attention()(*tensors, **attrs)

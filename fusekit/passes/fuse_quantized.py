@@ -19,41 +19,27 @@ from fusekit.passes.fusion.quantized import (
     skip_round_trips,
     splice,
 )
-from fusekit.passes.fusion.rewrite import (
-    AttentionFusion,
-    NormFusion,
-    finish,
-    fuse_attention,
-    fuse_norm,
-    fuse_rotary,
-)
-from fusekit.passes.fusion.rotary import find_rotary
+from fusekit.passes.fusion.table import units
+from fusekit.passes.fusion.units.norm import finish
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "fuse_quantized"
-_NORMS = ("group_norm", "layer_norm", "rms_norm")
 
 
 def _fuse_view(view: FloatView, notes: list[str]) -> list[str]:
-    """The float passes' matchers and rewrites on a float view, in the
-    ``fuse`` pass's order, for matches that replace quantized operators
-    (float regions of the same model, such as a dynamic-range model's, are
-    left to ``fuse``); returns their report lines."""
+    """The table's fusions on a float view, in their order, for matches
+    that replace quantized operators (float regions of the same model,
+    such as a dynamic-range model's, are left to ``fuse``); returns their
+    report lines."""
     graph = view.graph
     changes = []
-    for kind in _NORMS:
-        for match in NormFusion(kind).find(graph, notes):
+    for fusion in units():
+        fusion.notes = []
+        for match in fusion.find(graph, notes):
             if view.replaces_quantized(match.ops):
-                changes.append(fuse_norm(graph, match))
+                changes.append(fusion.rewrite(graph, match))
+        notes += fusion.notes
         remove_dead(graph)
-    for match in find_rotary(graph, notes):
-        if view.replaces_quantized(match.ops):
-            changes.append(fuse_rotary(graph, match))
-    remove_dead(graph)
-    for match in AttentionFusion().find(graph, notes):
-        if view.replaces_quantized(match.ops):
-            changes.append(fuse_attention(graph, match))
-    remove_dead(graph)
     return changes
 
 

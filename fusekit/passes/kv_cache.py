@@ -82,6 +82,7 @@ class _Plan:
     updates: list[_Update]
     removed: list[schema.OperatorT] = field(default_factory=list)
     assembly: list[schema.OperatorT] = field(default_factory=list)
+    folded: int = 0  # views of updated blocks the block ops return directly
 
 
 def _constant_ints(graph: Graph, tensor: int) -> list[int]:
@@ -247,8 +248,33 @@ def _plan(graph: Graph, cache: int) -> _Plan | None:
     )
 
 
-def _options(offset: int, shape: list[int]) -> bytes:
-    return custom_options(KERNEL, {"block_shape": [int(d) for d in shape], "offset": offset})
+def _options(offset: int, shape: list[int], view_shape: list[int]) -> bytes:
+    attrs: dict[str, object] = {"block_shape": [int(d) for d in shape], "offset": offset}
+    if list(view_shape) != list(shape):
+        attrs["view_shape"] = [int(d) for d in view_shape]
+    return custom_options(KERNEL, attrs)
+
+
+def _folded_views(
+    graph: Graph, result: int, readers: list[schema.OperatorT]
+) -> list[schema.OperatorT]:
+    """``readers`` of an updated block when every one is a RESHAPE-like
+    view of it to one static shape that is no graph output (the block op
+    can return that shape itself), else none."""
+    if not readers:
+        return []
+    shapes = set()
+    for reader in readers:
+        out = int(reader.outputs[0])
+        if (
+            graph.builtin(reader) not in _VIEWS
+            or int(reader.inputs[0]) != result
+            or graph.is_output(out)
+            or not graph.is_static(out)
+        ):
+            return []
+        shapes.add(tuple(graph.shape(out)))
+    return readers if len(shapes) == 1 else []
 
 
 def _rewrite(graph: Graph, plan: _Plan) -> None:
@@ -262,11 +288,21 @@ def _rewrite(graph: Graph, plan: _Plan) -> None:
     for k, update in enumerate(updates):
         dus = update.op
         result = int(dus.outputs[0])
-        block = graph.like(result, graph.shape(result), "/in_place")
         others = [r for r in graph.consumers(result) if id(r) not in assembly and r is not dus]
-        # (When the DUS result is the cache output itself, its other
-        # readers read the block view: the output is written by the chain.)
-        graph.replace_uses(result, block, only=others)
+        views = _folded_views(graph, result, others)
+        view_shape = graph.shape(int(views[0].outputs[0])) if views else graph.shape(result)
+        block = graph.like(result, view_shape, "/in_place")
+        if views:
+            # The block op returns the view's shape itself: its readers
+            # (attention) read the cache, not a reshaped copy of it.
+            for view in views:
+                graph.replace_uses(int(view.outputs[0]), block)
+                graph.remove_op(view)
+            plan.folded += len(views)
+        else:
+            # (When the DUS result is the cache output itself, its other
+            # readers read the block view: the output is written by the chain.)
+            graph.replace_uses(result, block, only=others)
         last = k == len(updates) - 1
         cache_out = (
             plan.output if last else graph.like(plan.cache, graph.shape(plan.cache), f"/kv{k}")
@@ -277,7 +313,7 @@ def _rewrite(graph: Graph, plan: _Plan) -> None:
         op.inputs = np.array([previous, int(dus.inputs[1]), int(dus.inputs[2])], np.int32)
         op.outputs = np.array([cache_out, block], np.int32)
         op.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS
-        set_custom_options(op, _options(update.offset, update.shape))
+        set_custom_options(op, _options(update.offset, update.shape, view_shape))
         graph.ops.append(op)
         graph.changed()
         previous = cache_out
@@ -306,6 +342,7 @@ def kv_cache_in_place(model: ModelView, options: PassOptions) -> tuple[ModelView
             changes.append(
                 f"cache {graph.name(cache)!r} updated in place: {len(plan.updates)} "
                 f"DYNAMIC_UPDATE_SLICE -> {KERNEL}, {len(plan.removed)} block reads and "
-                f"{len(plan.assembly)} assembly ops removed"
+                f"{len(plan.assembly)} assembly ops removed, {plan.folded} reshapes of "
+                "blocks folded (readers read the cache in place)"
             )
     return model, changes

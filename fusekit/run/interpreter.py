@@ -139,16 +139,12 @@ def _explaining(interpreter_class: type, runtime: str) -> type:
     allocate_tensors.__doc__ = interpreter_class.allocate_tensors.__doc__
     invoke.__doc__ = interpreter_class.invoke.__doc__
     get_signature_runner.__doc__ = interpreter_class.get_signature_runner.__doc__
-    explaining = type(
-        interpreter_class.__name__,
-        (interpreter_class,),
+    explaining = _same_named_subclass(
+        interpreter_class,
         {
             "allocate_tensors": allocate_tensors,
             "invoke": invoke,
             "get_signature_runner": get_signature_runner,
-            "__module__": interpreter_class.__module__,
-            "__qualname__": interpreter_class.__qualname__,
-            "__doc__": interpreter_class.__doc__,
         },
     )
     _EXPLAINING[interpreter_class] = explaining
@@ -156,6 +152,17 @@ def _explaining(interpreter_class: type, runtime: str) -> type:
 
 
 _EXPLAINING_RUNNERS: dict[type, type] = {}
+
+
+def _same_named_subclass(base: type, members: dict[str, Any]) -> type:
+    """A subclass of ``base`` with ``members``, named, placed and documented
+    as ``base`` (what users see in reprs and help stays the runtime's)."""
+    placed = {
+        "__module__": base.__module__,
+        "__qualname__": base.__qualname__,
+        "__doc__": base.__doc__,
+    }
+    return type(base.__name__, (base,), {**members, **placed})
 
 
 def _explaining_runner(runner_class: type) -> type:
@@ -183,16 +190,7 @@ def _explaining_runner(runner_class: type) -> type:
             raise
 
     __call__.__doc__ = runner_class.__call__.__doc__
-    explaining = type(
-        runner_class.__name__,
-        (runner_class,),
-        {
-            "__call__": __call__,
-            "__module__": runner_class.__module__,
-            "__qualname__": runner_class.__qualname__,
-            "__doc__": runner_class.__doc__,
-        },
-    )
+    explaining = _same_named_subclass(runner_class, {"__call__": __call__})
     _EXPLAINING_RUNNERS[runner_class] = explaining
     return explaining
 

@@ -139,7 +139,27 @@ def test_schema():
 
     schema = library_specs()[kv.OP]
     assert [o.name for o in schema.inputs] == ["cache", "update", "start"]
-    assert {a.name: a.required for a in schema.attrs} == {"offset": True, "block_shape": True}
+    assert {a.name: a.required for a in schema.attrs} == {
+        "offset": True,
+        "block_shape": True,
+        "view_shape": False,
+    }
+
+
+def test_view_shape_reshapes_the_block_output():
+    """view_shape: the block output in another shape of the same elements
+    (a reshape folded into the op), still a view of the cache."""
+    blob, feeds, want = kv.case((1, 2, 2, 16, 2, 8), 3, 1, 5, seed=3)
+    view = (2, 16, 8)
+    blob = kv.model((1, 2, 2, 16, 2, 8), [1, 16, 2, 8], (1, 1, 2, 8), 3 * 256, view_shape=view)
+    interp = fusekit.Interpreter(model_content=blob, num_threads=1)
+    interp.allocate_tensors()
+    for detail, value in zip(interp.get_input_details(), feeds, strict=True):
+        interp.set_tensor(detail["index"], value)
+    interp.invoke()
+    cache, block = (interp.get_tensor(d["index"]) for d in interp.get_output_details())
+    np.testing.assert_array_equal(cache, want[0].astype(np.float32))
+    np.testing.assert_array_equal(block, want[1].astype(np.float32).reshape(view))
 
 
 SHAPE = (1, 2, 2, 16, 2, 8)
@@ -163,6 +183,10 @@ BLOCK = [1, 16, 2, 8]
         (
             lambda: kv.model(SHAPE, BLOCK, (1, 1, 2, 8), 0, opts=kv.options(0, [])),
             "'block_shape' must list at least one dimension",
+        ),
+        (
+            lambda: kv.model(SHAPE, BLOCK, (1, 1, 2, 8), 0, view_shape=(16, 2, 7)),
+            "'view_shape' has 224 elements, block_shape 256",
         ),
         (
             lambda: kv.model(SHAPE, BLOCK, (1, 1, 2, 8), 0, opts=b""),

@@ -92,12 +92,13 @@ def test_rotate_half_without_cos_sin_gets_a_note():
 
 
 def test_unfused_normalizations_get_a_note_with_advice():
-    """An RMS statistic over a non-last axis and a sum of squares instead
-    of a mean: neither is fused, each is named with a reason and advice."""
+    """An RMS statistic over two axes and a sum of squares instead of a
+    mean: neither is fused, each is named with a reason and advice (never
+    to keep the normalized axis last: one axis anywhere fuses)."""
 
     @tf.function
     def norms(x):
-        over_seq = x * tf.math.rsqrt(tf.reduce_mean(x * x, axis=1, keepdims=True) + 1e-6)
+        over_seq = x * tf.math.rsqrt(tf.reduce_mean(x * x, axis=[1, 2], keepdims=True) + 1e-6)
         summed = x * tf.math.rsqrt(tf.reduce_sum(x * x, axis=-1, keepdims=True) + 1e-6)
         return over_seq, summed
 
@@ -105,8 +106,9 @@ def test_unfused_normalizations_get_a_note_with_advice():
     result = fusekit.optimize(original, passes=["fuse"])
     assert not custom_ops(result.model, "fusekit_rms_norm")
     notes = [n for n in _notes(result) if "advice:" in n]
-    assert any("not the last axis" in n or "axis 1" in n for n in notes), _notes(result)
+    assert any("axes [1, 2]" in n for n in notes), _notes(result)
     assert any("SUM" in n for n in notes), _notes(result)
+    assert not any("axis last" in n or "channels last)" in n for n in notes), _notes(result)
 
 
 def _torch_style_layer_norm(batch: int):

@@ -153,7 +153,8 @@ def test_norms_sharing_statistics():
 def test_norm_read_before_its_gamma():
     """An RMS norm whose result is read both scaled by gamma (an output) and
     unscaled (a matmul: the converter folds gamma into its weights, as in
-    keras-hub's T5): two fused norms, the second with ones for gamma."""
+    keras-hub's T5): one fused norm, its result read by the matmul and by the
+    gamma MUL that stays (the statistics are computed once)."""
     rng = np.random.default_rng(6)
     gamma = tf.constant(rng.random(32).astype(np.float32) + 0.5)
     weights = tf.constant(rng.standard_normal((32, 16)).astype(np.float32))
@@ -165,22 +166,105 @@ def test_norm_read_before_its_gamma():
 
     original = convert_function(final_norm, tf.TensorSpec([2, 16, 32]))
     result = optimize_twice(original, NORMS)
-    assert len(custom_ops(result.model, RMS)) == 2, result.report.line("fuse_rms_norm")
+    assert len(custom_ops(result.model, RMS)) == 1, result.report.line("fuse_rms_norm")
     assert not result.report.line("fuse_rms_norm").notes
     assert_same_outputs(original, result.model)
 
 
+def test_layer_norm_with_its_affine_folded_into_some_readers_is_one_op():
+    """The converter's split layer norm (BART, T5): the normalized values
+    read by a matmul (gamma/beta folded into its weights) and n * gamma +
+    beta by the residual.  One fused op without affine; the MUL/ADD stay on
+    its result, and the note says the affine is applied after it (not that
+    beta is untrained)."""
+    rng = np.random.default_rng(7)
+    gamma = tf.constant(rng.random(32).astype(np.float32) + 0.5)
+    beta = tf.constant(rng.standard_normal(32).astype(np.float32))
+    weights = tf.constant(rng.standard_normal((32, 16)).astype(np.float32))
+
+    @tf.function
+    def split_norm(x):
+        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+        normalized = (x - mean) * tf.math.rsqrt(var + 1e-5)
+        return x + (normalized * gamma + beta), tf.matmul(normalized, weights)
+
+    original = convert_function(split_norm, tf.TensorSpec([2, 16, 32]))
+    result = optimize_twice(original, NORMS)
+    line = result.report.line("fuse_layer_norm")
+    assert len(custom_ops(result.model, LN)) == 1, line
+    assert present_inputs(result.model, LN) == [[True, False, False]]
+    text = "\n".join(line.notes)
+    assert "applied the layer's gamma in the ops that read the norm" in text, text
+    assert "untrained" not in text and "initialized" not in text
+    assert_same_outputs(original, result.model)
+
+
+@pytest.mark.parametrize("shape", [[1, 96, 1, 24], [3, 40, 6], [2, 8, 12, 4, 3]])
+def test_norm_over_one_axis_not_last_fuses_with_the_axis_moved_last(shape):
+    """A layer norm (RMS norm) whose statistics are over axis 1 with
+    keep_dims, next to the model's own transposes (a tf-keras GPT-2 zoo's
+    [1, 768, 1, S] LayerNorm between transposed convolutions): the op reads
+    x with that axis moved last and its result is moved back; the layout
+    pass then cancels the pairs against the model's transposes."""
+    rng = np.random.default_rng(8)
+    rank, depth = len(shape), shape[1]
+    vector = [1, depth] + [1] * (rank - 2)
+    gamma = tf.constant(rng.random(vector).astype(np.float32) + 0.5)
+    beta = tf.constant(rng.standard_normal(vector).astype(np.float32))
+    first = [0, rank - 1, *range(1, rank - 1)]
+    last = [0, *range(2, rank), 1]
+
+    @tf.function
+    def channel_norms(x):
+        x = tf.transpose(x, first)
+        mean, var = tf.nn.moments(x, axes=[1], keepdims=True)
+        a = (x - mean) * tf.math.rsqrt(var + 1e-5) * gamma + beta
+        ms = tf.reduce_mean(tf.square(a), 1, keepdims=True)
+        return tf.transpose(a * tf.math.rsqrt(ms + 1e-6) * gamma, last)
+
+    original = convert_function(channel_norms, tf.TensorSpec([shape[i] for i in last]))
+    result = optimize_twice(original, ["fuse"])
+    assert len(custom_ops(result.model, LN)) == 1, result.report.line("fuse")
+    assert len(custom_ops(result.model, RMS)) == 1, result.report.line("fuse")
+    assert not result.report.line("fuse").notes
+    assert_same_outputs(original, result.model)
+    laid_out = fusekit.optimize(original).model  # the default passes, layout included
+    assert count_transposes(laid_out) < count_transposes(original)
+    assert_same_outputs(original, laid_out)
+
+
+def count_transposes(model: bytes) -> int:
+    return fusekit.passes.ModelView(model).op_counts().get("TRANSPOSE", 0)
+
+
+def test_norm_over_one_axis_alone_stays_with_a_measured_reason():
+    """With no transpose next to it, a norm over axis 1 stays unfused: a
+    transpose pair around the fused op measures no faster than its ops."""
+
+    @tf.function
+    def channel_norm(x):
+        mean, var = tf.nn.moments(x, axes=[1], keepdims=True)
+        return (x - mean) * tf.math.rsqrt(var + 1e-5)
+
+    original = convert_function(channel_norm, tf.TensorSpec([1, 64, 14, 14]))
+    result = fusekit.optimize(original, passes=["fuse"])
+    assert not custom_ops(result.model, LN)
+    text = "\n".join(result.report.line("fuse").notes)
+    assert "normalizes axis 1 of a [1, 64, 14, 14] tensor" in text, text
+    assert "advice: export the model channels-last" in text
+
+
 def test_near_misses_are_left_alone_with_the_reason():
-    """A layer norm over axis 1 and an RMS norm whose mean of squares is also
-    a model output are not fused; a norm scaled by a [16, 32] table fuses
-    without gamma (the table's MUL stays)."""
+    """A layer norm over axes 1 and 2 and an RMS norm whose mean of squares
+    is also a model output are not fused; a norm scaled by a [16, 32] table
+    fuses without gamma (the table's MUL stays)."""
     rng = np.random.default_rng(2)
     table = tf.constant(rng.random((16, 32)).astype(np.float32))
     gamma = tf.constant(rng.random(32).astype(np.float32))
 
     @tf.function
     def near(x):
-        mean, var = tf.nn.moments(x, axes=[1], keepdims=True)
+        mean, var = tf.nn.moments(x, axes=[1, 2], keepdims=True)
         a = (x - mean) * tf.math.rsqrt(var + 1e-5)
         ms = tf.reduce_mean(tf.square(x), -1, keepdims=True)
         b = x * tf.math.rsqrt(ms + 1e-6) * gamma
@@ -196,7 +280,8 @@ def test_near_misses_are_left_alone_with_the_reason():
     assert not custom_ops(result.model, RMS)
     notes = result.report.line("fuse_layer_norm").notes + result.report.line("fuse_rms_norm").notes
     text = "\n".join(notes)
-    assert "MEAN over axis 1 of a rank-3 tensor" in text
+    assert "the statistics are over axes [1, 2] of a [2, 16, 32] tensor" in text
+    assert "keep the normalized axis last" not in text
     assert "intermediate 'Identity_2' is also read outside the norm" in text
     assert_same_outputs(original, result.model)
 

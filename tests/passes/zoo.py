@@ -5,9 +5,8 @@ computes but whose result reaches none of its outputs: its
 ``dead_in_signature``, which the exporter removes), how many came out as a
 fused op, how many got a note, and the rest: silent misses.  Shared by
 tests/passes/test_zoo.py and benchmarks/bench_zoo.py;
-``PYTHONPATH=. python tests/passes/zoo.py`` (from the repository root) prints
-test_zoo.py's tables for the current
-code."""
+``PYTHONPATH=. python tests/passes/zoo.py`` (from the repository root)
+prints test_zoo.py's tables for the current code."""
 
 from __future__ import annotations
 

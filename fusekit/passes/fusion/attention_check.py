@@ -86,7 +86,8 @@ def measured_difference(graph: Graph, match, boundary: set[int], find) -> str | 
     """None when the region of ``match`` and its fused op agree on random
     draws, else the reason (with the measured difference).  ``find``
     matches the sub-model's SOFTMAX again (the matcher that found it)."""
-    from fusekit.passes.fusion.rewrite import finish, fuse_attention  # noqa: PLC0415 (cycle)
+    from fusekit.passes.fusion.units.attention import fuse_attention  # noqa: PLC0415 (cycle)
+    from fusekit.passes.fusion.units.norm import finish  # noqa: PLC0415
 
     ops = _region(graph, match.output, boundary)
     if ops is None:

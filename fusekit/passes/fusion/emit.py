@@ -19,6 +19,7 @@ from fusekit.errors import PassError
 from fusekit.model.flatbuffer_edit import set_custom_options
 from fusekit.model.graph import OP, Graph
 from fusekit.model.tflite_schema import TENSOR_TYPES
+from fusekit.passes.fusion.shared_rules import fill_absent
 from fusekit.run.op_spec import op_spec, python_attr_type
 
 AttrValue = bool | float | int | str | None
@@ -46,32 +47,6 @@ def check_emitted(graph: Graph, name: str, inputs: Sequence[int], output: int, a
     mismatch = spec.mismatch(dtypes, out, given)
     if mismatch is not None:
         raise PassError(f"a pass emitted {name} that its kernel refuses: {mismatch.message}")
-
-
-def fill_absent(graph: Graph, name: str, inputs: Sequence[int], label: str) -> list[int]:
-    """``inputs`` with each absent input (-1) that a present one follows
-    written as a constant of the value the op's spec declares for it
-    (``OpSpec.filled_absent``, the one rule for every model fusekit writes:
-    LiteRT's CompiledModel cannot run a custom op listing input -1)."""
-    spec = op_spec(name)
-    names = [o.name for o in spec.inputs]
-    out = list(inputs)
-    present = {n: t >= 0 for n, t in zip(names, out, strict=False)}
-    for operand, value in spec.filled_absent(present).items():
-        i = names.index(operand)
-        vector = spec.inputs[i].vector_of
-        length = -1
-        if vector is not None:
-            source = out[names.index(vector.input)]
-            length = graph.signature(source)[vector.dim]
-        if length < 0:
-            raise PassError(
-                f"{name}: input {operand!r} is absent before a present one and its length is "
-                "unknown, so it cannot be written as a tensor"
-            )
-        dtype = np.dtype(TENSOR_TYPES[graph.tensor(source).type].lower())
-        out[i] = graph.add_constant(np.full(length, value, dtype), f"{label}/{operand}")
-    return out
 
 
 def custom_opcode_index(graph: Graph, name: str) -> int:

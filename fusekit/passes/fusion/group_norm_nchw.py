@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import poly
 from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
+from fusekit.passes.fusion.shared_rules import epsilon_ok, rank_ok, root_sum
 from fusekit.passes.fusion.values import (
     FLOAT32,
     constant_value,
@@ -37,7 +39,6 @@ from fusekit.passes.fusion.values import (
     reduction_axes,
     scalar,
 )
-from fusekit.run.op_spec import op_spec
 
 
 @dataclass
@@ -54,6 +55,12 @@ class NchwGroupNorm:
     ops: list[schema.OperatorT]
     groups: int
     transpose_back: list[int] | None = None
+    # x is channels-first (no TRANSPOSE from channels-last before it): the
+    # op reads it transposed by this perm.
+    transpose_in: list[int] | None = None
+    # The result is read channels-last with its positions merged: a RESHAPE
+    # of the op's result to this shape writes ``output``.
+    reshape_to: list[int] | None = None
 
 
 def _to_channels_first(rank: int) -> list[int]:
@@ -70,8 +77,10 @@ def _producer(graph: Graph, tensor: int, code: int) -> schema.OperatorT | None:
 
 
 class _Layout:
-    """The two layouts values live in: grouped [B, G, C/G, 1..] (rank of
-    xg) and channels-first [B, C, *S] (rank of xc)."""
+    """The layouts values live in: grouped [B, G, C/G, 1..] (rank of xg,
+    space "g") and channels-first [B, C, *S] (rank of xc, space "x"), or a
+    view of xc with its positions merged or split ([B, C, *S'], same
+    positions: diffusers' attention block reads [B, C, H*W]; space "x<rank>")."""
 
     def __init__(self, graph: Graph, xc: int, xg: int, groups: int):
         self.graph = graph
@@ -81,17 +90,41 @@ class _Layout:
         self.groups = groups
         self.per_group = self.channels // groups
         self.grouped = [self.xc_shape[0], groups, self.per_group] + [1] * (self.xg_rank - 3)
+        # Channels-first views by space name: xc's own, and its reshapes
+        # keeping batch and channels (found by ``views``).
+        self.views = {"x": self.xc_shape}
+
+    def add_views(self, xc: int) -> list[int]:
+        """xc's RESHAPE readers that keep its batch and channels: the same
+        values per channel with the positions merged or split (one view per
+        rank other than xc's); returns them."""
+        found = []
+        positions = int(np.prod(self.xc_shape[2:]))
+        for reader in self.graph.consumers(xc):
+            if self.graph.builtin(reader) != OP.RESHAPE:
+                continue
+            out = int(reader.outputs[0])
+            shape = self.graph.signature(out)
+            if len(shape) < 2 or shape[:2] != self.xc_shape[:2] or min(shape) <= 0:
+                continue
+            if int(np.prod(shape[2:])) != positions or len(shape) == self.xg_rank:
+                continue  # (the grouped view has xg's rank)
+            name = "x" if len(shape) == len(self.xc_shape) else f"x{len(shape)}"
+            if self.views.setdefault(name, shape) == shape:
+                found.append(out)
+        return found
 
     def space_of(self, shape: list[int]) -> str | None:
-        """ "g" (grouped), "x" (channels-first) or None."""
+        """ "g" (grouped), "x" (channels-first), "x<rank>" (a view) or None."""
         if len(shape) == self.xg_rank and all(
             d in (g, 1) for d, g in zip(shape, self.grouped, strict=True)
         ):
             return "g"
-        if len(shape) == len(self.xc_shape) and all(
-            d in (x, 1) for d, x in zip(shape, self.xc_shape, strict=True)
-        ):
-            return "x"
+        for name, view in self.views.items():
+            if len(shape) == len(view) and all(
+                d in (x, 1) for d, x in zip(shape, view, strict=True)
+            ):
+                return name
         return None
 
     def channel_constant(self, tensor: int, space: str) -> bool:
@@ -105,9 +138,20 @@ class _Layout:
         if space == "g":
             want = [1, self.groups, self.per_group] + [1] * (self.xg_rank - 3)
         else:
-            want = [1, self.channels] + [1] * (len(self.xc_shape) - 2)
+            want = [1, self.channels] + [1] * (len(self.views[space]) - 2)
         padded = [1] * (len(want) - len(shape)) + shape
         return len(shape) <= len(want) and padded == want
+
+    def grouped_reads_as_x(self, shape: list[int], space: str) -> bool:
+        """A grouped value of the view's rank that means the same read
+        channels-first: one value per batch ([B|1, 1, 1..]) or, with one
+        channel per group, one per channel ([B|1, G, 1..]: group g is
+        channel g)."""
+        if len(shape) != len(self.views[space]) or len(shape) != self.xg_rank:
+            return False
+        if all(d == 1 for d in shape[1:]):
+            return True
+        return self.per_group == 1 and shape[1] == self.groups and all(d == 1 for d in shape[2:])
 
     def to_channels(self, source: list[int], target: list[int]) -> bool:
         """A RESHAPE of a full grouped per-channel tensor to channels-first
@@ -116,7 +160,7 @@ class _Layout:
             len(source) == self.xg_rank
             and source[1:3] == [self.groups, self.per_group]
             and all(d == 1 for d in source[3:])
-            and len(target) == len(self.xc_shape)
+            and len(target) >= 2
             and target[0] == source[0]
             and target[1] == self.channels
             and all(d == 1 for d in target[2:])
@@ -126,20 +170,14 @@ class _Layout:
 def _statistics(graph: Graph, root_op: schema.OperatorT):
     """(xg, m, epsilon) when RSQRT ``root_op`` reads the variance of xg
     over axes 2.. (keep_dims or reshaped back) plus a scalar epsilon."""
-    tensor = int(root_op.inputs[0])
-    reshape = _producer(graph, tensor, OP.RESHAPE)
-    if reshape is not None:
-        tensor = int(reshape.inputs[0])
-    add = _producer(graph, tensor, OP.ADD)
-    if add is None or not no_activation(add):
+    anchor = root_sum(graph, root_op)
+    if anchor is None:
         return None
-    for stat, eps in (
-        (int(add.inputs[0]), int(add.inputs[1])),
-        (int(add.inputs[1]), int(add.inputs[0])),
-    ):
+    reshape = anchor.summed
+    for stat, eps in anchor.orders:
         epsilon = scalar(graph, eps)
         var = _producer(graph, stat, OP.MEAN)
-        if epsilon is None or var is None:
+        if not epsilon_ok("fusekit_group_norm", epsilon) or var is None:
             continue
         if (reshape is None) != keeps_dims(var):
             continue  # a flat statistic must be reshaped back, a kept one not
@@ -173,21 +211,21 @@ def _statistics(graph: Graph, root_op: schema.OperatorT):
 
 def _grouped_input(graph: Graph, xg: int):
     """(xh, xc, transpose, groups) when xg = RESHAPE(xc) groups the channels
-    of xc = TRANSPOSE(xh) to channels-first."""
+    of a channels-first xc: xc = TRANSPOSE(xh) of a channels-last xh, or
+    (xc, xc, None, groups) when xc is computed channels-first."""
     reshape = _producer(graph, xg, OP.RESHAPE)
     if reshape is None:
         return None
     xc = int(reshape.inputs[0])
-    transpose = _producer(graph, xc, OP.TRANSPOSE)
-    if transpose is None:
-        return None
-    xh = int(transpose.inputs[0])
-    rank = len(graph.signature(xh))
+    rank = len(graph.signature(xc))
     # At least one spatial dim (else there is no channels-first layout), as
     # many as the kernel takes.
-    x_rule = op_spec("fusekit_group_norm").input("x")
-    if rank < 3 or not x_rule.rank_ok(rank) or graph.perm_of(transpose) != _to_channels_first(rank):
+    if rank < 3 or not rank_ok("fusekit_group_norm", rank):
         return None
+    transpose = _producer(graph, xc, OP.TRANSPOSE)
+    if transpose is not None and graph.perm_of(transpose) != _to_channels_first(rank):
+        transpose = None
+    xh = xc if transpose is None else int(transpose.inputs[0])
     xc_shape, xg_shape = graph.signature(xc), graph.signature(xg)
     if -1 in xc_shape or -1 in xg_shape or len(xg_shape) < 3:
         return None
@@ -221,8 +259,23 @@ def _explore(graph: Graph, layout: _Layout, seeds: dict[int, tuple[poly.Poly, st
             if code == OP.RESHAPE:
                 source = int(op.inputs[0])
                 value, space = known[source]
-                if space == "g" and layout.to_channels(graph.signature(source), out_shape):
-                    known[out] = (value, "x")
+                target = layout.space_of(out_shape)
+                if (
+                    space == "g"
+                    and target is not None
+                    and target != "g"
+                    and layout.to_channels(graph.signature(source), out_shape)
+                ):
+                    known[out] = (value, target)
+                    queue.append(out)
+                continue
+            if code == OP.BROADCAST_TO:
+                # Copies of one value along unit dims (a per-group value made
+                # per-channel when the converter folded a gamma of ones).
+                source = int(op.inputs[0])
+                value, space = known[source]
+                if layout.space_of(out_shape) == space:
+                    known[out] = (value, space)
                     queue.append(out)
                 continue
             if code not in ELEMENTWISE:
@@ -233,7 +286,11 @@ def _explore(graph: Graph, layout: _Layout, seeds: dict[int, tuple[poly.Poly, st
             args = []
             for t in (int(t) for t in op.inputs):
                 if t in known:
-                    if known[t][1] != space:
+                    if known[t][1] != space and not (
+                        known[t][1] == "g"
+                        and space != "g"
+                        and layout.grouped_reads_as_x(graph.signature(t), space)
+                    ):
                         break
                     args.append(known[t][0])
                     continue
@@ -275,8 +332,6 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
     matches = []
     taken: set[int] = set()
     for op in graph.ops:
-        if graph.builtin(op) not in (OP.RSQRT, OP.SQRT):
-            continue
         stats = _statistics(graph, op)
         if stats is None:
             continue
@@ -287,11 +342,16 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
         xh, xc, transpose_in, groups = grouped
         where = graph.name(int(op.outputs[0]))
         if graph.tensor(xh).type != FLOAT32:
-            near_misses.append(f"group norm at {where!r}: x is not float32")
+            near_misses.append(
+                f"group norm at {where!r}: x is not float32; advice: fuse the float32 model "
+                "(quantize afterwards, fuse_quantized fuses int8 norms)"
+            )
             continue
         layout = _Layout(graph, xc, xg, groups)
         root = "s" if graph.builtin(op) == OP.SQRT else "r"
+        views = layout.add_views(xc)
         seeds = {
+            **{v: (poly.symbol("x"), layout.space_of(graph.signature(v))) for v in views},
             xc: (poly.symbol("x"), "x"),
             m: (poly.symbol("m"), "g"),
             int(op.outputs[0]): (poly.symbol(root), "g"),
@@ -301,10 +361,10 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
         position = {id(o): i for i, o in enumerate(graph.ops)}
         candidates = []
         for tensor, (value, space) in known.items():
-            if space != "x" or tensor == xc:
+            if space == "g" or tensor == xc or tensor in views:
                 continue
             operands = formula(value, "layer_norm")
-            if operands is None or graph.signature(tensor) != layout.xc_shape:
+            if operands is None or graph.signature(tensor) != layout.views[space]:
                 continue
             candidates.append((position[id(graph.producer(tensor))], tensor, operands))
         # The last one: an earlier candidate is the same norm before its affine.
@@ -314,7 +374,7 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
                 r
                 for r in readers
                 if graph.builtin(r) == OP.TRANSPOSE
-                and graph.perm_of(r) == _to_channels_last(len(layout.xc_shape))
+                and graph.perm_of(r) == _to_channels_last(len(graph.signature(tensor)))
             ]
             # Read only by one TRANSPOSE back: the op replaces it too; read
             # channels-first: the op is followed by a TRANSPOSE to that layout.
@@ -324,33 +384,70 @@ def find_nchw_group_norms(graph: Graph, near_misses: list[str]) -> list[NchwGrou
         if not found:
             near_misses.append(
                 f"group norm at {where!r}: the ops after the statistics do not compute "
-                "(x - mean) * rsqrt(var + eps) * gamma + beta with per-channel gamma/beta"
+                "(x - mean) * rsqrt(var + eps) * gamma + beta with per-channel gamma/beta; "
+                "advice: write the norm as one module (nn.GroupNorm) and scale its result "
+                "after it"
             )
             continue
         y, (gamma, beta), transpose_out = found
         region = _region(graph, y, xc)
         if region is None:
             near_misses.append(
-                f"group norm at {where!r}: the result reads tensors outside the norm"
+                f"group norm at {where!r}: the result reads tensors outside the norm; "
+                "advice: compute the norm from x and constants only"
             )
             continue
-        ops = [transpose_in, *region]
+        rank = len(layout.xc_shape)
+        reshape_to = None
+        if graph.signature(y) != layout.xc_shape:
+            # A view's result: only its TRANSPOSE to channels-last, which
+            # the fused op's channels-last result is a RESHAPE of, is read.
+            if transpose_out is None:
+                near_misses.append(
+                    f"group norm at {where!r}: the result {graph.signature(y)} is read "
+                    "channels-first with its positions merged; advice: export the model "
+                    "channels-last"
+                )
+                continue
+            reshape_to = graph.signature(int(transpose_out.outputs[0]))
+        ops = list(region)
+        inside = {id(o) for o in region}
+        xc_elsewhere = graph.is_output(xc) or any(id(r) not in inside for r in graph.consumers(xc))
+        if transpose_in is not None and not xc_elsewhere:
+            # The channels-first x is read only by the norm: its TRANSPOSE
+            # goes; else it stays for its other readers (a residual).
+            ops.insert(0, transpose_in)
+        x, in_perm = (xh, None) if transpose_in is not None else (xc, _to_channels_last(rank))
+        if in_perm is not None and transpose_out is None:
+            if not any(graph.builtin(r) == OP.TRANSPOSE for r in graph.consumers(y)):
+                near_misses.append(
+                    f"group norm at {where!r}: x {layout.xc_shape} is computed channels-first "
+                    "and its result read channels-first; the fused op would read it through a "
+                    "transpose pair, which measures no faster than the unfused ops when no "
+                    "TRANSPOSE next to the norm lets the layout pass cancel the pair; advice: "
+                    "export the model channels-last"
+                )
+                continue
         back_perm = None
         if transpose_out is not None:
             ops.append(transpose_out)
             output = int(transpose_out.outputs[0])
         else:
-            output, back_perm = y, _to_channels_first(len(layout.xc_shape))
+            output, back_perm = y, _to_channels_first(rank)
         leak = graph.read_outside(ops, {output})
         if leak is not None:
             near_misses.append(
                 f"group norm at {where!r}: intermediate {graph.name(leak)!r} is also read "
-                "outside the norm"
+                "outside the norm; advice: read only the norm's result"
             )
             continue
         ids = {id(o) for o in ops}
         if ids & taken:
             continue
         taken |= ids
-        matches.append(NchwGroupNorm(xh, output, epsilon, gamma, beta, ops, groups, back_perm))
+        matches.append(
+            NchwGroupNorm(
+                x, output, epsilon, gamma, beta, ops, groups, back_perm, in_perm, reshape_to
+            )
+        )
     return matches

@@ -12,14 +12,15 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph, ModelView
 from fusekit.passes.fusion import views
+from fusekit.passes.fusion.shared_rules import ROOTS
 from fusekit.passes.fusion.values import reduction_axes, scalar
 from fusekit.passes.registry import PassOptions
 
 _REDUCTIONS = (OP.MEAN, OP.SUM)
 FORMS = (
-    "fusekit fuses x * rsqrt(mean(x^2) + eps) * gamma (RMS norm), "
-    "(x - mean) * rsqrt(var + eps) * gamma + beta (layer norm) over the last axis, "
-    "and group norms over channels-last groups"
+    "fusekit fuses x * rsqrt(mean(x^2) + eps) * gamma (RMS norm) and "
+    "(x - mean) * rsqrt(var + eps) * gamma + beta (layer norm) over any one axis, "
+    "and group norms over channels-last or channels-first groups"
 )
 
 
@@ -61,11 +62,12 @@ def _reason(graph: Graph, reduction: schema.OperatorT, epsilon: float | None) ->
         )
     if axes is None:
         return "the MEAN's axes are not constant", "reduce over a constant axis (-1)"
-    if not views.is_row_reduction(axes, shape):
+    if not views.is_row_reduction(axes, shape) and len(axes) > 1:
         return (
-            f"the MEAN is over axes {axes} of a {shape} tensor, not the last axis",
-            "normalize the last axis: keep channels last (transpose once before the block, "
-            "not around every norm)",
+            f"the MEAN is over axes {axes} of a {shape} tensor: more than one axis, and not "
+            "one group's channels",
+            "normalize one axis (nn.LayerNorm over the channels) or use nn.GroupNorm / "
+            "keras GroupNormalization for statistics over positions and channels",
         )
     if epsilon is None:
         return (
@@ -86,7 +88,7 @@ def unfused_normalizations(graph: Graph, noted: Iterable[str]) -> list[str]:
     noted = list(noted)
     notes = []
     for op in graph.ops:
-        if graph.builtin(op) not in (OP.RSQRT, OP.SQRT):
+        if graph.builtin(op) not in ROOTS:
             continue
         reduction, epsilon = _statistic(graph, int(op.inputs[0]))
         if reduction is None:

@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model.graph import OP, Graph
+from fusekit.model.graph import OP, Graph, inverse
 from fusekit.passes.fusion import poly, views
 from fusekit.passes.fusion.group_norm_nchw import find_nchw_group_norms
 from fusekit.passes.fusion.norm_formula import ELEMENTWISE, MAX_REGION_OPS, evaluate, formula
 from fusekit.passes.fusion.quantized import INT_TYPES, QUANTIZED_NORM
+from fusekit.passes.fusion.shared_rules import epsilon_ok, rank_ok, root_sum
 from fusekit.passes.fusion.values import (
     FLOAT32,
     constant_value,
@@ -48,7 +49,6 @@ from fusekit.passes.fusion.values import (
     reduction_axes,
     scalar,
 )
-from fusekit.run.op_spec import op_spec
 
 
 @dataclass
@@ -69,10 +69,18 @@ class NormMatch:
     # x's (the converter merges the reshape back with the next group norm's
     # reshape in): they are fed the fused op's output, written in x's shape.
     readers: list[schema.OperatorT] = field(default_factory=list)
-    # A channels-first group norm whose result is read channels-first: the
-    # fused op writes channels-last and a TRANSPOSE by this perm writes
-    # ``output`` (fusion/group_norm_nchw.py).
+    # A norm over one axis that is not x's last, or a channels-first group
+    # norm: the op reads x transposed by ``transpose_in`` (None: x itself)
+    # and a TRANSPOSE of its result by ``transpose_back`` writes ``output``
+    # (None: the op writes it).
     transpose_back: list[int] | None = None
+    transpose_in: list[int] | None = None
+    # A RESHAPE of the op's result to this shape writes ``output`` (a
+    # channels-first group norm read with its positions merged).
+    reshape_to: list[int] | None = None
+    # The norm's own gamma/beta are applied by ops that stay after the fused
+    # op (the converter folded them into some of the norm's readers).
+    affine_after: bool = False
 
 
 @dataclass
@@ -88,6 +96,8 @@ class _Anchor:
     aliases: frozenset[int] = frozenset()
     # Per-row values reduced without keep_dims (m, r or s), by symbol.
     rows: dict[int, str] = field(default_factory=dict)
+    # The normalized axis of x when it is not the last (-1: the last).
+    axis: int = -1
 
 
 def _mean_of(graph: Graph, tensor: int, rows: bool = False) -> tuple[schema.OperatorT, int] | None:
@@ -179,19 +189,6 @@ def _statistic(graph: Graph, stat: int, kind: str) -> tuple[int, int | None, int
     return None
 
 
-def _stat_sum(graph: Graph, tensor: int) -> tuple[schema.OperatorT, int | None]:
-    """(ADD op, the row value it was reshaped from) for the operand of
-    RSQRT/SQRT: ADD(stat, eps) itself (None), or a RESHAPE of a per-row
-    ADD to x's shape with the last dim 1 (the torch lowering)."""
-    op = graph.producer(tensor)
-    if op is not None and graph.builtin(op) == OP.RESHAPE:
-        flat = int(op.inputs[0])
-        inner = graph.producer(flat)
-        if inner is not None and graph.builtin(inner) == OP.ADD:
-            return inner, flat
-    return op, None
-
-
 def _grouping(graph: Graph, x: int, axes: list[int] | None) -> tuple[int, int] | None:
     """(source, groups) when ``x`` is RESHAPE(source) of a [B, *spatial, C]
     source (rank 2 to 5, the group norm kernel's) to [B, *spatial', G, C/G]
@@ -207,8 +204,7 @@ def _grouping(graph: Graph, x: int, axes: list[int] | None) -> tuple[int, int] |
     source = int(op.inputs[0])
     source_shape = graph.signature(source)
     groups, per_group = shape[-2], shape[-1]
-    x_rule = op_spec("fusekit_group_norm").input("x")
-    if not x_rule.rank_ok(len(source_shape)) or groups <= 0 or per_group <= 0:
+    if not rank_ok("fusekit_group_norm", len(source_shape)) or groups <= 0 or per_group <= 0:
         return None
     if source_shape[-1] != groups * per_group or source_shape[0] != shape[0]:
         return None
@@ -226,15 +222,11 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
     statistics over other axes are near-misses."""
     anchors = []
     for op in graph.ops:
-        if graph.builtin(op) not in (OP.RSQRT, OP.SQRT):
+        anchor = root_sum(graph, op)
+        if anchor is None:
             continue
-        add, summed = _stat_sum(graph, int(op.inputs[0]))
-        if add is None or graph.builtin(add) != OP.ADD or not no_activation(add):
-            continue
-        for stat, eps in (
-            tuple(int(t) for t in add.inputs),
-            tuple(int(t) for t in add.inputs)[::-1],
-        ):
+        summed = anchor.summed
+        for stat, eps in anchor.orders:
             found = _statistic(graph, stat, kind)
             if found is None:
                 continue
@@ -244,7 +236,6 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
             stat_op = graph.producer(stat)
             axes = reduction_axes(graph, stat_op)
             x_shape = graph.signature(x)
-            rank = len(x_shape)
             grouping = _grouping(graph, x, axes) if m is not None else None
             source, groups = grouping if grouping is not None else (x, 1)
             if kind == "group_norm" and grouping is None:
@@ -258,25 +249,28 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
                 break  # the per-row sum is reshaped into another layout than x's rows
             if kind == "layer_norm" and grouping is not None and not row_wise:
                 break  # fuse_group_norm's to fuse or report
+            axis = -1
             if kind != "group_norm" and not row_wise:
-                shown = axes[0] if axes is not None and len(axes) == 1 else axes
-                near_misses.append(
-                    f"{label} at {where!r}: MEAN over axis {shown} "
-                    f"of a rank-{rank} tensor (the kernel normalizes the last axis); "
-                    "advice: keep the normalized axis last (channels last)"
-                )
-                break
+                axis = _one_axis(graph, axes, x_shape, stat_op, flat_mean, summed)
+                if axis is None:
+                    near_misses.append(
+                        f"{label} at {where!r}: the statistics are over axes {axes} of a "
+                        f"{x_shape} tensor, more than one axis and not one group's "
+                        "channels, which no fused norm computes; advice: normalize one axis "
+                        "(nn.LayerNorm over the channels) or use nn.GroupNorm"
+                    )
+                    break
             if graph.tensor(x).type in INT_TYPES:
                 near_misses.append(f"{label} at {where!r}: {QUANTIZED_NORM}")
                 break
             epsilon = scalar(graph, eps)
-            if epsilon is None or op_spec(f"fusekit_{kind}").attr("epsilon").problem(epsilon):
+            if not epsilon_ok(f"fusekit_{kind}", epsilon):
                 near_misses.append(
                     f"{label} at {where!r}: epsilon is not a finite scalar constant >= 0; "
                     "advice: use a constant epsilon"
                 )
                 break
-            if graph.tensor(source).type != FLOAT32 or graph.signature(source)[-1] <= 0:
+            if graph.tensor(source).type != FLOAT32 or graph.signature(source)[axis] <= 0:
                 near_misses.append(
                     f"{label} at {where!r}: x is not float32 with a static last dim; "
                     "advice: fuse the float32 model (quantize afterwards) with a fixed hidden size"
@@ -290,10 +284,61 @@ def _anchors(graph: Graph, kind: str, near_misses: list[str]) -> list[_Anchor]:
             if summed is None and not keeps_dims(stat_op):
                 # RSQRT of the per-row sum: r itself is a row value.
                 rows[root] = "s" if root_is_sqrt else "r"
-            same = frozenset(views.aliases(graph, x)) if grouping is None else frozenset({x})
-            anchors.append(_Anchor(x, m, root, root_is_sqrt, epsilon, source, groups, same, rows))
+            if grouping is None and axis < 0:
+                same = frozenset(views.aliases(graph, x))
+            else:
+                same = frozenset({x})
+            anchors.append(
+                _Anchor(x, m, root, root_is_sqrt, epsilon, source, groups, same, rows, axis)
+            )
             break
     return anchors
+
+
+def _one_axis(
+    graph: Graph,
+    axes: list[int] | None,
+    shape: list[int],
+    stat_op: schema.OperatorT,
+    flat_mean: int | None,
+    summed: int | None,
+) -> int | None:
+    """The one axis (not the last) a norm's statistics are over, kept as
+    a unit dim (keep_dims): the fused op reads x with it moved last; None
+    for anything else."""
+    if axes is None or len(axes) != 1 or axes[0] == len(shape) - 1:
+        return None
+    if not keeps_dims(stat_op) or flat_mean is not None or summed is not None:
+        return None
+    if shape[axes[0]] <= 1 or shape.count(-1) > 1:
+        return None
+    return axes[0]
+
+
+# Measured (1 thread, XNNPACK, benchmarks/results/norm_layouts.md): an
+# isolated norm over axis 1 with its transpose pair runs no faster than the
+# unfused ops (0.99x-1.02x: LayerNorm over [1, 768, 1, 128] and
+# [1, 64, 56, 56]); next to the model's own transposes the layout pass
+# cancels the pair (PoolFormer-S12 1.11x, GPT-2-style blocks 1.02x).
+PAIR_COST = (
+    "which measures no faster than the unfused ops when no TRANSPOSE next to the norm "
+    "lets the layout pass cancel the pair"
+)
+
+
+def next_to_transpose(graph: Graph, x: int, output: int) -> bool:
+    """x is written by a TRANSPOSE or the norm's result is read by one: a
+    transpose pair around the fused op meets the model's own, which the
+    layout pass cancels."""
+    producer = graph.producer(x)
+    if producer is not None and graph.builtin(producer) == OP.TRANSPOSE:
+        return True
+    return any(graph.builtin(r) == OP.TRANSPOSE for r in graph.consumers(output))
+
+
+def _axis_last(rank: int, axis: int) -> list[int]:
+    """The perm moving ``axis`` last, the others in order."""
+    return [a for a in range(rank) if a != axis] + [axis]
 
 
 def _operand(graph: Graph, tensor: int, known: dict[int, poly.Poly], anchor: _Anchor):
@@ -302,9 +347,9 @@ def _operand(graph: Graph, tensor: int, known: dict[int, poly.Poly], anchor: _An
     value = scalar(graph, tensor)
     if value is not None:
         return poly.const(value)
-    depth = graph.signature(anchor.source)[-1]
+    depth = graph.signature(anchor.source)[anchor.axis]
     rank = len(graph.signature(anchor.x))
-    if is_channel_vector(graph, tensor, depth, rank, anchor.groups):
+    if is_channel_vector(graph, tensor, depth, rank, anchor.groups, anchor.axis):
         return poly.symbol(f"c{tensor}")
     return None
 
@@ -480,6 +525,30 @@ def _finals(
     return finals
 
 
+def _share_inner(graph: Graph, finals: list) -> tuple[list, set[int]]:
+    """One fused op for a norm the converter split: its normalized values n
+    read by some readers (the gamma/beta folded into their weights) and y =
+    f(n) by others.  Such a y is dropped when the ops computing it from n
+    read nothing else of n's region: they stay, reading the fused op's n.
+    Returns the finals left and the outputs now also read by such ops."""
+    regions = {tensor: {id(op) for op in ops} for tensor, _, ops in finals}
+    dropped: set[int] = set()
+    inner: set[int] = set()
+    for n, _, n_ops in finals:
+        if n in dropped:
+            continue
+        written = {int(t) for op in n_ops for t in op.outputs}
+        producer = id(graph.producer(n))
+        for y, _, y_ops in finals:
+            if y == n or y in dropped or producer not in regions[y]:
+                continue
+            extra = [op for op in y_ops if id(op) not in regions[n]]
+            if all(int(t) == n or int(t) not in written for op in extra for t in op.inputs):
+                dropped.add(y)
+                inner.add(n)
+    return [f for f in finals if f[0] not in dropped], inner
+
+
 def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatch]:
     """Every proven ``kind`` ("layer_norm" / "rms_norm" / "group_norm") in
     ``graph``; anything doubtful is appended to ``near_misses`` with the
@@ -520,6 +589,7 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                 "advice: compute the norm from x and constants only"
             )
             continue
+        finals, inner = _share_inner(graph, finals)
         found: list[NormMatch] = []
         claimed: set[int] = set()
         outputs: set[int] = set()
@@ -550,6 +620,17 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                     )
                     break
                 source = min(same)
+            moved = None
+            if anchor.axis >= 0:
+                if not next_to_transpose(graph, source, output):
+                    notes.append(
+                        f"{label} at {where!r}: normalizes axis {anchor.axis} of a "
+                        f"{graph.signature(source)} tensor, not the last; the fused op would "
+                        f"read it through a transpose pair, {PAIR_COST}; advice: export the "
+                        "model channels-last (normalized axis last)"
+                    )
+                    break
+                moved = _axis_last(len(graph.signature(source)), anchor.axis)
             outputs.add(output)
             found.append(
                 NormMatch(
@@ -562,6 +643,9 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                     ops,
                     groups=anchor.groups,
                     readers=readers,
+                    transpose_in=moved,
+                    transpose_back=None if moved is None else inverse(moved),
+                    affine_after=output in inner,
                 )
             )
         else:
@@ -591,6 +675,8 @@ def find_norms(graph: Graph, kind: str, near_misses: list[str]) -> list[NormMatc
                     g.ops,
                     groups=g.groups,
                     transpose_back=g.transpose_back,
+                    transpose_in=g.transpose_in,
+                    reshape_to=g.reshape_to,
                 )
             )
     return matches

@@ -215,10 +215,16 @@ M = TypeVar("M")
 class Fusion(ABC, Generic[M]):
     """One kind of fused op: operators of the ``anchors`` codes are matched
     (a match, a near-miss or nothing) and matches rewritten.  Fusions that
-    find their matches another way override ``find``."""
+    find their matches another way override ``find``.  A unit module
+    (fusion/units/) holds one subclass; fusion/table.py orders them."""
 
     #: Name used in near-miss notes ("attention at 'x': ...").
     kind: str = ""
+    #: The library op it emits, and the pass that runs this fusion alone.
+    op: str = ""
+    pass_name: str = ""
+    #: Notes the rewrites leave (about what was fused), reported by the pass.
+    notes: list[str]
     anchors: frozenset[int] = frozenset()
     #: Look again after a rewrite (a fused op may be what the next one reads).
     repeat: bool = False
@@ -247,11 +253,16 @@ class Fusion(ABC, Generic[M]):
         """Drops what the rewrites left dead."""
         graph.finish()
 
+    def drop_note(self, note: str, passes: tuple[str, ...]) -> bool:
+        """A near-miss another pass of this run (``passes``) handles."""
+        return False
+
 
 def run_fusion(model: ModelView, options: PassOptions, fusion: Fusion, pass_name: str) -> list[str]:
     """Runs ``fusion`` on every graph of ``model``; near-misses become
     notes of ``pass_name``; returns one report line per fused op."""
     changes = []
+    fusion.notes = []
     for graph in model.graphs():
         while True:
             near_misses: list[str] = []
@@ -263,7 +274,10 @@ def run_fusion(model: ModelView, options: PassOptions, fusion: Fusion, pass_name
             if not matches or not fusion.repeat:
                 break
         for message in near_misses:
-            options.note(pass_name, message)
+            if not fusion.drop_note(message, options.passes):
+                options.note(pass_name, message)
+    for message in fusion.notes:
+        options.note(pass_name, message)
     if changes:
         model.prune_buffers()
     return changes

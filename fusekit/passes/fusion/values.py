@@ -39,15 +39,21 @@ def scalar(graph: Graph, tensor: int) -> float | None:
     return float(value.reshape(-1)[0])
 
 
-def is_channel_vector(graph: Graph, tensor: int, depth: int, rank: int, groups: int = 1) -> bool:
-    """A float constant of ``depth`` elements along its last axis only, of
-    rank at most ``rank`` (so it broadcasts over the last axis of a rank
-    ``rank`` tensor and changes nothing else).  With ``groups`` > 1 the
-    channels are split as [groups, depth / groups] over the last two axes
-    (a group norm's per-channel constants, shaped like its grouped x)."""
+def is_channel_vector(
+    graph: Graph, tensor: int, depth: int, rank: int, groups: int = 1, axis: int = -1
+) -> bool:
+    """A float constant of ``depth`` elements along its last axis only (or
+    along ``axis`` of a rank ``rank`` tensor), of rank at most ``rank`` (so
+    it broadcasts over that axis of a rank ``rank`` tensor and changes
+    nothing else).  With ``groups`` > 1 the channels are split as [groups,
+    depth / groups] over the last two axes (a group norm's per-channel
+    constants, shaped like its grouped x)."""
     value = constant_value(graph, tensor)
     if value is None or value.size != depth or value.ndim > rank or value.ndim == 0:
         return False
+    if axis >= 0 and axis != rank - 1:
+        padded = [1] * (rank - value.ndim) + list(value.shape)
+        return padded[axis] == depth
     if groups == 1:
         return value.shape[-1] == depth
     return value.ndim >= 2 and value.shape[-2:] == (groups, depth // groups)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fusekit.run.attention_attrs import attention_attrs
 from fusekit.run.op_spec import op_spec
 from fusekit.torch.authoring import emit
 from fusekit.torch.ops._shapes import dims as _dims
@@ -165,29 +166,8 @@ def attention(
             raise ValueError(
                 f"{_OP}: mask {shape} does not broadcast to the scores [B, H, Sq, Skv] = {target}"
             )
-    if scale is not None and (
-        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)
-    ):
-        raise ValueError(f"{_OP}: scale must be a finite number or None, got {scale!r}")
-    if softcap is not None and (
-        isinstance(softcap, bool)
-        or not isinstance(softcap, (int, float))
-        or not math.isfinite(softcap)
-        or softcap <= 0
-    ):
-        raise ValueError(f"{_OP}: softcap must be a finite number > 0 or None, got {softcap!r}")
     spec = op_spec(_OP)
-    attrs = spec.check_attrs(
-        {
-            "causal": bool(causal),
-            "scale": None if scale is None else float(scale),
-            "softcap": None if softcap is None else float(softcap),
-            **{
-                f"{name}_layout": None if layout == "bshd" else layout
-                for name, layout, _ in layouts
-            },
-        }
-    )
+    attrs = attention_attrs(causal, scale, softcap, {name: layout for name, layout, _ in layouts})
     body_kwargs = {
         "causal": bool(causal),
         "scale": 1.0 / math.sqrt(depth) if scale is None else float(scale),

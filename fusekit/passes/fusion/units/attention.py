@@ -1,138 +1,21 @@
-"""Turning proven matches into library ops: operand tensors shaped as the
-kernels read them (views of the graph's own constant buffers), then the
-custom op in place of the matched operators."""
+"""``fusekit_attention``: the scaled dot-product attention cores
+fusion/attention.py proves (its ``match_attention`` is the entry point),
+emitted as the op with its operands shaped as the kernel reads them."""
 
 from __future__ import annotations
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model.graph import OP, OPTIONS, Graph, ModelView
-from fusekit.model.op_properties import DEAD_AFTER_FUSION
+from fusekit.model.graph import OP, OPTIONS, Graph
 from fusekit.passes.fusion import key_mask
 from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, match_attention
 from fusekit.passes.fusion.emit import replace_with_custom
-from fusekit.passes.fusion.norms import NormMatch, find_norms
-from fusekit.passes.fusion.pattern import Fusion, NearMiss, run_fusion
-from fusekit.passes.fusion.quantized import QUANTIZED_NORM
-from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
+from fusekit.passes.fusion.pattern import Fusion, NearMiss
 from fusekit.passes.fusion.softmax_forms import ANCHORS as SOFTMAX_ANCHORS
+from fusekit.passes.fusion.units.norm import finish
+from fusekit.passes.fusion.units.rotary import reshaped as _reshaped
 from fusekit.passes.fusion.values import FLOAT32
-from fusekit.passes.registry import PassOptions
-
-
-def finish(graph: Graph) -> None:
-    """``graph.finish()``, also dropping the dead operators a fused pattern
-    leaves behind (``op_properties.Dead.BY_FUSION``)."""
-    graph.finish(also_pure=DEAD_AFTER_FUSION)
-
-
-def vector_view(graph: Graph, tensor: int) -> int:
-    """``tensor`` as a rank-1 tensor: itself when it already is one; else a
-    tensor of shape [n] over the same constant buffer (for DEQUANTIZE of a
-    float16 constant, a view of the float16 constant and a new DEQUANTIZE)."""
-    shape = graph.shape(tensor)
-    if len(shape) <= 1:
-        return tensor
-    size = int(np.prod(shape))
-    if graph.is_constant(tensor):
-        t = graph.tensor(tensor)
-        return graph.add_tensor([size], t.type, graph.name(tensor) + "/vector", buffer=t.buffer)
-    dequantize = graph.producer(tensor)
-    assert dequantize is not None and graph.builtin(dequantize) == OP.DEQUANTIZE
-    source = int(dequantize.inputs[0])
-    t = graph.tensor(source)
-    half = graph.add_tensor([size], t.type, graph.name(source) + "/vector", buffer=t.buffer)
-    out = graph.add_tensor([size], graph.tensor(tensor).type, graph.name(tensor) + "/vector")
-    graph.add_op(OP.DEQUANTIZE, [half], [out])
-    return out
-
-
-def norm_attrs(match: NormMatch) -> dict[str, float | int]:
-    """The attrs the composite carries: ``epsilon`` (and a group norm's
-    ``groups``)."""
-    attrs: dict[str, float | int] = {"epsilon": match.epsilon}
-    if match.kind == "group_norm":
-        attrs["groups"] = match.groups
-    return attrs
-
-
-def fuse_norm(graph: Graph, match: NormMatch) -> str:
-    """Replaces a proven norm by its library op; returns the report line."""
-    depth = graph.signature(match.x)[-1]
-    gamma = vector_view(graph, match.gamma) if match.gamma is not None else -1
-    if gamma < 0 and match.kind == "rms_norm":
-        # The RMS kernel always reads a gamma.
-        gamma = graph.add_constant(np.ones(depth, np.float32), graph.name(match.output) + "/gamma")
-    beta = vector_view(graph, match.beta) if match.beta is not None else -1
-    inputs = [match.x, gamma] if match.kind == "rms_norm" else [match.x, gamma, beta]
-    attrs = norm_attrs(match)
-    name = f"fusekit_{match.kind}"
-    output = match.output
-    if match.readers:
-        output = graph.like(
-            output, graph.shape(match.x), "/ungrouped", signature=graph.signature(match.x)
-        )
-    if match.transpose_back is not None:
-        # The op writes channels-last; the matched result stays channels-first.
-        shape = graph.shape(match.x)
-        fused = graph.like(output, shape, "/channels_last", signature=graph.signature(match.x))
-        replace_with_custom(graph, name, inputs, fused, attrs, match.ops)
-        graph.add_transpose(fused, match.transpose_back, output=output)
-    else:
-        replace_with_custom(graph, name, inputs, output, attrs, match.ops)
-    for reader in match.readers:
-        graph.set_input(reader, 0, output)
-    shown = ", ".join(
-        f"{k}={v:g}" if isinstance(v, float) and not isinstance(v, bool) else f"{k}={v}"
-        for k, v in attrs.items()
-    )
-    if match.kind != "rms_norm" and (match.gamma is None or match.beta is None):
-        # As Keras names the missing operands.
-        shown += f", scale={match.gamma is not None}, center={match.beta is not None}"
-    return f"{name} at {graph.name(output)!r} ({len(match.ops)} ops; {shown})"
-
-
-class NormFusion(Fusion[NormMatch]):
-    """Norms of one ``kind`` (found by fusion/norms.py's polynomial proof)."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        # A fused group norm's output may be what the next one groups (two
-        # in a row): look again until nothing more is found.
-        self.repeat = kind == "group_norm"
-
-    def find(self, graph: Graph, near_misses: list[str]) -> list[NormMatch]:
-        return find_norms(graph, self.kind, near_misses)
-
-    def rewrite(self, graph: Graph, found: NormMatch) -> str:
-        return fuse_norm(graph, found)
-
-    def finish(self, graph: Graph) -> None:
-        finish(graph)
-
-
-def fuse_norm_pass(model: ModelView, options: PassOptions, kind: str, name: str) -> list[str]:
-    """Fuses every proven ``kind`` norm of every graph; notes near-misses
-    under ``name``; returns one line per fused op.  A quantized norm's
-    note points at fuse_quantized unless that pass is in this run (then
-    it fused the norm or its own note says why not)."""
-    changes = run_fusion(model, options, NormFusion(kind), name)
-    if "fuse_quantized" in options.passes and name in options.notes:
-        options.notes[name] = [n for n in options.notes[name] if not n.endswith(QUANTIZED_NORM)]
-    return changes
-
-
-def _reshaped(graph: Graph, tensor: int, shape: list[int] | None) -> int:
-    """``tensor``, or a new RESHAPE of it to the static ``shape``."""
-    if shape is None:
-        return tensor
-    out = graph.like(tensor, shape, "/heads")
-    new_shape = graph.add_constant(np.array(shape, np.int32), graph.name(out) + "/shape")
-    options = schema.ReshapeOptionsT()
-    options.newShape = list(shape)
-    graph.add_op(OP.RESHAPE, [tensor, new_shape], [out], OPTIONS.ReshapeOptions, options)
-    return out
 
 
 def _transposed(graph: Graph, tensor: int, perm: list[int] | None) -> int:
@@ -255,10 +138,7 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
         mask_kind = "no mask"
     if rows is not None and (match.mask_row or match.keep_row):
         mask_kind += " as one key row for every query"
-    attrs = {"causal": match.causal, "scale": match.scale}
-    if match.softcap is not None:
-        attrs["softcap"] = match.softcap
-    attrs.update({k: v for k, v in match.layouts.items() if v != "bshd"})
+    attrs = AttentionFusion.attrs(match)
     output = match.output
     if match.finish_output is not None:
         shape = match.result_shape
@@ -289,7 +169,19 @@ class AttentionFusion(Fusion[AttentionMatch]):
     """Scaled dot-product attention cores (fusion/attention.py)."""
 
     kind = "attention"
+    op = "fusekit_attention"
+    pass_name = "fuse_attention"
     anchors = SOFTMAX_ANCHORS
+
+    @staticmethod
+    def attrs(match: AttentionMatch) -> dict[str, bool | float]:
+        """The op's attrs: causal, the scale and a softcap when there is one."""
+        attrs: dict[str, bool | float | str] = {"causal": match.causal, "scale": match.scale}
+        if match.softcap is not None:
+            attrs["softcap"] = match.softcap
+        # The operands' layouts the kernel reads in place (bshd: its default).
+        attrs.update({k: v for k, v in match.layouts.items() if v != "bshd"})
+        return attrs
 
     def __init__(self) -> None:
         # Key-only mask rows emitted in the current graph, by the tensor
@@ -306,54 +198,3 @@ class AttentionFusion(Fusion[AttentionMatch]):
         # Tensor indices change when dead tensors go.
         self._rows.clear()
         finish(graph)
-
-
-def fuse_attention_pass(model: ModelView, options: PassOptions, name: str) -> list[str]:
-    return run_fusion(model, options, AttentionFusion(), name)
-
-
-def _full_table(graph: Graph, half: int, shape: list[int]) -> int:
-    """concat(half, half) on the last axis, reshaped to the rank-4 ``shape``
-    (its last dim doubled): the full-width table of the complex-multiply
-    form, as the fused op reads it."""
-    table = _reshaped(graph, half, list(shape)) if graph.signature(half) != shape else half
-    full_shape = list(shape[:3]) + [2 * shape[3]]
-    out = graph.like(table, full_shape, "/full", signature=full_shape)
-    options = schema.ConcatenationOptionsT()
-    options.axis = 3
-    graph.add_op(OP.CONCATENATION, [table, table], [out], OPTIONS.ConcatenationOptions, options)
-    return out
-
-
-def fuse_rotary(graph: Graph, match: RotaryMatch) -> str:
-    """Replaces a proven rotary embedding by ``fusekit_rotary_embedding``."""
-    attrs = {"interleaved": match.interleaved, "rotary_dim": 0}
-    inputs = [match.x, match.cos, match.sin]
-    if match.table_shape is not None:
-        inputs = [match.x] + [_reshaped(graph, t, match.table_shape) for t in inputs[1:]]
-    if match.half_tables is not None:
-        inputs = [match.x] + [_full_table(graph, t, match.half_tables) for t in inputs[1:]]
-    replace_with_custom(graph, "fusekit_rotary_embedding", inputs, match.output, attrs, match.ops)
-    return (
-        f"fusekit_rotary_embedding at {graph.name(match.output)!r} ({len(match.ops)} ops; "
-        f"interleaved={match.interleaved}, rotary_dim=0, cos/sin {graph.signature(match.cos)})"
-    )
-
-
-class RotaryFusion(Fusion[RotaryMatch]):
-    """Rotary embeddings (fusion/rotary.py)."""
-
-    kind = "rotary"
-
-    def find(self, graph: Graph, near_misses: list[str]) -> list[RotaryMatch]:
-        return find_rotary(graph, near_misses)
-
-    def rewrite(self, graph: Graph, found: RotaryMatch) -> str:
-        return fuse_rotary(graph, found)
-
-    def finish(self, graph: Graph) -> None:
-        finish(graph)
-
-
-def fuse_rotary_pass(model: ModelView, options: PassOptions, name: str) -> list[str]:
-    return run_fusion(model, options, RotaryFusion(), name)

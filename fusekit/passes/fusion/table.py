@@ -1,0 +1,39 @@
+"""The ordered table of fusions: every fusion pass (``fuse``,
+``fuse_quantized`` and the per-op passes ``fuse_group_norm`` ...
+``fuse_attention``) runs these units in this order.  Adding a fused op or
+a form is one module under fusion/units/ and one line here.
+
+The order matters: group norms first (their statistics over [B, G, C/G]
+would otherwise look like a layer norm's), then layer norms (an RMS norm
+of a centered x would otherwise match inside them), RMS norms, rotary
+embeddings (before attention: they sit on its q and k), attention."""
+
+from __future__ import annotations
+
+from fusekit.passes.fusion.pattern import Fusion
+from fusekit.passes.fusion.units.attention import AttentionFusion
+from fusekit.passes.fusion.units.group_norm import GroupNormFusion
+from fusekit.passes.fusion.units.layer_norm import LayerNormFusion
+from fusekit.passes.fusion.units.rms_norm import RmsNormFusion
+from fusekit.passes.fusion.units.rotary import RotaryFusion
+
+FUSIONS: tuple[type[Fusion], ...] = (
+    GroupNormFusion,
+    LayerNormFusion,
+    RmsNormFusion,
+    RotaryFusion,
+    AttentionFusion,
+)
+
+
+def units() -> list[Fusion]:
+    """A fresh instance of every fusion, in the table's order."""
+    return [fusion() for fusion in FUSIONS]
+
+
+def unit(pass_name: str) -> Fusion:
+    """A fresh instance of the fusion run by the pass ``pass_name``."""
+    for fusion in FUSIONS:
+        if fusion.pass_name == pass_name:
+            return fusion()
+    raise KeyError(pass_name)
