@@ -1099,7 +1099,7 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
     if isinstance(by_axes, AttentionMatch) and not merged_band:
         return by_axes
     found = None
-    if (dynamic or merged_band) and graph.builtin(softmax) == OP.SOFTMAX:
+    if (dynamic or merged_band or by_axes is None) and graph.builtin(softmax) == OP.SOFTMAX:
         found = _match_attention(graph, softmax)
     if isinstance(by_axes, AttentionMatch):
         caught = isinstance(found, AttentionMatch) and found.causal and found.mask is not None

@@ -595,6 +595,16 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     scale = scores.scale * q_view.scale * k_view.scale
     if not np.isfinite(scale):
         return _miss("scale", "a scale that is not finite")
+    # The runtimes take at most 6 dims: a view needing more factors to be
+    # written is left to the forms.
+    for view, axes, layout in (
+        (q_view, q_axes, q_layout),
+        (k_view, k_axes, k_layout),
+        (v_view, v_axes, v_layout),
+    ):
+        planned = axis_map._plan(make(view, [axes[c] for c in layout]))
+        if planned is None or len(planned[0]) > 6:
+            return None
     match = AttentionMatch(q_view.source, k_view.source, v_view.source, end_tensor, scale)
     match.ops = region
     match.causal = plan.causal
