@@ -1,5 +1,11 @@
-"""Finding scaled dot-product attention as the TF converter emits it (Keras
-MultiHeadAttention's einsums, ``tf.matmul`` code)::
+"""The entry point of attention fusion, ``match_attention``: attention is
+found by what its axes mean (fusion/attention_axes.py, one index map per
+operand) and proven by running the region (fusion/attention_check.py).
+
+Where a shape is known only at run time (a dynamic batch) the maps have
+nothing to read, and the forms below -- scaled dot-product attention as
+the TF converter emits it (Keras MultiHeadAttention's einsums,
+``tf.matmul`` code) -- are still matched::
 
     qh = TRANSPOSE(q [B,Sq,H,D], [0,2,1,3])        (a scalar MUL on q allowed)
     kt = TRANSPOSE(k [B,Skv,H,D], [0,2,3,1])       (or [0,2,1,3] with adj_y)
@@ -22,8 +28,7 @@ gets a TRANSPOSE before the op.  The grouped form
 matmul: q RESHAPE [B,Sq,Hkv,G,D] -> TRANSPOSE [0,2,3,1,4] -> RESHAPE
 [B,Hkv,G*Sq,D], scores and softmax in 5-D [B,Hkv,G,Sq,Skv], and back through
 RESHAPE / TRANSPOSE [0,3,1,2,4] / RESHAPE; one kv head's heads-first
-transposes are reshapes, and in a decode step (Sq = 1) each chain is one
-RESHAPE (fusion/attention_grouped_decode.py).  A result not transposed back to [B, Sq, H, Dv]
+transposes are reshapes.  A result not transposed back to [B, Sq, H, Dv]
 (SigLIP's pooling head, MiT's one-head stage, a decode step) gets a
 TRANSPOSE after the op, or a RESHAPE where that moves only unit axes.
 
@@ -67,7 +72,6 @@ from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import attention_operands as operands
 from fusekit.passes.fusion.attention_axes import attention_by_axes, blocker
 from fusekit.passes.fusion.attention_check import measured_difference
-from fusekit.passes.fusion.attention_grouped_decode import decode_grouped_out, decode_grouped_q
 from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
 from fusekit.passes.fusion.key_mask import KeyRow, narrowed
 from fusekit.passes.fusion.pattern import Capture, NearMiss, Op, match, only_reader
@@ -98,9 +102,6 @@ class AttentionMatch:
     mask_scale: float = 1.0  # the scale applied to the scores after the mask was added
     keep: int | None = None  # a runtime bool tensor: mask = SELECT_V2(keep, 0, MASK_VALUE)
     constant_keep: np.ndarray | None = None  # a constant keep-mask [Sq, Skv]
-    # The constant keep plane [Sq, Skv] as read, before it became causal,
-    # nothing or constant_keep (packed GQA reads it again per group).
-    keep_plane: np.ndarray | None = None
     # Masked rows' probabilities zeroed after the softmax (Keras 3 does so):
     # the kernel's bool-mask semantics, rows without any key give zeros.
     zero_masked_rows: bool = False
@@ -136,7 +137,6 @@ class AttentionMatch:
     layouts: dict[str, str] = field(default_factory=dict)
     prepare: Callable[[Graph], None] | None = None
     finish_output: Callable[[Graph, int], None] | None = None
-    proven_by: str = "form"
     # The tensors the region reads besides constants (its proof by
     # execution feeds them random draws).
     region_inputs: list[int] = field(default_factory=list)
@@ -255,7 +255,6 @@ def _constant_keep(keep: np.ndarray, q_len: int, kv_len: int, match: AttentionMa
     if lead is None or not all((s == lead[0]).all() for s in lead):
         return f"a constant mask of shape {list(keep.shape)} that differs across batch or heads"
     plane = np.broadcast_to(lead[0], (q_len, kv_len))
-    match.keep_plane = np.array(plane)
     if plane.all():
         return None
     if kv_len >= q_len and (plane == _band(q_len, kv_len)).all():
@@ -879,9 +878,7 @@ def _qk_operands(
         return _miss("adj_x", "Q.K^T reads its first operand transposed (adj_x)")
     second_layout = "bhsd" if adj_y else "bhds"
     if scores.grouped:
-        first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST) or decode_grouped_q(
-            graph, int(qk.inputs[0]), scores.shape
-        )
+        first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST)
         second = _transposed(
             graph, int(qk.inputs[1]), KEYS_LAST if second_layout == "bhds" else HEADS_FIRST
         )
@@ -1004,9 +1001,7 @@ def _ending(
     grouped form's three; one TRANSPOSE), or none: the op's result then
     goes through a transpose back to P.V's layout (``output_perm``)."""
     if scores.grouped:
-        ending = _grouped_out(graph, pv, scores.shape) or decode_grouped_out(
-            graph, pv, scores.shape
-        )
+        ending = _grouped_out(graph, pv, scores.shape)
         if ending is None:
             return _miss(
                 "output_layout", "the attention result is not transposed back to [B, Sq, H, D]"
@@ -1089,14 +1084,28 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
     region = softmax_at(graph, softmax)
     if region is None or graph.tensor(region.input).type in _INTEGER_TYPES:
         return None
-    # The catalogue of forms reads SOFTMAX ops; the axes read any softmax.
-    found = _match_attention(graph, softmax) if graph.builtin(softmax) == OP.SOFTMAX else None
-    if not isinstance(found, AttentionMatch):
-        by_axes = _by_axes(graph, softmax)
-        # A region the runtime disproved says so, whatever the forms said.
-        disproved = isinstance(by_axes, NearMiss) and by_axes.code == "attention.check"
-        if isinstance(by_axes, AttentionMatch) or disproved or (found is None and by_axes):
-            return by_axes
+    # The axes are the matcher; the catalogue of forms below is only asked
+    # where the map has no reading (shapes known only at run time).
+    by_axes = _by_axes(graph, softmax)
+    # A region the runtime disproved says so, whatever the forms say.
+    disproved = isinstance(by_axes, NearMiss) and by_axes.code == "attention.check"
+    if disproved:
+        return by_axes
+    # Still missing from the map: a causal band merged with a padding mask
+    # and a bias besides (keras-hub's Bloom), which the forms split into
+    # causal=True and the padding.
+    dynamic = -1 in graph.signature(region.input)
+    merged_band = isinstance(by_axes, AttentionMatch) and not by_axes.causal and by_axes.ops
+    if isinstance(by_axes, AttentionMatch) and not merged_band:
+        return by_axes
+    found = None
+    if (dynamic or merged_band or by_axes is None) and graph.builtin(softmax) == OP.SOFTMAX:
+        found = _match_attention(graph, softmax)
+    if isinstance(by_axes, AttentionMatch):
+        caught = isinstance(found, AttentionMatch) and found.causal and found.mask is not None
+        return found if caught else by_axes
+    if not isinstance(found, AttentionMatch) and by_axes is not None:
+        return by_axes
     if found is None and reaches_activation_matmul(graph, region.input, hops=8):
         blocking = blocker(graph, region.input)
         if blocking is not None:
@@ -1148,9 +1157,6 @@ def _match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch 
     ending = _ending(graph, pv, scores, match)
     if isinstance(ending, NearMiss):
         return ending
-    unpacked = _unpack_groups(graph, pv, scores, match)
-    if unpacked is not None:
-        ending = unpacked
     scores.chain += [pv, *ending]
     match.output = int((ending[-1] if ending else pv).outputs[0])
     miss = _check_operands(match, graph, scores)
@@ -1172,101 +1178,3 @@ def _key_rows(graph: Graph, match: AttentionMatch, scores: _Scores) -> None:
         match.mask_row = narrowed(graph, match.mask)
     if match.keep is not None and match.keep_reshape is None:
         match.keep_row = narrowed(graph, match.keep)
-
-
-# -- packed GQA ---------------------------------------------------------------
-#
-# litert-torch's packed grouped-query attention folds the G query heads of a
-# kv head into the sequence axis: q [B, H, Sq, D] (heads-first, head h = kv
-# * G + g) is RESHAPEd to [B, Hkv, G*Sq, D], whose row g*Sq + i is query i
-# of head kv*G + g, and meets k [B, Hkv, Skv, D] in one matmul per kv head.
-# Read literally that is attention with Hkv heads of G*Sq queries (exact,
-# and what the matcher finds first); read back as the op's GQA -- q
-# [B, Sq, H, D] against Hkv kv heads -- it needs no transposes around the
-# op, and a causal band or padding mask of the Sq queries keeps the
-# kernel's causal skipping and key rows.  That reading is taken when the
-# mask is the same for every group (a constant plane repeating every Sq
-# rows, or a mask without a query axis) and the result is reshaped back to
-# [B, H, Sq, Dv].
-
-
-def _packed_source(graph: Graph, tensor: int, kv_heads: int) -> tuple[int, int, int] | None:
-    """(q [B, H, Sq, D], G, Sq) when ``tensor`` [B, Hkv, G*Sq, D] is a
-    RESHAPE of heads-first q with H = Hkv * G, G > 1."""
-    op = graph.producer(tensor)
-    if op is None or graph.builtin(op) != OP.RESHAPE:
-        return None
-    source = int(op.inputs[0])
-    have, packed = graph.signature(source), graph.signature(tensor)
-    if len(have) != 4 or len(packed) != 4 or any(d <= 0 for d in have + packed):
-        return None
-    batch, heads, q_len, depth = have
-    if packed[1] != kv_heads or heads % kv_heads or heads == kv_heads:
-        return None
-    group = heads // kv_heads
-    if packed != [batch, kv_heads, group * q_len, depth]:
-        return None
-    return source, group, q_len
-
-
-def _same_every_group(graph: Graph, tensor: int | None, row: KeyRow | None) -> bool:
-    """A runtime mask the op can read against [B, H, Sq, Skv] in place of
-    [B, Hkv, G*Sq, Skv]: no heads axis, and no query axis (or one proven a
-    key row)."""
-    if tensor is None:
-        return True
-    shape = [1] * (4 - len(graph.signature(tensor))) + graph.signature(tensor)
-    return shape[1] == 1 and (shape[2] == 1 or row is not None)
-
-
-def _unpack_groups(
-    graph: Graph, pv: schema.OperatorT, scores: _Scores, match: AttentionMatch
-) -> list[schema.OperatorT] | None:
-    """Packed GQA read as the op's GQA (see above): q, the masks, the scores'
-    shape and the ending updated; the new ending, or None (the literal
-    reading stands)."""
-    if scores.grouped or scores.merged or scores.swapped or match.q_perm != HEADS_FIRST:
-        return None
-    b, kv_heads, rows, kv_len = scores.shape
-    packed = _packed_source(graph, match.q, kv_heads)
-    if packed is None:
-        return None
-    source, group, q_len = packed
-    q = operands.q_operand(graph, source, "bhsd", False)
-    if q is None or q.reshape is not None or len(graph.signature(q.tensor)) != 4:
-        return None
-    heads = kv_heads * group
-    back = only_reader(graph, int(pv.outputs[0]))
-    dv = graph.signature(int(pv.outputs[0]))[-1]
-    if back is None or graph.builtin(back) != OP.RESHAPE:
-        return None
-    if graph.signature(int(back.outputs[0])) != [b, heads, q_len, dv]:
-        return None
-    rows_shape = [b, heads, q_len, kv_len]
-    mask_row = narrowed(graph, match.mask) if match.mask is not None else None
-    keep_row = narrowed(graph, match.keep) if match.keep is not None else None
-    if not (
-        _same_every_group(graph, match.mask, mask_row)
-        and _same_every_group(graph, match.keep, keep_row)
-    ):
-        return None
-    trial = AttentionMatch(-1, -1, -1, -1, 1.0)
-    if match.keep_plane is not None:
-        planes = match.keep_plane.reshape(group, q_len, kv_len)
-        if not (planes == planes[0]).all():
-            return None
-        if _constant_keep(planes[0], q_len, kv_len, trial):
-            return None
-    elif match.causal:
-        return None  # a band over the packed rows differs across groups
-    match.causal, match.constant_keep = trial.causal, trial.constant_keep
-    match.keep_plane = trial.keep_plane
-    match.q, match.q_perm = q.tensor, q.perm
-    match.scale *= q.scale
-    scores.shape = rows_shape
-    ending = _heads_back(graph, back)
-    if ending is None:
-        match.output_perm = HEADS_FIRST
-        return [back]
-    match.output_perm = None
-    return [back, *ending]
