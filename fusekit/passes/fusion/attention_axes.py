@@ -52,6 +52,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
 from fusekit.passes.fusion import axis_map, key_mask
+from fusekit.passes.fusion.attention_match import AttentionMatch, padding_and_band
 from fusekit.passes.fusion.axis_map import BROADCAST, Atom, View
 from fusekit.passes.fusion.pattern import NearMiss, only_reader
 from fusekit.passes.fusion.softmax_forms import Softmax, softmax_at
@@ -314,8 +315,6 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     ends (fusion/softmax_forms.py), a NearMiss saying why the attention
     found there cannot be fused, or None when it is no softmax between two
     matmuls of activations."""
-    from fusekit.passes.fusion.attention import AttentionMatch  # noqa: PLC0415 (cycle)
-
     softmax = softmax_at(graph, anchor)
     if softmax is None:
         return None
@@ -998,11 +997,9 @@ def _split_padding(graph: Graph, match, q_len: int, kv_len: int) -> None:
     (keras-hub's decoders merge them so), with masked probabilities zeroed:
     causal in the op (it skips the masked half) and the padding as its bool
     mask -- the same keys kept, rows left without keys zeros either way."""
-    from fusekit.passes.fusion.attention import _padding_and_band  # noqa: PLC0415 (cycle)
-
     if not match.zero_masked_rows or q_len <= 0 or kv_len < q_len:
         return
-    padding = _padding_and_band(graph, match.keep, q_len, kv_len)
+    padding = padding_and_band(graph, match.keep, q_len, kv_len)
     if padding is not None:
         match.causal = True
         match.keep, match.keep_row = padding, None
