@@ -14,6 +14,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion.key_mask import KeyRow
+from fusekit.passes.fusion.softmax_forms import ANCHORS, softmax_at
 from fusekit.passes.fusion.values import FLOAT32, no_activation
 
 HEADS_FIRST = [0, 2, 1, 3]
@@ -198,8 +199,22 @@ def reaches_activation_matmul(
         if any(
             is_matmul(graph, op)
             and sum(not graph.is_constant(int(t)) for t in op.inputs[:2]) >= activations
+            and not any(_probabilities(graph, int(t)) for t in op.inputs[:2])
             for op in ops
         ):
             return True
         frontier = [int(t) for op in ops for t in op.inputs if t >= 0]
     return False
+
+
+def _probabilities(graph: Graph, tensor: int) -> bool:
+    """``tensor`` is a softmax's result (through reshapes and transposes): a
+    matmul reading it is an earlier attention's P.V, whose output a later
+    softmax (a mixture-of-experts router after the attention block, say)
+    may reach without being attention itself."""
+    while (op := graph.producer(tensor)) is not None and graph.builtin(op) in (
+        OP.RESHAPE,
+        OP.TRANSPOSE,
+    ):
+        tensor = int(op.inputs[0])
+    return op is not None and graph.builtin(op) in ANCHORS and softmax_at(graph, op) is not None
