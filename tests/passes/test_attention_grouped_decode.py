@@ -1,4 +1,5 @@
-"""The grouped attention form of a decode step (fusion/attention_grouped_decode.py),
+"""The grouped attention form of a decode step (fusion/attention_axes.py
+reads the rows of one kv head as its query heads),
 written by hand as keras-hub's Gemma lowers with one query position: fused
 with the outputs of the plain model; heads coming back in another order
 than the grouping's are fused by their axes (fusion/attention_axes.py)."""

@@ -56,7 +56,7 @@ def test_gemma_decode_step_fuses_grouped_attention():
     """keras-hub's Gemma groups the query heads of a kv head as rows of one
     matmul; with one token the converter folds the grouped form's
     reshape/transpose/reshape chains into single RESHAPEs
-    (fusion/attention_grouped_decode.py): every layer's attention fuses,
+    (fusion/attention_axes.py): every layer's attention fuses,
     and the outputs equal the plain model's on every runtime."""
     plain = export_decode_step(GEMMA, CACHE)
     result = optimize_twice(plain, fusekit.passes.DEFAULT_PASSES)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from flatbuffers import flexbuffers
 from fuse_models import assert_same_outputs, convert_function, custom_ops, optimize_twice
 
 from fusekit.passes import ModelView
@@ -105,5 +106,7 @@ def test_masks_that_differ_across_groups_keep_the_literal_reading():
     original = convert_function(packed, *SPECS)
     result = optimize_twice(original, ["fuse_attention"])
     (fused,) = custom_ops(result.model, ATTENTION)
-    assert [shape for shape, _ in _attention_ops(result.model)] == [[B, G * S, KV, D]]
+    # KV heads of G*S queries each, q read in place heads-first.
+    assert flexbuffers.Loads(bytes(fused.custom_options))["q_layout"] == "bhsd"
+    assert [shape for shape, _ in _attention_ops(result.model)] == [[B, KV, G * S, D]]
     assert_same_outputs(original, result.model, runs=_runs())

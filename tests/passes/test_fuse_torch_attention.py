@@ -92,9 +92,15 @@ def test_soft_capping_alibi_and_multi_query_keep_their_meaning(optimized):
         assert len(op.inputs) == 4 and int(op.inputs[3]) >= 0
         assert graph.signature(int(op.inputs[3]))[-1] == 16
     for name in ("hf_mistral", "hf_falcon"):
-        for op, graph in _attention_ops(optimized[name].model):
+        attrs = _attention_attrs(optimized[name].model)
+        for (op, graph), found in zip(_attention_ops(optimized[name].model), attrs, strict=True):
             q, k, v = (graph.signature(int(t)) for t in op.inputs[:3])
-            assert q[2] == 2 and k[2] == 1 and v[2] == 1, (name, q, k, v)
+            # The heads axis of each operand in the layout the op reads it.
+            q_heads, k_heads, v_heads = (
+                shape[1 if found.get(f"{x}_layout", "bshd").startswith("bh") else 2]
+                for x, shape in zip("qkv", (q, k, v), strict=True)
+            )
+            assert (q_heads, k_heads, v_heads) == (2, 1, 1), (name, q, k, v, found)
 
 
 def _attention_ops(model: bytes) -> list:

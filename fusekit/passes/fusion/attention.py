@@ -1,5 +1,11 @@
-"""Finding scaled dot-product attention as the TF converter emits it (Keras
-MultiHeadAttention's einsums, ``tf.matmul`` code)::
+"""The entry point of attention fusion, ``match_attention``: attention is
+found by what its axes mean (fusion/attention_axes.py, one index map per
+operand) and proven by running the region (fusion/attention_check.py).
+
+Where a shape is known only at run time (a dynamic batch) the maps have
+nothing to read, and the forms below -- scaled dot-product attention as
+the TF converter emits it (Keras MultiHeadAttention's einsums,
+``tf.matmul`` code) -- are still matched::
 
     qh = TRANSPOSE(q [B,Sq,H,D], [0,2,1,3])        (a scalar MUL on q allowed)
     kt = TRANSPOSE(k [B,Skv,H,D], [0,2,3,1])       (or [0,2,1,3] with adj_y)
@@ -22,8 +28,7 @@ gets a TRANSPOSE before the op.  The grouped form
 matmul: q RESHAPE [B,Sq,Hkv,G,D] -> TRANSPOSE [0,2,3,1,4] -> RESHAPE
 [B,Hkv,G*Sq,D], scores and softmax in 5-D [B,Hkv,G,Sq,Skv], and back through
 RESHAPE / TRANSPOSE [0,3,1,2,4] / RESHAPE; one kv head's heads-first
-transposes are reshapes, and in a decode step (Sq = 1) each chain is one
-RESHAPE (fusion/attention_grouped_decode.py).  A result not transposed back to [B, Sq, H, Dv]
+transposes are reshapes.  A result not transposed back to [B, Sq, H, Dv]
 (SigLIP's pooling head, MiT's one-head stage, a decode step) gets a
 TRANSPOSE after the op, or a RESHAPE where that moves only unit axes.
 
@@ -57,8 +62,7 @@ valid key produces.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -66,80 +70,22 @@ from ai_edge_litert import schema_py_generated as schema
 from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion import attention_operands as operands
 from fusekit.passes.fusion.attention_axes import attention_by_axes, blocker
-from fusekit.passes.fusion.attention_check import measured_difference
-from fusekit.passes.fusion.attention_grouped_decode import decode_grouped_out, decode_grouped_q
+from fusekit.passes.fusion.attention_match import (
+    HEADS_FIRST,
+    KEYS_LAST,
+    MAX_FILL,
+    SWAP_LAST,
+    AttentionMatch,
+    band,
+    is_matmul,
+    padding_and_band,
+    reaches_activation_matmul,
+)
 from fusekit.passes.fusion.attention_operands import reshape_is_transpose, unscaled
-from fusekit.passes.fusion.key_mask import KeyRow, narrowed
+from fusekit.passes.fusion.key_mask import narrowed
 from fusekit.passes.fusion.pattern import Capture, NearMiss, Op, match, only_reader
 from fusekit.passes.fusion.softmax_forms import softmax_at
 from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
-
-HEADS_FIRST = [0, 2, 1, 3]
-KEYS_LAST = [0, 2, 3, 1]
-SWAP_LAST = [0, 1, 3, 2]
-# The largest masked value accepted (see the module docstring), and the
-# additive mask value the fused op gets.
-MAX_FILL = -1e4
-MASK_VALUE = -1e38
-
-
-@dataclass
-class AttentionMatch:
-    q: int
-    k: int
-    v: int
-    output: int
-    scale: float
-    causal: bool = False
-    # Logit soft-capping (Gemma 2): softcap * tanh(scores / softcap) after
-    # the scale, before the mask.
-    softcap: float | None = None
-    mask: int | None = None  # an additive float mask (or bias) tensor in the graph
-    mask_scale: float = 1.0  # the scale applied to the scores after the mask was added
-    keep: int | None = None  # a runtime bool tensor: mask = SELECT_V2(keep, 0, MASK_VALUE)
-    constant_keep: np.ndarray | None = None  # a constant keep-mask [Sq, Skv]
-    # The constant keep plane [Sq, Skv] as read, before it became causal,
-    # nothing or constant_keep (packed GQA reads it again per group).
-    keep_plane: np.ndarray | None = None
-    # Masked rows' probabilities zeroed after the softmax (Keras 3 does so):
-    # the kernel's bool-mask semantics, rows without any key give zeros.
-    zero_masked_rows: bool = False
-    # A LOGICAL_AND with an all-true constant the mask was read through
-    # (not a pure op for graph.finish: removed here once nothing reads it).
-    peeled: schema.OperatorT | None = None
-    # Shapes k / v / the mask / keep are reshaped to first (k, v read before
-    # a GQA repeat or a [B,S,D] projection; a grouped form's 5-D mask).
-    k_reshape: list[int] | None = None
-    v_reshape: list[int] | None = None
-    mask_reshape: list[int] | None = None
-    keep_reshape: list[int] | None = None
-    # The mask / keep built by broadcasting a key-only row over the query
-    # axis (fusion/key_mask.py): the op gets the row, the same values.
-    mask_row: KeyRow | None = None
-    keep_row: KeyRow | None = None
-    # Permutations giving the op q / k / v as [B, S, H, D] when the graph
-    # has them in another layout (heads-first: a TRANSPOSE is added).
-    q_perm: list[int] | None = None
-    k_perm: list[int] | None = None
-    v_perm: list[int] | None = None
-    # The op's result [B, Sq, H, Dv] goes through this transpose to the
-    # graph's output tensor (P.V's result when nothing takes it back).
-    output_perm: list[int] | None = None
-    # The op's result shape when the graph's output is not 4-D (a merged
-    # [B*H, 1, Dv] read back by a reshape).
-    result_shape: list[int] | None = None
-    ops: list[schema.OperatorT] = field(default_factory=list)
-    # Found by the axes (fusion/attention_axes.py): the layout attrs the op
-    # reads q, k and v in, the operators that write its operands (q, k, v,
-    # the mask) called before the op is added, and the ones that map its
-    # result onto ``output`` (None: the result is ``output``).
-    layouts: dict[str, str] = field(default_factory=dict)
-    prepare: Callable[[Graph], None] | None = None
-    finish_output: Callable[[Graph, int], None] | None = None
-    proven_by: str = "form"
-    # The tensors the region reads besides constants (its proof by
-    # execution feeds them random draws).
-    region_inputs: list[int] = field(default_factory=list)
 
 
 def _transposed(graph: Graph, tensor: int, perm: list[int]) -> tuple[int, float] | None:
@@ -241,11 +187,6 @@ def _broadcasts(shape: list[int], target: list[int]) -> bool:
     return True
 
 
-def _band(q_len: int, kv_len: int) -> np.ndarray:
-    """The kernel's causal band: key j visible to query i when j <= i + Skv - Sq."""
-    return np.tril(np.ones((q_len, kv_len), bool), k=kv_len - q_len)
-
-
 def _constant_keep(keep: np.ndarray, q_len: int, kv_len: int, match: AttentionMatch) -> str | None:
     """Sets causal / constant_keep of ``match`` from a constant keep-mask;
     returns a reason when the kernel cannot reproduce it."""
@@ -255,10 +196,9 @@ def _constant_keep(keep: np.ndarray, q_len: int, kv_len: int, match: AttentionMa
     if lead is None or not all((s == lead[0]).all() for s in lead):
         return f"a constant mask of shape {list(keep.shape)} that differs across batch or heads"
     plane = np.broadcast_to(lead[0], (q_len, kv_len))
-    match.keep_plane = np.array(plane)
     if plane.all():
         return None
-    if kv_len >= q_len and (plane == _band(q_len, kv_len)).all():
+    if kv_len >= q_len and (plane == band(q_len, kv_len)).all():
         match.causal = True
         return None
     match.constant_keep = np.array(plane)
@@ -389,114 +329,15 @@ def _grouped_out(
     return [split, moved, merge]
 
 
-def _through_views(graph: Graph, tensor: int) -> int:
-    """The tensor behind RESHAPEs and full-range STRIDED_SLICEs (stride 1,
-    begin/end masks on every axis): views that keep every element in order."""
-    while (op := graph.producer(tensor)) is not None:
-        code = graph.builtin(op)
-        if code == OP.STRIDED_SLICE:
-            options, rank = op.builtinOptions, len(graph.signature(int(op.inputs[0])))
-            full = (1 << rank) - 1
-            strides = int(op.inputs[3]) if len(op.inputs) > 3 else -1
-            if (
-                options is None
-                or options.beginMask != full
-                or options.endMask != full
-                or options.ellipsisMask
-                or options.newAxisMask
-                or options.shrinkAxisMask
-                or strides < 0
-                or not graph.is_constant(strides)
-                or not (graph.constant(strides) == 1).all()
-            ):
-                return tensor
-        elif code != OP.RESHAPE:
-            return tensor
-        tensor = int(op.inputs[0])
-    return tensor
-
-
-def _padding_and_band(graph: Graph, keep: int, q_len: int, kv_len: int) -> int | None:
-    """The padding mask p [B|1, Skv] (bool) when the runtime ``keep``
-    [B, 1.., Sq, Skv] is ``MINIMUM(CAST(p) as [B, 1, Skv], C) > 0`` with C a
-    0/1 constant [1|B, Sq, Skv] whose nonzeros are the kernel's causal band
-    (keras-hub's decoders merge padding and causal masks so): keep is then
-    p AND causal, which the op computes from p and causal=True (C may be
-    repeated over the batch)."""
-    greater = graph.producer(_through_views(graph, keep))
-    if greater is None or graph.builtin(greater) != OP.GREATER:
-        return None
-    if not _all_zero(graph, int(greater.inputs[1])):
-        return None
-    minimum = graph.producer(_through_views(graph, int(greater.inputs[0])))
-    if minimum is None or graph.builtin(minimum) != OP.MINIMUM:
-        return None
-    keep_shape, merged = graph.signature(keep), graph.signature(int(minimum.outputs[0]))
-    if len(merged) != 3 or merged[1:] != [q_len, kv_len] or keep_shape[-2:] != merged[1:]:
-        return None
-    if keep_shape[0] != merged[0] or any(d != 1 for d in keep_shape[1:-2]):
-        return None
-    for runtime, constant in (tuple(minimum.inputs), tuple(minimum.inputs)[::-1]):
-        runtime, constant = int(runtime), int(constant)
-        if not graph.is_constant(constant):
-            continue
-        table = graph.constant(constant)
-        if table.ndim != 3 or table.shape[1:] != (q_len, kv_len):
-            return None
-        if not np.isin(table, (0, 1)).all():
-            return None
-        # One band for every batch entry.
-        if not all(((plane > 0) == _band(q_len, kv_len)).all() for plane in table):
-            return None
-        if graph.signature(runtime)[1:] != [1, kv_len]:
-            return None
-        cast = graph.producer(_through_views(graph, runtime))
-        if cast is None or graph.builtin(cast) != OP.CAST:
-            return None
-        padding = int(cast.inputs[0])
-        if graph.tensor(padding).type != schema.TensorType.BOOL:
-            return None
-        if graph.signature(padding) != [graph.signature(runtime)[0], kv_len]:
-            return None
-        return padding
-    return None
-
-
 def kv_len_ok(scores: list[int]) -> bool:
     """Static sequence lengths with Skv >= Sq (every row keeps a key of the band)."""
     return scores[-2] > 0 and scores[-1] >= scores[-2]
-
-
-def _all_zero(graph: Graph, tensor: int) -> bool:
-    """An integer constant of zeros (a scalar, or broadcast to a shape)."""
-    if not graph.is_constant(tensor) or graph.tensor(tensor).type != schema.TensorType.INT32:
-        return False
-    return bool((graph.constant(tensor) == 0).all())
 
 
 _INTEGER_TYPES = frozenset(
     {schema.TensorType.INT8, schema.TensorType.UINT8, schema.TensorType.INT16}
 )
 _QUERY_AXIS = "SOFTMAX over an axis other than the keys (a TRANSPOSE before it)"
-
-
-def _is_matmul(graph: Graph, op: schema.OperatorT) -> bool:
-    """``op`` multiplies two activations: a BATCH_MATMUL, or a
-    FULLY_CONNECTED whose weights are an activation (x . W^T: the converter
-    writes a batched matmul with a 2-D right operand read transposed so),
-    without bias or activation, keeping its rank."""
-    code = graph.builtin(op)
-    if code == OP.BATCH_MATMUL:
-        return True
-    if code != OP.FULLY_CONNECTED or len(op.inputs) < 2 or graph.is_constant(int(op.inputs[1])):
-        return False
-    options = op.builtinOptions
-    return (
-        (len(op.inputs) < 3 or int(op.inputs[2]) < 0)
-        and no_activation(op)
-        and bool(getattr(options, "keepNumDims", False))
-        and graph.tensor(int(op.inputs[1])).type == FLOAT32
-    )
 
 
 def _adjoints(graph: Graph, op: schema.OperatorT) -> tuple[bool, bool]:
@@ -533,25 +374,6 @@ def _softcap(
     if only_reader(graph, int(tanh.inputs[0])) is not tanh:
         return None
     return cap, [tanh, inner], int(inner.inputs[0])
-
-
-def reaches_activation_matmul(
-    graph: Graph, tensor: int, hops: int = 6, activations: int = 2
-) -> bool:
-    """A matmul of (at least ``activations``) activations within ``hops``
-    operators above ``tensor``: the SOFTMAX is an attention's (worth a
-    near-miss note), not a classifier's."""
-    frontier = [tensor]
-    for _ in range(hops):
-        ops = [op for t in frontier if (op := graph.producer(t)) is not None]
-        if any(
-            _is_matmul(graph, op)
-            and sum(not graph.is_constant(int(t)) for t in op.inputs[:2]) >= activations
-            for op in ops
-        ):
-            return True
-        frontier = [int(t) for op in ops for t in op.inputs if t >= 0]
-    return False
 
 
 def _permuted(shape: list[int], perm: list[int] | None) -> list[int]:
@@ -747,7 +569,7 @@ def _walk_scores(
             return None
         reader_ok = only_reader(graph, tensor) is scores.chain[-1]
         code = graph.builtin(op)
-        if _is_matmul(graph, op) and not scores.grouped:
+        if is_matmul(graph, op) and not scores.grouped:
             break
         if code == OP.RESHAPE and not scores.grouped and reader_ok and _merge_back(graph, op):
             scores.chain.append(op)
@@ -859,7 +681,7 @@ def _merge_back(graph: Graph, op: schema.OperatorT) -> bool:
     have, want = graph.signature(source), graph.signature(int(op.outputs[0]))
     return (
         inner is not None
-        and _is_matmul(graph, inner)
+        and is_matmul(graph, inner)
         and len(have) == 3
         and len(want) == 4
         and all(d > 0 for d in want)
@@ -879,9 +701,7 @@ def _qk_operands(
         return _miss("adj_x", "Q.K^T reads its first operand transposed (adj_x)")
     second_layout = "bhsd" if adj_y else "bhds"
     if scores.grouped:
-        first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST) or decode_grouped_q(
-            graph, int(qk.inputs[0]), scores.shape
-        )
+        first = _grouped_q(graph, int(qk.inputs[0]), HEADS_FIRST)
         second = _transposed(
             graph, int(qk.inputs[1]), KEYS_LAST if second_layout == "bhds" else HEADS_FIRST
         )
@@ -1004,9 +824,7 @@ def _ending(
     grouped form's three; one TRANSPOSE), or none: the op's result then
     goes through a transpose back to P.V's layout (``output_perm``)."""
     if scores.grouped:
-        ending = _grouped_out(graph, pv, scores.shape) or decode_grouped_out(
-            graph, pv, scores.shape
-        )
+        ending = _grouped_out(graph, pv, scores.shape)
         if ending is None:
             return _miss(
                 "output_layout", "the attention result is not transposed back to [B, Sq, H, D]"
@@ -1073,7 +891,7 @@ def _split_padding(graph: Graph, match: AttentionMatch, scores: list[int]) -> No
     left without keys are zeros either way."""
     if match.keep is None or not match.zero_masked_rows or not kv_len_ok(scores):
         return
-    padding = _padding_and_band(graph, match.keep, scores[-2], scores[-1])
+    padding = padding_and_band(graph, match.keep, scores[-2], scores[-1])
     if padding is not None:
         match.causal = True
         match.keep = padding
@@ -1089,14 +907,24 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
     region = softmax_at(graph, softmax)
     if region is None or graph.tensor(region.input).type in _INTEGER_TYPES:
         return None
-    # The catalogue of forms reads SOFTMAX ops; the axes read any softmax.
-    found = _match_attention(graph, softmax) if graph.builtin(softmax) == OP.SOFTMAX else None
-    if not isinstance(found, AttentionMatch):
-        by_axes = _by_axes(graph, softmax)
-        # A region the runtime disproved says so, whatever the forms said.
-        disproved = isinstance(by_axes, NearMiss) and by_axes.code == "attention.check"
-        if isinstance(by_axes, AttentionMatch) or disproved or (found is None and by_axes):
-            return by_axes
+    # The axes are the matcher; the catalogue of forms below is only asked
+    # where the map has no reading (shapes known only at run time).
+    by_axes = _by_axes(graph, softmax)
+    # Still missing from the map: a causal band merged with a padding mask
+    # and a bias besides (keras-hub's Bloom), which the forms split into
+    # causal=True and the padding.
+    dynamic = -1 in graph.signature(region.input)
+    merged_band = isinstance(by_axes, AttentionMatch) and not by_axes.causal and by_axes.ops
+    if isinstance(by_axes, AttentionMatch) and not merged_band:
+        return by_axes
+    found = None
+    if (dynamic or merged_band or by_axes is None) and graph.builtin(softmax) == OP.SOFTMAX:
+        found = _match_attention(graph, softmax)
+    if isinstance(by_axes, AttentionMatch):
+        caught = isinstance(found, AttentionMatch) and found.causal and found.mask is not None
+        return found if caught else by_axes
+    if not isinstance(found, AttentionMatch) and by_axes is not None:
+        return by_axes
     if found is None and reaches_activation_matmul(graph, region.input, hops=8):
         blocking = blocker(graph, region.input)
         if blocking is not None:
@@ -1118,15 +946,10 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
 
 
 def _by_axes(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
-    """Attention read from its axes (fusion/attention_axes.py), proven by
-    running it (fusion/attention_check.py)."""
-    found = attention_by_axes(graph, softmax)
-    if not isinstance(found, AttentionMatch):
-        return found
-    reason = measured_difference(graph, found, set(found.region_inputs), attention_by_axes)
-    if reason:
-        return _miss("check", f"not fused: {reason}")
-    return found
+    """Attention read from its axes (fusion/attention_axes.py).  Its proof by
+    execution (fusion/attention_check.py) needs the emitter, so the fusion
+    unit (fusion/units/attention.py) runs it on what this returns."""
+    return attention_by_axes(graph, softmax)
 
 
 def _match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch | NearMiss | None:
@@ -1148,9 +971,6 @@ def _match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch 
     ending = _ending(graph, pv, scores, match)
     if isinstance(ending, NearMiss):
         return ending
-    unpacked = _unpack_groups(graph, pv, scores, match)
-    if unpacked is not None:
-        ending = unpacked
     scores.chain += [pv, *ending]
     match.output = int((ending[-1] if ending else pv).outputs[0])
     miss = _check_operands(match, graph, scores)
@@ -1172,101 +992,3 @@ def _key_rows(graph: Graph, match: AttentionMatch, scores: _Scores) -> None:
         match.mask_row = narrowed(graph, match.mask)
     if match.keep is not None and match.keep_reshape is None:
         match.keep_row = narrowed(graph, match.keep)
-
-
-# -- packed GQA ---------------------------------------------------------------
-#
-# litert-torch's packed grouped-query attention folds the G query heads of a
-# kv head into the sequence axis: q [B, H, Sq, D] (heads-first, head h = kv
-# * G + g) is RESHAPEd to [B, Hkv, G*Sq, D], whose row g*Sq + i is query i
-# of head kv*G + g, and meets k [B, Hkv, Skv, D] in one matmul per kv head.
-# Read literally that is attention with Hkv heads of G*Sq queries (exact,
-# and what the matcher finds first); read back as the op's GQA -- q
-# [B, Sq, H, D] against Hkv kv heads -- it needs no transposes around the
-# op, and a causal band or padding mask of the Sq queries keeps the
-# kernel's causal skipping and key rows.  That reading is taken when the
-# mask is the same for every group (a constant plane repeating every Sq
-# rows, or a mask without a query axis) and the result is reshaped back to
-# [B, H, Sq, Dv].
-
-
-def _packed_source(graph: Graph, tensor: int, kv_heads: int) -> tuple[int, int, int] | None:
-    """(q [B, H, Sq, D], G, Sq) when ``tensor`` [B, Hkv, G*Sq, D] is a
-    RESHAPE of heads-first q with H = Hkv * G, G > 1."""
-    op = graph.producer(tensor)
-    if op is None or graph.builtin(op) != OP.RESHAPE:
-        return None
-    source = int(op.inputs[0])
-    have, packed = graph.signature(source), graph.signature(tensor)
-    if len(have) != 4 or len(packed) != 4 or any(d <= 0 for d in have + packed):
-        return None
-    batch, heads, q_len, depth = have
-    if packed[1] != kv_heads or heads % kv_heads or heads == kv_heads:
-        return None
-    group = heads // kv_heads
-    if packed != [batch, kv_heads, group * q_len, depth]:
-        return None
-    return source, group, q_len
-
-
-def _same_every_group(graph: Graph, tensor: int | None, row: KeyRow | None) -> bool:
-    """A runtime mask the op can read against [B, H, Sq, Skv] in place of
-    [B, Hkv, G*Sq, Skv]: no heads axis, and no query axis (or one proven a
-    key row)."""
-    if tensor is None:
-        return True
-    shape = [1] * (4 - len(graph.signature(tensor))) + graph.signature(tensor)
-    return shape[1] == 1 and (shape[2] == 1 or row is not None)
-
-
-def _unpack_groups(
-    graph: Graph, pv: schema.OperatorT, scores: _Scores, match: AttentionMatch
-) -> list[schema.OperatorT] | None:
-    """Packed GQA read as the op's GQA (see above): q, the masks, the scores'
-    shape and the ending updated; the new ending, or None (the literal
-    reading stands)."""
-    if scores.grouped or scores.merged or scores.swapped or match.q_perm != HEADS_FIRST:
-        return None
-    b, kv_heads, rows, kv_len = scores.shape
-    packed = _packed_source(graph, match.q, kv_heads)
-    if packed is None:
-        return None
-    source, group, q_len = packed
-    q = operands.q_operand(graph, source, "bhsd", False)
-    if q is None or q.reshape is not None or len(graph.signature(q.tensor)) != 4:
-        return None
-    heads = kv_heads * group
-    back = only_reader(graph, int(pv.outputs[0]))
-    dv = graph.signature(int(pv.outputs[0]))[-1]
-    if back is None or graph.builtin(back) != OP.RESHAPE:
-        return None
-    if graph.signature(int(back.outputs[0])) != [b, heads, q_len, dv]:
-        return None
-    rows_shape = [b, heads, q_len, kv_len]
-    mask_row = narrowed(graph, match.mask) if match.mask is not None else None
-    keep_row = narrowed(graph, match.keep) if match.keep is not None else None
-    if not (
-        _same_every_group(graph, match.mask, mask_row)
-        and _same_every_group(graph, match.keep, keep_row)
-    ):
-        return None
-    trial = AttentionMatch(-1, -1, -1, -1, 1.0)
-    if match.keep_plane is not None:
-        planes = match.keep_plane.reshape(group, q_len, kv_len)
-        if not (planes == planes[0]).all():
-            return None
-        if _constant_keep(planes[0], q_len, kv_len, trial):
-            return None
-    elif match.causal:
-        return None  # a band over the packed rows differs across groups
-    match.causal, match.constant_keep = trial.causal, trial.constant_keep
-    match.keep_plane = trial.keep_plane
-    match.q, match.q_perm = q.tensor, q.perm
-    match.scale *= q.scale
-    scores.shape = rows_shape
-    ending = _heads_back(graph, back)
-    if ending is None:
-        match.output_perm = HEADS_FIRST
-        return [back]
-    match.output_perm = None
-    return [back, *ending]

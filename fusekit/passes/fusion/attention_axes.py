@@ -51,11 +51,12 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
-from fusekit.passes.fusion import axis_map
+from fusekit.passes.fusion import axis_map, key_mask
+from fusekit.passes.fusion.attention_match import AttentionMatch, padding_and_band
 from fusekit.passes.fusion.axis_map import BROADCAST, Atom, View
 from fusekit.passes.fusion.pattern import NearMiss, only_reader
 from fusekit.passes.fusion.softmax_forms import Softmax, softmax_at
-from fusekit.passes.fusion.values import FLOAT32, no_activation, scalar
+from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
 
 # The largest masked value a keep-mask may set (fusion/attention.py's
 # reasoning: kept scores unchanged, masked ones -1e38 in the op) and the
@@ -90,6 +91,9 @@ class _Scores:
     # SELECT_V2(keep, scores, fill) last before the softmax: (keep, fill).
     keep: _Term | None = None
     fill: float = 0.0
+    # cap * tanh(s / cap) on the path: the cap (the product of the scales
+    # after the TANH); the op's scale stays the product of all scales.
+    softcap: float | None = None
 
 
 def _is_activation_matmul(graph: Graph, op: schema.OperatorT) -> bool:
@@ -107,12 +111,6 @@ def _is_activation_matmul(graph: Graph, op: schema.OperatorT) -> bool:
     )
 
 
-def _read_only_by(graph: Graph, tensor: int, readers: list[schema.OperatorT]) -> bool:
-    allowed = {id(r) for r in readers}
-    found = graph.consumers(tensor)
-    return bool(found) and not graph.is_output(tensor) and all(id(r) in allowed for r in found)
-
-
 def _walk_back(
     graph: Graph,
     tensor: int,
@@ -124,16 +122,18 @@ def _walk_back(
     of an ADD."""
     if len(path) > _MAX_PATH:
         return None
+    # Sharing is checked on the whole region once found (a note then).
     op = graph.producer(tensor)
-    if op is None or not _read_only_by(graph, tensor, readers):
-        return None
-    if graph.tensor(tensor).type != FLOAT32:
+    if op is None or graph.tensor(tensor).type != FLOAT32:
         return None
     if _is_activation_matmul(graph, op):
         return op, path
     code = graph.builtin(op)
     inputs = [int(t) for t in op.inputs]
     if code in _VIEW_OPS and axis_map.data_input(graph, op) is not None:
+        return _walk_back(graph, inputs[0], [op], [(op, 0), *path])
+    if code == OP.TANH:
+        # Soft-capping: cap * tanh(s / cap) (Gemma 2).
         return _walk_back(graph, inputs[0], [op], [(op, 0), *path])
     if code in (OP.MUL, OP.DIV) and no_activation(op) and len(inputs) == 2:
         c = scalar(graph, inputs[1])
@@ -164,7 +164,7 @@ def blocker(graph: Graph, tensor: int) -> schema.OperatorT | None:
             return None
         code = graph.builtin(op)
         inputs = [int(t) for t in op.inputs]
-        if code in _VIEW_OPS or code in (OP.MUL, OP.DIV):
+        if code in _VIEW_OPS or code in (OP.MUL, OP.DIV, OP.TANH):
             tensor = inputs[0]
         elif code == OP.ADD:
             tensor = next((t for t in inputs if not graph.is_constant(t)), inputs[0])
@@ -188,9 +188,21 @@ def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
     scale, terms = 1.0, []
     keep: _Term | None = None
     fill = 0.0
+    cap: float | None = None
     for op, position in path:
         code = graph.builtin(op)
         out = int(op.outputs[0])
+        if code == OP.TANH:
+            if terms or keep is not None:
+                return _miss(
+                    "mask_before_softcap",
+                    "a mask applied before the soft-capping: the kernel caps the scores, "
+                    "then masks",
+                )
+            if cap is not None:
+                return None
+            cap = 1.0
+            continue
         if keep is not None and code not in _VIEW_OPS:
             return _miss(
                 "after_mask",
@@ -207,6 +219,8 @@ def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
             c = float(scalar(graph, int(op.inputs[1])))
             c = c if code == OP.MUL else 1.0 / c
             scale *= c
+            if cap is not None:
+                cap *= c
             for term in terms:
                 term.factor *= c
         else:
@@ -232,8 +246,14 @@ def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
     fill *= beta
     for term in terms:
         term.factor *= beta
+    if cap is not None:
+        # post * tanh(pre * qk) is cap * tanh(scale * qk / cap) with cap =
+        # post (times beta) and scale = pre * post: the kernel's softcap.
+        cap *= beta
+        if not (np.isfinite(cap) and cap > 0.0):
+            return _miss("softcap", f"soft-capping with a cap of {cap:g}, not a positive value")
     ops = [qk, *(op for op, _ in path), *softmax.ops]
-    return _Scores(qk, ops, view, scale, terms, keep, fill)
+    return _Scores(qk, ops, view, scale, terms, keep, fill, cap)
 
 
 def _operand_axes(
@@ -295,8 +315,6 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     ends (fusion/softmax_forms.py), a NearMiss saying why the attention
     found there cannot be fused, or None when it is no softmax between two
     matmuls of activations."""
-    from fusekit.passes.fusion.attention import AttentionMatch  # noqa: PLC0415 (cycle)
-
     softmax = softmax_at(graph, anchor)
     if softmax is None:
         return None
@@ -362,7 +380,11 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             f"(they reach {graph.model.op_name(reader)})",
         )
     if getattr(pv.builtinOptions, "adjX", False) or p_view.axes[-1] != keys:
-        return _miss("pv_axis", "P.V does not contract the keys the SOFTMAX ran over")
+        return _miss(
+            "pv_axis",
+            "a SOFTMAX over an axis other than the keys P.V contracts (over the queries): "
+            "not attention the fused op computes",
+        )
     fill = scores.fill
     exact_fill = np.isfinite(fill) and fill <= MAX_FILL
     if scores.keep is not None and not (exact_fill or (zeroed and fill == -np.inf)):
@@ -459,19 +481,67 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             batch_like.append(atom)
     # Batch: the kv-like atoms q reads along another source axis than its
     # depth (the tokens' axis); heads: the rest.
-    depth_axes = {a.axis for a in q_roles["inner"]}
-    batch = []
-    for atom in batch_like:
-        if where[atom]["q"].axis in depth_axes:
-            break
-        batch.append(atom)
-    kv_heads = batch_like[len(batch) :]
     # Leading rows that every mask repeats over are query heads of a group
     # folded into the rows (litert-torch's packed grouped-query attention:
     # [B, Hkv, G*Sq, D]): read as heads, the masks keep one row per query.
     terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
-    while len(rows) > 1 and all(_repeats_over(graph, t, rows[0]) for t in terms):
+    # So is a last row that q reads along its kv heads' axis (the grouped
+    # form in a decode step: q [B, 1, Hkv*G, D] read as [B, Hkv, G, D]).
+    head_axes = {where[a]["q"].axis for a in batch_like}
+    while rows and all(_repeats_over(graph, t, rows[0]) for t in terms):
+        if len(rows) == 1 and where[rows[0]]["q"].axis not in head_axes:
+            break
         query_like.append(rows.pop(0))
+    # Batch: the kv-like atoms up to the first that q reads along its depth
+    # axis, or along an axis of its own (q [B, S, H, D] or [B, H, S, D]);
+    # heads: the rest.
+    depth_axes = {a.axis for a in q_roles["inner"]}
+    row_axes = {where[rows[-1]]["q"].axis} if rows else set()
+    split = 0
+    for atom in batch_like:
+        q_axis = where[atom]["q"].axis
+        own = split and q_axis != where[batch_like[0]]["q"].axis and q_axis not in row_axes
+        if q_axis in depth_axes or own:
+            break
+        split += 1
+    # The op's mask is [B|1, H|1, ..]: where the operands leave the cut
+    # between batch and heads open (q with its heads on an axis of their
+    # own), it falls where every mask is whole or repeated on each side.
+    # Of those cuts, the one that reads most operands without a copy.
+    runtime = [t for t in terms if _constant_of(graph, t.tensor) is None]
+
+    def copies(cut: int) -> int:
+        b, kvh = batch_like[:cut], batch_like[cut:]
+        operands = (
+            (q_view, "q", q_roles["outer"], q_roles["inner"], rows, kvh + query_like, 2),
+            (k_view, "k", k_roles["outer"], k_roles["inner"], None, kvh, 2),
+            (v_view, "v", v_roles["inner"], v_roles["outer"], None, kvh, 3),
+        )
+        count = 0
+        for view, sink, seq, depth, own_rows, hs, n in operands:
+            axes = {
+                "b": [where[a][sink] for a in b],
+                "s": seq if own_rows is None else [where[a][sink] for a in own_rows],
+                "h": [where[a][sink] for a in hs],
+                "d": depth,
+            }
+            layouts = ("bshd", "bhsd", "bhds")[:n]
+            found = (
+                View(view.source, view.source_shape, [axes[c] for c in lay], view.offset)
+                for lay in layouts
+            )
+            count += not any(axis_map.in_place(f) for f in found)
+        return count
+
+    best = None
+    for cut in [split, *reversed(range(len(batch_like) + 1))]:
+        sides = (batch_like[:cut], batch_like[cut:] + query_like)
+        if all(_whole_or_repeated(graph, t, side) for t in runtime for side in sides):
+            cost = copies(cut)
+            if best is None or cost < best[0]:
+                best = (cost, cut)
+    split = split if best is None else best[1]
+    batch, kv_heads = batch_like[:split], batch_like[split:]
     heads = kv_heads + query_like
     d_q, d_k = q_roles["inner"], k_roles["inner"]
     keys_k, keys_v, dv = k_roles["outer"], v_roles["inner"], v_roles["outer"]
@@ -524,12 +594,38 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     scale = scores.scale * q_view.scale * k_view.scale
     if not np.isfinite(scale):
         return _miss("scale", "a scale that is not finite")
+    # The runtimes take at most 6 dims: a view needing more factors to be
+    # written is left to the forms.
+    for view, axes, layout in (
+        (q_view, q_axes, q_layout),
+        (k_view, k_axes, k_layout),
+        (v_view, v_axes, v_layout),
+    ):
+        planned = axis_map._plan(make(view, [axes[c] for c in layout]))
+        if planned is None or len(planned[0]) > 6:
+            return None
     match = AttentionMatch(q_view.source, k_view.source, v_view.source, end_tensor, scale)
     match.ops = region
     match.causal = plan.causal
+    match.softcap = scores.softcap
+    # A mask given as it is (a runtime tensor already [B|1, H|1, Sq|1,
+    # Skv], or a constant keep plane): the op reads it in place, a padding
+    # mask broadcast over the queries as its key row (fusion/key_mask.py).
+    match.zero_masked_rows = zeroed
+    match.constant_keep = plan.constant_keep
+    if plan.mask is not None:
+        match.mask, match.mask_scale = plan.mask, plan.mask_scale
+        match.mask_reshape = plan.mask_reshape
+        if plan.mask_reshape is None:
+            match.mask_row = key_mask.narrowed(graph, plan.mask)
+    if plan.keep is not None:
+        match.keep, match.keep_reshape = plan.keep, plan.keep_reshape
+        if plan.keep_reshape is None:
+            match.keep_row = key_mask.narrowed(graph, plan.keep)
+        _split_padding(graph, match, sizes["s"], kv_len)
     terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
     match.region_inputs = [q_view.source, k_view.source, v_view.source] + [
-        t.tensor for t in terms if not graph.is_constant(t.tensor)
+        t.tensor for t in terms if _constant_of(graph, t.tensor) is None
     ]
     match.layouts = {"q_layout": q_layout, "k_layout": k_layout, "v_layout": v_layout}
     result = [sizes[c] for c in q_layout]
@@ -542,7 +638,8 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         match.v = axis_map.emit(graph, make(v_view, [v_axes[c] for c in v_layout]), name + "/v")
         match.q_perm = match.k_perm = match.v_perm = None
         match.k_reshape = match.v_reshape = None
-        match.mask = plan.write(graph, name) if plan.write is not None else None
+        if plan.write is not None:
+            match.mask = plan.write(graph, name)
 
     def finish_output(graph: Graph, fused: int) -> None:
         view = View(fused, result, end_view.axes, [0, 0, 0, 0])
@@ -550,7 +647,6 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
 
     match.prepare = prepare
     match.finish_output = None if axis_map.is_identity(end_view) else finish_output
-    match.proven_by = "axes"
     return match
 
 
@@ -619,15 +715,35 @@ def _output_end(graph: Graph, pv: schema.OperatorT, view: View):
     return best
 
 
+def _whole_or_repeated(graph: Graph, term: _Term, atoms: list[Atom]) -> bool:
+    """The tensor at ``term`` repeats over all of ``atoms`` or over none."""
+    return len({_repeats_over(graph, term, a) for a in atoms}) <= 1
+
+
 def _repeats_over(graph: Graph, term: _Term, atom: Atom) -> bool:
     """The tensor added (or selected) at ``term`` is the same along the
-    problem atom ``atom``."""
+    problem atom ``atom`` (by its shape, or a constant by its values)."""
     shape = graph.signature(term.tensor)
     lead = len(term.at.shape) - len(shape)
     for j, axis in enumerate(term.at.axes):
-        if _locate(axis, atom) is not None:
-            return j - lead < 0 or shape[j - lead] == 1
+        at = _locate(axis, atom)
+        if at is not None:
+            return j - lead < 0 or _same_along(graph, term.tensor, j - lead, at, atom.size)
     return False
+
+
+def _same_along(graph: Graph, tensor: int, dim: int, at: int, size: int) -> bool:
+    """``tensor`` is the same at the ``size`` indices ``at`` apart along
+    ``dim``: that dim is 1, or a constant repeats there."""
+    shape = graph.signature(tensor)
+    if shape[dim] == 1:
+        return True
+    value = _constant_of(graph, tensor)
+    if value is None or shape[dim] % (at * size):
+        return False
+    split = [*shape[:dim], shape[dim] // (at * size), size, at, *shape[dim + 1 :]]
+    value = value.reshape(split)
+    return bool((value == value.take([0], axis=dim + 1)).all())
 
 
 def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | NearMiss:
@@ -647,7 +763,7 @@ def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | Ne
                 if at is None:
                     continue
                 dim = j - lead
-                if dim < 0 or shape[dim] == 1:
+                if dim < 0 or _same_along(graph, term.tensor, dim, at, p.size):
                     atoms.append(Atom(BROADCAST, 0, p.size))
                 else:
                     atoms.append(Atom(dim, at, p.size))
@@ -672,28 +788,35 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
         keep_view = _term_view(graph, scores.keep, groups)
         if isinstance(keep_view, NearMiss):
             return keep_view
-        if graph.is_constant(scores.keep.tensor) or any(
-            len({a.axis == BROADCAST for a in atoms}) > 1 for atoms in keep_view.axes
-        ):
-            return _miss("keep_mask", "a constant keep-mask, or one repeating over part of an axis")
     constant: np.ndarray | None = None
+    keep_plane: np.ndarray | None = None
+    keep_value = None if keep_view is None else _constant_of(graph, scores.keep.tensor)
+    if keep_view is not None and keep_value is not None:
+        # A constant keep-mask is the constant 0 / masked value added to the
+        # scores (causal when its masked keys are the kernel's band).
+        plane = _constant_term(graph, keep_view, keep_value, 1.0)
+        if plane is None:
+            return _miss("bias_axes", "a keep-mask on the scores mixes their axes")
+        plane = plane.astype(bool)
+        masked = -np.inf if zeroed else MASK_VALUE
+        constant = np.where(plane, np.float32(0), np.float32(masked)).astype(np.float32)
+        keep_plane, keep_view = plane, None
+    elif keep_view is not None and any(
+        len({a.axis == BROADCAST for a in atoms}) > 1 for atoms in keep_view.axes
+    ):
+        return _miss("keep_mask", "a keep-mask repeating over part of the batch or head axes")
     runtime: list[tuple[View, float]] = []
     for term in terms:
         view = _term_view(graph, term, groups)
         if isinstance(view, NearMiss):
             return view
         axes = view.axes
-        if graph.is_constant(term.tensor):
-            value = axis_map.evaluate(view, graph.constant(term.tensor).astype(np.float32))
+        folded = _constant_of(graph, term.tensor)
+        if folded is not None:
+            value = _constant_term(graph, view, folded, term.factor)
             if value is None:
                 return _miss("bias_axes", "a tensor added to the scores mixes their axes")
-            target = []
-            for atoms in axes:
-                real = any(a.axis != BROADCAST for a in atoms)
-                target.append([a.size if real else 1 for a in atoms])
-            value = np.broadcast_to(value, [n for g in target for n in g])
-            value = value.reshape([int(np.prod(g, dtype=np.int64)) for g in target])
-            value = (value * np.float32(term.factor)).astype(np.float32)
+            keep_plane = None
             constant = value if constant is None else constant + value
         else:
             for atoms in axes:
@@ -718,6 +841,29 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
             if not kept.any():
                 return _MaskPlan(None, True)
             constant = kept
+        elif keep_plane is not None and (keep_plane == keep_plane[:1, :1]).all():
+            # The constant keep-mask alone, the same for every batch entry
+            # and head: the op's constant mask [Sq, Skv].
+            if keep_plane.all():
+                return _MaskPlan(None)
+            return _MaskPlan(None, constant_keep=keep_plane[0, 0])
+    # A runtime mask and keep-mask the op reads as the graph has them.
+    keep_as_is = keep_view is None or axis_map.in_place(keep_view)
+    keep = None if keep_view is None else keep_view.source
+    keep_reshape = None if keep_view is None else _reshape_to(keep_view)
+    if len(runtime) == 1 and constant is None and keep_as_is:
+        view, factor = runtime[0]
+        if axis_map.in_place(view):
+            return _MaskPlan(
+                None,
+                mask=view.source,
+                mask_scale=factor,
+                mask_reshape=_reshape_to(view),
+                keep=keep,
+                keep_reshape=keep_reshape,
+            )
+    if not runtime and constant is None and keep_view is not None and keep_as_is:
+        return _MaskPlan(None, keep=keep, keep_reshape=keep_reshape)
 
     def write(graph: Graph, name: str) -> int:
         if zeroed and not runtime and constant is None:
@@ -771,6 +917,39 @@ class _MaskPlan:
 
     write: Callable[[Graph, str], int] | None
     causal: bool = False
+    # Or the mask as the graph has it: a runtime float mask, a runtime
+    # keep-mask, or a constant keep plane [Sq, Skv].
+    mask: int | None = None
+    mask_scale: float = 1.0
+    mask_reshape: list[int] | None = None
+    keep: int | None = None
+    keep_reshape: list[int] | None = None
+    constant_keep: np.ndarray | None = None
+
+
+def _reshape_to(view: View) -> list[int] | None:
+    """The 4-D shape an in-place view's source is reshaped to (None: it is
+    that shape already)."""
+    shape = axis_map.emitted_shape(view)
+    return None if shape == view.source_shape else shape
+
+
+def _constant_term(graph: Graph, view: View, value: np.ndarray, factor: float):
+    """A constant met on the scores' path as a 4-D array [B|1, H|1, Sq|1,
+    Skv|1] (times ``factor``), or None."""
+    kind = value.dtype
+    found = axis_map.evaluate(view, value)
+    if found is None:
+        return None
+    target = []
+    for atoms in view.axes:
+        real = any(a.axis != BROADCAST for a in atoms)
+        target.append([a.size if real else 1 for a in atoms])
+    found = np.broadcast_to(found, [n for g in target for n in g])
+    found = found.reshape([int(np.prod(g, dtype=np.int64)) for g in target])
+    if kind == np.bool_:
+        return found
+    return (found.astype(np.float32) * np.float32(factor)).astype(np.float32)
 
 
 def _causal_band(constant: np.ndarray) -> np.ndarray | None:
@@ -786,3 +965,42 @@ def _causal_band(constant: np.ndarray) -> np.ndarray | None:
     if not (masked == ~band).all() or not np.isfinite(constant[..., band]).all():
         return None
     return band
+
+
+def _constant_of(graph: Graph, tensor: int, depth: int = 0) -> np.ndarray | None:
+    """The value of a tensor computed from constants only: a constant, or
+    RESHAPE / SELECT_V2 of constants (torch's exports leave a causal mask
+    unfolded as SELECT_V2(band, 0, -inf)); None for anything else."""
+    if graph.is_constant(tensor):
+        return graph.constant(tensor)
+    folded = constant_value(graph, tensor)  # a float16 constant dequantized
+    if folded is not None:
+        return folded
+    op = graph.producer(tensor)
+    if op is None or depth > 4 or not graph.is_static(tensor):
+        return None
+    code = graph.builtin(op)
+    if code == OP.RESHAPE:
+        inner = _constant_of(graph, int(op.inputs[0]), depth + 1)
+        return None if inner is None else inner.reshape(graph.signature(tensor))
+    if code != OP.SELECT_V2:
+        return None
+    keep = _constant_of(graph, int(op.inputs[0]), depth + 1)
+    a, b = (constant_value(graph, int(t)) for t in op.inputs[1:3])
+    if keep is None or a is None or b is None:
+        return None
+    return np.broadcast_to(np.where(keep, a, b), graph.signature(tensor)).astype(np.float32)
+
+
+def _split_padding(graph: Graph, match, q_len: int, kv_len: int) -> None:
+    """A runtime keep-mask that is a padding row AND the kernel's causal band
+    (keras-hub's decoders merge them so), with masked probabilities zeroed:
+    causal in the op (it skips the masked half) and the padding as its bool
+    mask -- the same keys kept, rows left without keys zeros either way."""
+    if not match.zero_masked_rows or q_len <= 0 or kv_len < q_len:
+        return
+    padding = padding_and_band(graph, match.keep, q_len, kv_len)
+    if padding is not None:
+        match.causal = True
+        match.keep, match.keep_row = padding, None
+        match.keep_reshape = [graph.signature(padding)[0], 1, 1, kv_len]

@@ -9,6 +9,7 @@ difference."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -82,12 +83,14 @@ def _sub_model(graph: Graph, ops: list[schema.OperatorT], output: int) -> tuple[
     return composite_check._pack(list(model.m.operatorCodes), sg, buffers), inputs
 
 
-def measured_difference(graph: Graph, match, boundary: set[int], find) -> str | None:
+def measured_difference(
+    graph: Graph, match, boundary: set[int], find, emit: Callable[[Graph, object], None]
+) -> str | None:
     """None when the region of ``match`` and its fused op agree on random
     draws, else the reason (with the measured difference).  ``find``
-    matches the sub-model's SOFTMAX again (the matcher that found it)."""
-    from fusekit.passes.fusion.units.attention import fuse_attention  # noqa: PLC0415 (cycle)
-    from fusekit.passes.fusion.units.norm import finish  # noqa: PLC0415
+    matches the sub-model's SOFTMAX again (the matcher that found it) and
+    ``emit`` rewrites the sub-model's match into the fused op (the fusion
+    unit's own emitter, passed in so that this module imports no unit)."""
 
     ops = _region(graph, match.output, boundary)
     if ops is None:
@@ -99,8 +102,7 @@ def measured_difference(graph: Graph, match, boundary: set[int], find) -> str | 
     found = [m for m in (find(sub, op) for op in softmax) if hasattr(m, "prepare")]
     if len(found) != 1:
         return "its region, cut out alone, is not found again"
-    fuse_attention(sub, found[0])
-    finish(sub)
+    emit(sub, found[0])
     fused = view.pack()
     args = [Operand(graph.shape(t), graph.tensor(t).type, None) for t in inputs]
     return _checker.differs(reference, fused, args, _TRIALS)

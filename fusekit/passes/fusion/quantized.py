@@ -28,7 +28,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, Graph, ModelView
 from fusekit.model.op_properties import DEAD_AFTER_FUSION, WEIGHT_READERS
-from fusekit.passes.fusion.attention import reaches_activation_matmul
+from fusekit.passes.fusion.attention_match import reaches_activation_matmul
 
 INT_TYPES = {
     schema.TensorType.INT8: np.int8,

@@ -9,7 +9,9 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
 from fusekit.passes.fusion import key_mask
-from fusekit.passes.fusion.attention import MASK_VALUE, AttentionMatch, match_attention
+from fusekit.passes.fusion.attention import match_attention
+from fusekit.passes.fusion.attention_check import measured_difference
+from fusekit.passes.fusion.attention_match import MASK_VALUE, AttentionMatch
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.pattern import Fusion, NearMiss
 from fusekit.passes.fusion.softmax_forms import ANCHORS as SOFTMAX_ANCHORS
@@ -189,7 +191,17 @@ class AttentionFusion(Fusion[AttentionMatch]):
         self._rows: dict[int, int] = {}
 
     def match(self, graph: Graph, anchor: schema.OperatorT) -> AttentionMatch | NearMiss | None:
-        return match_attention(graph, anchor)
+        found = match_attention(graph, anchor)
+        # What the axes found (its region's inputs recorded) is also proven by
+        # running the region and the fused op on the runtime; a region that
+        # differs keeps its ops.
+        if isinstance(found, AttentionMatch) and found.region_inputs:
+            reason = measured_difference(
+                graph, found, set(found.region_inputs), match_attention, _emit_alone
+            )
+            if reason:
+                return NearMiss("attention.check", f"not fused: {reason}", "")
+        return found
 
     def rewrite(self, graph: Graph, found: AttentionMatch) -> str:
         return fuse_attention(graph, found, self._rows)
@@ -198,3 +210,9 @@ class AttentionFusion(Fusion[AttentionMatch]):
         # Tensor indices change when dead tensors go.
         self._rows.clear()
         finish(graph)
+
+
+def _emit_alone(graph: Graph, found: AttentionMatch) -> None:
+    """The fused op in a region cut out alone (the proof by execution)."""
+    fuse_attention(graph, found)
+    finish(graph)
