@@ -27,6 +27,20 @@ from fusekit import ResizeRefusedError
 
 DATA = Path(__file__).resolve().parent / "data"
 TORCH = json.loads((DATA / "torch" / "manifest.json").read_text())["fixtures"]
+ZOO = json.loads((DATA / "torch" / "zoo" / "manifest.json").read_text())["models"]
+# The zoo's exports whose nodes of one op differ in shape or serve several
+# signatures (prefill + decode, encoder + decoder): the cases node identity
+# and call order matter for (litert-torch's Hugging Face and generative
+# exporters among them).
+ZOO_CASES = (
+    "export_hf_default",
+    "export_hf_default_int8",
+    "export_hf_gpu",
+    "gen_builder",
+    "gen_builder_transposed",
+    "hf_t5",
+    "hf_whisper",
+)
 TOLERANCE = 1e-5
 
 
@@ -45,6 +59,13 @@ def _torch_case(name: str) -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
         s["name"]: _feeds(DATA / "torch" / entry["data"], s["name"]) for s in entry["signatures"]
     }
     return plain, feeds
+
+
+def _zoo_case(name: str) -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
+    (entry,) = [m for m in ZOO if m["name"] == name]
+    plain = (DATA / "torch" / "zoo" / entry["model"]).read_bytes()
+    npz = DATA / "torch" / "zoo" / entry["data"]
+    return plain, {s["name"]: _feeds(npz, s["name"]) for s in entry["signatures"]}
 
 
 def _bart() -> tuple[bytes, dict[str, dict[str, np.ndarray]]]:
@@ -112,6 +133,7 @@ CASES = {
 CASES.update(
     {f["name"]: (lambda n=f["name"]: _torch_case(n)) for f in TORCH if f["name"] not in CASES}
 )
+CASES.update({f"zoo_{n}": (lambda n=n: _zoo_case(n)) for n in ZOO_CASES})
 FAST = ("hf_bart", "gen_decoder", "keras_beta_only", "keras_dynamic_batch", "keras_3d")
 
 _CACHE: dict[str, tuple[bytes, bytes, dict]] = {}
