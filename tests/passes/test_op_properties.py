@@ -20,8 +20,9 @@ from fusekit.model.op_properties import (
     Dead,
 )
 from fusekit.model.tflite_schema import BUILTIN_CODES, BUILTIN_OPERATORS
-from fusekit.passes.fusion import poly, rewrite
+from fusekit.passes.fusion import poly
 from fusekit.passes.fusion.norm_formula import evaluate
+from fusekit.passes.fusion.units.norm import finish as fusion_finish
 
 OP = schema.BuiltinOperator
 
@@ -64,7 +65,7 @@ def test_every_pass_removes_dead_pure_operators_and_fusion_also_by_fusion_ones()
     view, graph = _graph_with_dead(OP.TANH, OP.TILE)
     graph.finish()
     assert view.op_counts() == {"RELU": 1, "TILE": 1}
-    rewrite.finish(graph)
+    fusion_finish(graph)
     assert view.op_counts() == {"RELU": 1}
 
 
