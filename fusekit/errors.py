@@ -201,7 +201,7 @@ class DecodeLoopError(FusekitError, ValueError):
     """A model or a call that :class:`fusekit.DecodeLoop` cannot run exactly."""
 
 
-class InputShapeError(FusekitError, ValueError):
+class InputShapeError(FusekitError, ValueError, RuntimeError):
     """An input was given a shape its model cannot take (a static dim of its
     shape signature changed, and the runtime could not prepare the model for
     it): the message names the input, its shape signature and the shape given."""

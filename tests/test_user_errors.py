@@ -231,7 +231,8 @@ def test_fuse_report_has_a_line_per_fused_op_and_says_why_center_is_false(tmp_pa
     fused = lines[fuse + 1 : fuse + 3]
     assert all(line.startswith("  fusekit_layer_norm at ") for line in fused), lines
     assert "center=False" in fused[1] and "center" not in fused[0]
-    notes = [line for line in lines if line.startswith("  note: fusekit_layer_norm fused with")]
-    assert len(notes) == 1 and "folds away an add of zeros" in notes[0]
+    notes = [line for line in lines if line.startswith("  note: fusekit_layer_norm at ")]
+    assert len(notes) == 1, lines
+    assert "fused with center=False" in notes[0] and "dropped an add of zeros" in notes[0]
     assert all(len(line) < 400 for line in lines)
     assert fusekit.verify(source, tmp_path / "o.tflite", atol=1e-4).ok
