@@ -6,12 +6,15 @@ a form is one module under fusion/units/ and one line here.
 The order matters: group norms first (their statistics over [B, G, C/G]
 would otherwise look like a layer norm's), then layer norms (an RMS norm
 of a centered x would otherwise match inside them), RMS norms, rotary
-embeddings (before attention: they sit on its q and k), attention."""
+embeddings (before attention: they sit on its q and k), attention, and
+last the decode-step weight matmuls (the other matchers read through the
+projections they replace)."""
 
 from __future__ import annotations
 
 from fusekit.passes.fusion.pattern import Fusion
 from fusekit.passes.fusion.units.attention import AttentionFusion
+from fusekit.passes.fusion.units.fully_connected import FullyConnectedFusion
 from fusekit.passes.fusion.units.group_norm import GroupNormFusion
 from fusekit.passes.fusion.units.layer_norm import LayerNormFusion
 from fusekit.passes.fusion.units.rms_norm import RmsNormFusion
@@ -23,6 +26,7 @@ FUSIONS: tuple[type[Fusion], ...] = (
     RmsNormFusion,
     RotaryFusion,
     AttentionFusion,
+    FullyConnectedFusion,
 )
 
 

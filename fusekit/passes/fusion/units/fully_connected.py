@@ -1,0 +1,240 @@
+"""``fusekit_fully_connected``: a hybrid FULLY_CONNECTED (float activations,
+symmetric int8 weights with one scale per output row or per tensor, as
+``dynamic_wi8_afp32`` and the converters' dynamic-range quantization write
+them) over a few statically known activation rows: the weight matmuls of a
+decode step.  The weights stay as the model stores them.
+
+The fused op computes in float against the dequantized weights, so it does
+not quantize the activations as the hybrid FULLY_CONNECTED does: its result
+is the float64 product with the dequantized weights to float32 rounding
+(the proof below checks 1e-5), and differs from the model's own op by that
+op's activation quantization error (the proof checks the model's op stays
+within that error of the same product, which confirms how the weights are
+read).  Prefill-sized steps (more than ``MAX_ROWS`` rows, or rows unknown
+until run time) keep the runtime's GEMM, which is faster there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from fusekit.model.graph import OP, OPTIONS, Graph, ModelView
+from fusekit.passes.fusion.attention_check import _sub_model
+from fusekit.passes.fusion.emit import replace_with_custom
+from fusekit.passes.fusion.pattern import Fusion, NearMiss
+from fusekit.passes.fusion.units.norm import finish
+from fusekit.run.interpreter import Interpreter
+
+#: The most activation rows the fused op takes (a decode step has 1; a
+#: few rows still read the weights once).
+MAX_ROWS = 8
+#: Allowed distance of the fused op from the float64 product.
+TOLERANCE = 1e-5
+
+_ACT = schema.ActivationFunctionType
+_ACTIVATIONS = {
+    _ACT.NONE: "none",
+    _ACT.RELU: "relu",
+    _ACT.RELU6: "relu6",
+    _ACT.RELU_N1_TO_1: "relu_n1_to_1",
+}
+_CLAMPS = {"none": (-np.inf, np.inf), "relu": (0, np.inf), "relu6": (0, 6), "relu_n1_to_1": (-1, 1)}
+
+
+@dataclass
+class FcMatch:
+    """A hybrid int8 FULLY_CONNECTED the fused op replaces."""
+
+    op: schema.OperatorT
+    x: int
+    weights: int
+    bias: int  # -1: none
+    output: int
+    activation: str
+    rows: int
+    #: x reshaped to [rows, K] first (keep_num_dims=False over rank > 2).
+    flatten: bool
+
+    @property
+    def ops(self) -> list[schema.OperatorT]:
+        return [self.op]
+
+
+def _int8_scales(graph: Graph, weights: int, rows: int) -> np.ndarray | None:
+    """The per-row scales of symmetric int8 weights, or None when they are
+    quantized another way (asymmetric, another axis, blockwise)."""
+    t = graph.tensor(weights)
+    q = t.quantization
+    if t.type != schema.TensorType.INT8 or q is None or q.details is not None:
+        return None
+    scale = np.asarray(q.scale if q.scale is not None else [], np.float32)
+    zero = np.asarray(q.zeroPoint if q.zeroPoint is not None else [], np.int64)
+    if scale.size == 1 and zero.size <= 1:
+        scale = np.repeat(scale, rows)
+    elif not (scale.size == rows and q.quantizedDimension == 0 and zero.size in (0, rows)):
+        return None
+    if np.any(zero != 0) or not np.all(np.isfinite(scale)):
+        return None
+    return scale
+
+
+def match_fc(graph: Graph, op: schema.OperatorT) -> FcMatch | None:
+    """A FULLY_CONNECTED the fused op computes, or None."""
+    inputs = [int(t) for t in op.inputs]
+    if len(inputs) < 2 or len(op.outputs) != 1:
+        return None
+    x, weights, output = inputs[0], inputs[1], int(op.outputs[0])
+    bias = inputs[2] if len(inputs) > 2 else -1
+    options = op.builtinOptions
+    if options is None or getattr(options, "weightsFormat", 0) != 0:
+        return None
+    activation = _ACTIVATIONS.get(options.fusedActivationFunction)
+    float32 = schema.TensorType.FLOAT32
+    if activation is None or graph.tensor(x).type != float32:
+        return None
+    if graph.tensor(output).type != float32 or not graph.is_constant(weights):
+        return None
+    if graph.tensor(weights).sparsity is not None or not graph.is_static(x):
+        return None
+    w_shape, x_shape = graph.shape(weights), graph.shape(x)
+    if len(w_shape) != 2 or not x_shape or x_shape[-1] != w_shape[1] or w_shape[1] == 0:
+        return None
+    if _int8_scales(graph, weights, w_shape[0]) is None:
+        return None
+    if bias >= 0 and (graph.tensor(bias).type != float32 or graph.shape(bias) != [w_shape[0]]):
+        return None
+    rows = int(np.prod(x_shape[:-1], dtype=np.int64))
+    if not 1 <= rows <= MAX_ROWS:
+        return None
+    natural = x_shape[:-1] + [w_shape[0]]
+    out_shape = graph.shape(output)
+    if out_shape == natural:
+        flatten = False
+    elif out_shape == [rows, w_shape[0]]:
+        flatten = True
+    else:
+        return None
+    return FcMatch(op, x, weights, bias, output, activation, rows, flatten)
+
+
+def fuse_fc(graph: Graph, found: FcMatch) -> str:
+    """Replaces the FULLY_CONNECTED by ``fusekit_fully_connected``."""
+    x = found.x
+    if found.flatten:
+        k = graph.shape(found.weights)[1]
+        shape = [found.rows, k]
+        x = graph.like(found.x, shape, "/rows")
+        new_shape = graph.add_constant(np.array(shape, np.int32), graph.name(x) + "/shape")
+        options = schema.ReshapeOptionsT()
+        options.newShape = shape
+        graph.add_op(OP.RESHAPE, [found.x, new_shape], [x], OPTIONS.ReshapeOptions, options)
+    inputs = [x, found.weights, found.bias]
+    attrs = {"activation": found.activation}
+    replace_with_custom(graph, "fusekit_fully_connected", inputs, found.output, attrs, found.ops)
+    n, k = graph.shape(found.weights)
+    return (
+        f"fusekit_fully_connected at {graph.name(found.output)!r} (1 op; {found.rows} x {k} "
+        f"by int8 {n} x {k}, activation={found.activation}; computed in float against the "
+        "dequantized weights: within 1e-5 of them, and the hybrid op's own activation "
+        "quantization error of it)"
+    )
+
+
+def _dequantized(graph: Graph, found: FcMatch) -> np.ndarray:
+    n = graph.shape(found.weights)[0]
+    scales = _int8_scales(graph, found.weights, n)
+    assert scales is not None
+    return graph.constant(found.weights).astype(np.float64) * scales.astype(np.float64)[:, None]
+
+
+def _run(model: bytes, feed: np.ndarray) -> np.ndarray:
+    interpreter = Interpreter(model_content=model, num_threads=1)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], feed)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"]).copy()
+
+
+def measured_difference(graph: Graph, found: FcMatch) -> str | None:
+    """The proof by execution: the FULLY_CONNECTED alone and the fused op
+    alone on random rows, against the float64 product with the dequantized
+    weights.  None when the fused op is within ``TOLERANCE`` of it and the
+    model's op within its activation quantization error of it; else why
+    not."""
+    reference, _ = _sub_model(graph, [found.op], found.output)
+    view = ModelView(reference)
+    sub = next(view.graphs())
+    fc = next(op for op in sub.ops if sub.builtin(op) == OP.FULLY_CONNECTED)
+    sub_found = match_fc(sub, fc)
+    if sub_found is None:
+        return "the operator, cut out alone, is not found again"
+    fuse_fc(sub, sub_found)
+    finish(sub)
+    fused = view.pack()
+    w = _dequantized(graph, found)
+    bias = graph.constant(found.bias).astype(np.float64) if found.bias >= 0 else 0.0
+    lo, hi = _CLAMPS[found.activation]
+    rng = np.random.default_rng(0)
+    for scale in (1.0, 30.0):
+        x = (rng.standard_normal(graph.shape(found.x)) * scale).astype(np.float32)
+        rows = x.reshape(found.rows, -1).astype(np.float64)
+        want = np.clip(rows @ w.T + bias, lo, hi)
+        try:
+            got = _run(fused, x).reshape(want.shape)
+            plain = _run(reference, x).reshape(want.shape)
+        except Exception as error:  # noqa: BLE001 - the runtime's own error is the reason
+            return f"the check could not run ({type(error).__name__}: {error})"
+        bound = TOLERANCE * max(1.0, float(np.max(np.abs(want))))
+        diff = float(np.max(np.abs(got - want)))
+        if not diff <= bound:
+            return f"the fused op differs from the dequantized product by {diff:.3g} ({bound:.3g})"
+        # The hybrid op quantizes each row to int8 (step at most max|x|/127):
+        # each output moves by at most half a step times sum |w| of its row.
+        step = np.max(np.abs(rows), axis=1, keepdims=True) / 127.0
+        spread = 0.5 * step * np.sum(np.abs(w), axis=1)[None, :] * 1.01 + bound
+        if not np.all(np.abs(plain - want) <= spread):
+            return (
+                "the model's FULLY_CONNECTED is not within its activation quantization "
+                "error of the dequantized product (its weights are read another way)"
+            )
+    return None
+
+
+class FullyConnectedFusion(Fusion[FcMatch]):
+    """Hybrid int8 FULLY_CONNECTED over a few rows (decode steps)."""
+
+    kind = "fully_connected"
+    op = "fusekit_fully_connected"
+    pass_name = "fuse_fully_connected"
+    anchors = frozenset({OP.FULLY_CONNECTED})
+
+    def __init__(self) -> None:
+        # Proven once per shape, bias presence and activation: the kernel's
+        # arithmetic does not depend on the weights' values.
+        self._proven: dict[tuple, str | None] = {}
+
+    def match(self, graph: Graph, anchor: schema.OperatorT) -> FcMatch | NearMiss | None:
+        found = match_fc(graph, anchor)
+        if found is None:
+            return None
+        key = (
+            tuple(graph.shape(found.x)),
+            tuple(graph.shape(found.weights)),
+            found.bias >= 0,
+            found.activation,
+            found.flatten,
+        )
+        if key not in self._proven:
+            self._proven[key] = measured_difference(graph, found)
+        reason = self._proven[key]
+        if reason:
+            return NearMiss("fully_connected.check", f"not fused: {reason}")
+        return found
+
+    def rewrite(self, graph: Graph, found: FcMatch) -> str:
+        return fuse_fc(graph, found)
+
+    def finish(self, graph: Graph) -> None:
+        finish(graph)
