@@ -2,9 +2,10 @@
 // activations and int8 weights stored as the model stores them, for the few
 // activation rows of a decode step.
 //
-// Inputs: x [..., K] float32; w [N, K] int8, symmetric, with one scale per
-// output row (per-channel, axis 0) or one for the whole tensor, read from
-// the tensor's own quantization; bias [N] float32 (optional).  Attr:
+// Inputs: x [..., K] float32; w [N, K] int8 (symmetric: the stored integers,
+// the model's own weight tensor); scales [N] float32, one per row (the
+// fusion writes the weights' per-channel or per-tensor scales there: a side
+// table of 4 bytes per row); bias [N] float32 (optional).  Attr:
 // activation ("none", "relu", "relu6", "relu_n1_to_1": the fused activation
 // of TFLite's FULLY_CONNECTED).  Output: x's shape with the last dim N.
 //
@@ -121,10 +122,8 @@ void FullyConnectedRows(const FcArgs& a, int64_t begin, int64_t end) {
 
 #if HWY_ONCE
 
-#include <cmath>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/simd.h"
@@ -153,44 +152,30 @@ class FullyConnectedInt8 {
     }
   }
 
-  // The per-row scales are the side table: read (and checked) here, once
-  // per shape, from the weights' own quantization.
-  TfLiteStatus Prepare(OpContext& ctx, In<float> x, In<int8_t> w, Opt<float> bias,
-                       Out<float> y) {
-    const int64_t k = w.dim(1);
+  // The SDK checked that scales is a vector of w's rows.  The scales come
+  // as an operand, not from w's quantization, because LiteRT's
+  // CompiledModel gives a custom op its tensors without quantization.
+  TfLiteStatus Prepare(OpContext& ctx, In<float> x, In<int8_t> w, In<float> /*scales*/,
+                       Opt<float> bias, Out<float> y) {
     const int64_t n = w.dim(0);
     FUSEKIT_ENSURE_EQ(ctx, x.dim(-1), w.dim(1), "x's last dim and the weights' columns");
-    FUSEKIT_ENSURE(ctx, k > 0, "the weights must have at least one column");
+    FUSEKIT_ENSURE(ctx, w.dim(1) > 0, "the weights must have at least one column");
     if (bias.present()) {
       FUSEKIT_ENSURE(ctx, bias.rank() == 1 && bias.dim(0) == n,
                      "bias must be a vector of %d elements (the weights' rows)",
                      static_cast<int>(n));
-    }
-    const QuantParams q = w.quantization();
-    FUSEKIT_ENSURE(ctx, q.count == 1 || (q.count == n && q.axis == 0),
-                   "the int8 weights need one scale or one per row (axis 0), got %d "
-                   "scales on axis %d for %d rows",
-                   q.count, q.axis, static_cast<int>(n));
-    scales_.assign(static_cast<size_t>(n), 0.0f);
-    for (int64_t i = 0; i < n; ++i) {
-      const int c = q.count == 1 ? 0 : static_cast<int>(i);
-      FUSEKIT_ENSURE(ctx, q.zero_points == nullptr || q.zero_points[c] == 0,
-                     "the int8 weights must be symmetric (zero point 0), row %d has %d",
-                     static_cast<int>(i), static_cast<int>(q.zero_points ? q.zero_points[c] : 0));
-      FUSEKIT_ENSURE(ctx, std::isfinite(q.scales[c]), "weight scale %d is not finite", c);
-      scales_[static_cast<size_t>(i)] = q.scales[c];
     }
     std::vector<int> shape = x.shape();
     shape.back() = static_cast<int>(n);
     return ctx.ResizeOutput(y, shape);
   }
 
-  TfLiteStatus Invoke(OpContext& ctx, In<float> x, In<int8_t> w, Opt<float> bias,
-                      Out<float> y) {
+  TfLiteStatus Invoke(OpContext& ctx, In<float> x, In<int8_t> w, In<float> scales,
+                      Opt<float> bias, Out<float> y) {
     const int64_t k = w.dim(1);
     const int64_t n = w.dim(0);
     if (n == 0 || x.num_elements() == 0) return kTfLiteOk;
-    FcArgs a{x.data(), w.data(), scales_.data(), bias.data(), y.data(),
+    FcArgs a{x.data(), w.data(), scales.data(), bias.data(), y.data(),
              x.num_elements() / k, k, n, lo_, hi_};
     // Chunks of whole 4-row groups with at least ~32 KB of weights each.
     const int64_t groups = (n + kRows - 1) / kRows;
@@ -205,14 +190,13 @@ class FullyConnectedInt8 {
  private:
   RowsFn compute_;
   float lo_ = 0.0f, hi_ = 0.0f;
-  std::vector<float> scales_;
 };
 
 }  // namespace
 
 FUSEKIT_REGISTER_KERNEL("fusekit_fully_connected", FullyConnectedInt8,
                         Inputs(OperandSpec("x").MinRank(1), OperandSpec("weights").Rank(2, 2),
-                               "bias"),
+                               OperandSpec("scales").VectorOf("weights", 0), "bias"),
                         Outputs("y"), AttrSchema(attr::String("activation", "none")));
 
 }  // namespace fusekit

@@ -130,10 +130,16 @@ def fuse_fc(graph: Graph, found: FcMatch) -> str:
         options = schema.ReshapeOptionsT()
         options.newShape = shape
         graph.add_op(OP.RESHAPE, [found.x, new_shape], [x], OPTIONS.ReshapeOptions, options)
-    inputs = [x, found.weights, found.bias]
+    n = graph.shape(found.weights)[0]
+    scales = _int8_scales(graph, found.weights, n)
+    assert scales is not None
+    # The scales as an operand: LiteRT's CompiledModel gives a custom op its
+    # tensors without their quantization.
+    table = graph.add_constant(scales, graph.name(found.weights) + "/row_scales")
+    inputs = [x, found.weights, table, found.bias]
     attrs = {"activation": found.activation}
     replace_with_custom(graph, "fusekit_fully_connected", inputs, found.output, attrs, found.ops)
-    n, k = graph.shape(found.weights)
+    k = graph.shape(found.weights)[1]
     return (
         f"fusekit_fully_connected at {graph.name(found.output)!r} (1 op; {found.rows} x {k} "
         f"by int8 {n} x {k}, activation={found.activation}; computed in float against the "
