@@ -34,6 +34,13 @@ class FcModel:
     bias: np.ndarray | None
     activation: str
 
+    def hybrid(self, x: np.ndarray) -> np.ndarray:
+        """The hybrid op's arithmetic, as ``fusekit_fully_connected`` does
+        it (fusekit.passes.fusion.units.fully_connected.hybrid_product)."""
+        from fusekit.passes.fusion.units.fully_connected import hybrid_product
+
+        return hybrid_product(x, self.q, self.scales, self.bias, self.activation)
+
     def reference(self, x: np.ndarray) -> np.ndarray:
         """float64 ``act(x @ dequantized(w)^T + bias)``."""
         w = self.q.astype(np.float64) * self.scales.astype(np.float64)[:, None]

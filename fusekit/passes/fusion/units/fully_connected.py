@@ -2,16 +2,19 @@
 symmetric int8 weights with one scale per output row or per tensor, as
 ``dynamic_wi8_afp32`` and the converters' dynamic-range quantization write
 them) over a few statically known activation rows: the weight matmuls of a
-decode step.  The weights stay as the model stores them.
+decode step.  The weights stay as the model stores them; the fused op gets
+their scales as a small [N] float operand.
 
-The fused op computes in float against the dequantized weights, so it does
-not quantize the activations as the hybrid FULLY_CONNECTED does: its result
-is the float64 product with the dequantized weights to float32 rounding
-(the proof below checks 1e-5), and differs from the model's own op by that
-op's activation quantization error (the proof checks the model's op stays
-within that error of the same product, which confirms how the weights are
-read).  Prefill-sized steps (more than ``MAX_ROWS`` rows, or rows unknown
-until run time) keep the runtime's GEMM, which is faster there."""
+The fused op computes the hybrid op's own arithmetic (each activation row
+quantized to int8 symmetrically, exact int32 dots, scaled back: TFLite's
+reference hybrid kernel), with AVX-512 VNNI where the CPU has it.  The
+proof by execution below runs the FULLY_CONNECTED alone and the fused op
+alone on random rows: the fused op must be within 1e-5 of that arithmetic
+done in numpy, and both ops within their activation quantization error of
+the float64 product with the dequantized weights (the model's op, run by
+XNNPACK, quantizes asymmetrically: the two differ by at most both errors).
+Prefill-sized steps (more than ``MAX_ROWS`` rows, or rows unknown until
+run time) keep the runtime's GEMM, which is faster there."""
 
 from __future__ import annotations
 
@@ -142,17 +145,39 @@ def fuse_fc(graph: Graph, found: FcMatch) -> str:
     k = graph.shape(found.weights)[1]
     return (
         f"fusekit_fully_connected at {graph.name(found.output)!r} (1 op; {found.rows} x {k} "
-        f"by int8 {n} x {k}, activation={found.activation}; computed in float against the "
-        "dequantized weights: within 1e-5 of them, and the hybrid op's own activation "
-        "quantization error of it)"
+        f"by int8 {n} x {k}, activation={found.activation}; the hybrid op's arithmetic "
+        "(int8 activations per row, exact int32 dots): within 1e-5 of it, and within the "
+        "activation quantization error of the dequantized product, as the model's op)"
     )
 
 
-def _dequantized(graph: Graph, found: FcMatch) -> np.ndarray:
-    n = graph.shape(found.weights)[0]
-    scales = _int8_scales(graph, found.weights, n)
-    assert scales is not None
-    return graph.constant(found.weights).astype(np.float64) * scales.astype(np.float64)[:, None]
+def hybrid_product(
+    x: np.ndarray, q: np.ndarray, scales: np.ndarray, bias: np.ndarray | None, activation: str
+) -> np.ndarray:
+    """What ``fusekit_fully_connected`` computes, in numpy: rows of ``x``
+    quantized to int8 (s = max|x| / 127, q = round(x * (127 / max|x|)) in
+    float32, ties to even), exact integer dots with ``q``, times s and the
+    row scale in float32, plus ``bias``, clamped; [rows, N] float32."""
+    rows = np.asarray(x, np.float32).reshape(-1, q.shape[1])
+    amax = np.max(np.abs(rows), axis=1, keepdims=True).astype(np.float32)
+    safe = np.where(amax > 0, amax, np.float32(1))
+    inv = np.float32(127) / safe
+    xq = np.clip(np.rint((rows * inv).astype(np.float32)), -127, 127)
+    xq = np.where(amax > 0, xq, 0).astype(np.int64)
+    dot = (xq @ q.astype(np.int64).T).astype(np.float32)
+    s = np.where(amax > 0, safe / np.float32(127), np.float32(0)).astype(np.float32)
+    y = (dot * s).astype(np.float32) * np.asarray(scales, np.float32)[None, :]
+    if bias is not None:
+        y = (y + np.asarray(bias, np.float32)).astype(np.float32)
+    lo, hi = _CLAMPS[activation]
+    return np.clip(y, lo, hi).astype(np.float32)
+
+
+def _spread(rows: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The most an op quantizing each row to int8 (a step of at most
+    max|x| / 127) can move each output: half a step times sum |w|."""
+    step = np.max(np.abs(rows), axis=1, keepdims=True) / 127.0
+    return 0.5 * step * np.sum(np.abs(w), axis=1)[None, :] * 1.01
 
 
 def _run(model: bytes, feed: np.ndarray) -> np.ndarray:
@@ -165,9 +190,9 @@ def _run(model: bytes, feed: np.ndarray) -> np.ndarray:
 
 def measured_difference(graph: Graph, found: FcMatch) -> str | None:
     """The proof by execution: the FULLY_CONNECTED alone and the fused op
-    alone on random rows, against the float64 product with the dequantized
-    weights.  None when the fused op is within ``TOLERANCE`` of it and the
-    model's op within its activation quantization error of it; else why
+    alone on random rows.  None when the fused op is within ``TOLERANCE``
+    of ``hybrid_product`` and both are within their activation quantization
+    error of the float64 product with the dequantized weights; else why
     not."""
     reference, _ = _sub_model(graph, [found.op], found.output)
     view = ModelView(reference)
@@ -179,28 +204,30 @@ def measured_difference(graph: Graph, found: FcMatch) -> str | None:
     fuse_fc(sub, sub_found)
     finish(sub)
     fused = view.pack()
-    w = _dequantized(graph, found)
-    bias = graph.constant(found.bias).astype(np.float64) if found.bias >= 0 else 0.0
+    n = graph.shape(found.weights)[0]
+    scales = _int8_scales(graph, found.weights, n)
+    assert scales is not None
+    q = graph.constant(found.weights)
+    w = q.astype(np.float64) * scales.astype(np.float64)[:, None]
+    bias = graph.constant(found.bias) if found.bias >= 0 else None
     lo, hi = _CLAMPS[found.activation]
     rng = np.random.default_rng(0)
     for scale in (1.0, 30.0):
         x = (rng.standard_normal(graph.shape(found.x)) * scale).astype(np.float32)
         rows = x.reshape(found.rows, -1).astype(np.float64)
-        want = np.clip(rows @ w.T + bias, lo, hi)
+        exact = np.clip(rows @ w.T + (0.0 if bias is None else bias), lo, hi)
+        hybrid = hybrid_product(x, q, scales, bias, found.activation)
         try:
-            got = _run(fused, x).reshape(want.shape)
-            plain = _run(reference, x).reshape(want.shape)
+            got = _run(fused, x).reshape(exact.shape)
+            plain = _run(reference, x).reshape(exact.shape)
         except Exception as error:  # noqa: BLE001 - the runtime's own error is the reason
             return f"the check could not run ({type(error).__name__}: {error})"
-        bound = TOLERANCE * max(1.0, float(np.max(np.abs(want))))
-        diff = float(np.max(np.abs(got - want)))
+        bound = TOLERANCE * max(1.0, float(np.max(np.abs(hybrid))))
+        diff = float(np.max(np.abs(got - hybrid)))
         if not diff <= bound:
-            return f"the fused op differs from the dequantized product by {diff:.3g} ({bound:.3g})"
-        # The hybrid op quantizes each row to int8 (step at most max|x|/127):
-        # each output moves by at most half a step times sum |w| of its row.
-        step = np.max(np.abs(rows), axis=1, keepdims=True) / 127.0
-        spread = 0.5 * step * np.sum(np.abs(w), axis=1)[None, :] * 1.01 + bound
-        if not np.all(np.abs(plain - want) <= spread):
+            return f"the fused op differs from the hybrid arithmetic by {diff:.3g} ({bound:.3g})"
+        spread = _spread(rows, w) + bound
+        if not np.all(np.abs(plain - exact) <= spread):
             return (
                 "the model's FULLY_CONNECTED is not within its activation quantization "
                 "error of the dequantized product (its weights are read another way)"
