@@ -190,6 +190,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniRows(const FcArg
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const int64_t full = a.k / 64 * 64;
   const __mmask64 tail = a.k > full ? (~0ULL >> (64 - (a.k - full))) : 0;
+  const int64_t ahead = 2 * kRows * a.k;
   for (int64_t n0 = begin; n0 < end; n0 += kRows) {
     const int rows = static_cast<int>(end - n0 < kRows ? end - n0 : kRows);
     const int8_t* w[kRows];
@@ -199,6 +200,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniRows(const FcArg
       __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
       int64_t j = 0;
       for (; j < full; j += 64) {
+        // The weights of the group after next: four short row streams are
+        // more than the hardware prefetcher follows ahead of time.
+        if (i == 0) {
+          for (int r = 0; r < kRows; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(w[r] + j + ahead), _MM_HINT_T0);
+          }
+        }
         const __m512i u = _mm512_xor_si512(_mm512_loadu_si512(x + j), flip);
         s0 = _mm512_dpbusd_epi32(s0, u, _mm512_loadu_si512(w[0] + j));
         s1 = _mm512_dpbusd_epi32(s1, u, _mm512_loadu_si512(w[1] + j));
