@@ -179,3 +179,12 @@ def test_export_hf_int8_decode_step():
     for name, value in want.items():
         scale = max(1.0, float(np.max(np.abs(value))))
         assert float(np.max(np.abs(got[name] - value))) <= 0.05 * scale, name
+
+
+def test_opt_in_only():
+    """Not in the default passes (outputs move within the quantization
+    error, not within 1e-5); ``+fuse_fully_connected`` adds it."""
+    case = fc_model([1, 64], 32)
+    assert _custom_count(fusekit.optimize(case.model).model) == 0
+    added = fusekit.optimize(case.model, passes="+fuse_fully_connected").model
+    assert _custom_count(added) == 1

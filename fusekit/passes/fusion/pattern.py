@@ -228,6 +228,10 @@ class Fusion(ABC, Generic[M]):
     anchors: frozenset[int] = frozenset()
     #: Look again after a rewrite (a fused op may be what the next one reads).
     repeat: bool = False
+    #: Not run by ``fuse``/``fuse_quantized``: only as its own pass, named
+    #: (a rewrite that changes the numerics within the model's own
+    #: quantization error rather than proving equality to 1e-5).
+    opt_in: bool = False
 
     def match(self, graph: Graph, anchor: Operator) -> M | NearMiss | None:
         raise NotImplementedError
