@@ -48,7 +48,7 @@ def _region(graph: Graph, output: int, boundary: set[int]) -> list[schema.Operat
     return [op for op in graph.ops if id(op) in needed]
 
 
-def _sub_model(graph: Graph, ops: list[schema.OperatorT], output: int) -> tuple[bytes, list[int]]:
+def sub_model(graph: Graph, ops: list[schema.OperatorT], output: int) -> tuple[bytes, list[int]]:
     """``ops`` as a model of their own: (its bytes, the original tensors
     that are its inputs, in order)."""
     model = graph.model
@@ -95,7 +95,7 @@ def measured_difference(
     ops = _region(graph, match.output, boundary)
     if ops is None:
         return None
-    reference, inputs = _sub_model(graph, ops, match.output)
+    reference, inputs = sub_model(graph, ops, match.output)
     view = ModelView(reference)
     sub = next(view.graphs())
     softmax = [op for op in sub.ops if sub.builtin(op) in ANCHORS]

@@ -28,7 +28,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph, ModelView
-from fusekit.passes.fusion.attention_check import _sub_model
+from fusekit.passes.fusion.attention_check import sub_model
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.pattern import Fusion, NearMiss
 from fusekit.passes.fusion.units.norm import finish
@@ -198,7 +198,7 @@ def measured_difference(graph: Graph, found: FcMatch) -> str | None:
     of ``hybrid_product`` and both are within their activation quantization
     error of the float64 product with the dequantized weights; else why
     not."""
-    reference, _ = _sub_model(graph, [found.op], found.output)
+    reference, _ = sub_model(graph, [found.op], found.output)
     view = ModelView(reference)
     sub = next(view.graphs())
     fc = next(op for op in sub.ops if sub.builtin(op) == OP.FULLY_CONNECTED)
