@@ -188,3 +188,20 @@ def test_opt_in_only():
     assert _custom_count(fusekit.optimize(case.model).model) == 0
     added = fusekit.optimize(case.model, passes="+fuse_fully_connected").model
     assert _custom_count(added) == 1
+
+
+def test_bad_inputs_and_fuzz_never_crash():
+    """Operands of other dtypes, ranks and shapes, and mutated options and
+    operands: an error naming the op or a result, never a crash."""
+    from kernel_cases import fully_connected_models
+
+    from fusekit.testing import opcheck
+
+    result = opcheck(
+        None,
+        OP,
+        fully_connected_models(Path()),
+        checks=("parity", "bad_inputs", "fuzz"),
+        fuzz_mutants=60,
+    )
+    assert all(check.passed for check in result.checks.values()), str(result)
