@@ -602,7 +602,7 @@ def _emit(graph: Graph, view: View, name: str, plan: tuple[list[_Factor], list[i
     tensor = view.source
     source_type = graph.tensor(tensor).type
     split = [f.size for f in factors]
-    if split != view.source_shape:
+    if not symbolic_dims.same(graph.signature(tensor), split):
         tensor = _reshape(graph, tensor, split, name + "/factors")
     if any(f.take != f.size for f in factors):
         begin = np.array([f.begin for f in factors], np.int32)
