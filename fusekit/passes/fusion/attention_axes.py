@@ -636,6 +636,7 @@ def _by_axes(graph: Graph, softmax: Softmax):
                 "operand_dims",
                 f"q, k or v would need a view of {dims or 'more'} dims to be read in the "
                 "fused op's layout; the runtimes take six",
+                "nothing to change: this attention runs as plain operators",
             )
     match = AttentionMatch(q_view.source, k_view.source, v_view.source, end_tensor, scale)
     symbolic = isinstance(graph, SymbolicGraph)

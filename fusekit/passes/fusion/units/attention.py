@@ -146,9 +146,7 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
     output = match.output
     if match.finish_output is not None:
         shape = match.result_shape
-        output = graph.like(
-            match.output, [max(d, 1) for d in shape], "/attention", signature=shape
-        )
+        output = graph.like(match.output, [max(d, 1) for d in shape], "/attention", signature=shape)
     elif match.output_perm is not None:
         shape = match.result_shape or _permuted(graph.signature(match.output))
         output = graph.like(
