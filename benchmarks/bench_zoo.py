@@ -30,8 +30,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "passes"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from attention_share import regions, signature_subgraphs, time_regions  # noqa: E402
 from zoo import KINDS, ZOO, models, outcome  # noqa: E402
 
 import fusekit  # noqa: E402
@@ -56,6 +59,8 @@ def _runner(model: bytes, key: str, feeds: dict[str, np.ndarray]):
 
 def _time(plain: bytes, fused: bytes, entry: dict, data_dir: Path, rounds: int) -> list[dict]:
     rows = []
+    cut = regions(plain)
+    subgraphs = signature_subgraphs(plain)
     for signature in entry["signatures"]:
         key = signature["name"]
         with np.load(data_dir / entry["data"]) as data:
@@ -67,6 +72,8 @@ def _time(plain: bytes, fused: bytes, entry: dict, data_dir: Path, rounds: int) 
             warmup=2,
         )
         p, f = result["plain"].median_us, result["fused"].median_us
+        mine = [r for r in cut if r.subgraph == subgraphs.get(key, 0)]
+        attention_plain, attention_fused = time_regions(mine, max(3, rounds // 3))
         rows.append(
             {
                 "signature": key,
@@ -74,6 +81,11 @@ def _time(plain: bytes, fused: bytes, entry: dict, data_dir: Path, rounds: int) 
                 "plain_us": p,
                 "fused_us": f,
                 "speedup": p / f,
+                # The fused attention regions alone (attention_share.py).
+                "attention_regions": len(mine),
+                "attention_plain_us": attention_plain,
+                "attention_fused_us": attention_fused,
+                "attention_share": attention_plain / p,
                 # The fastest round: on a loaded machine, the least disturbed.
                 "plain_min_us": min(result["plain"].samples_us),
                 "fused_min_us": min(result["fused"].samples_us),
@@ -218,9 +230,13 @@ def _markdown(payload: dict, quick: bool) -> str:
         f"Latency, 1 thread, ai-edge-litert, median of {payload['rounds']} interleaved rounds "
         f"(load average before: {payload['load_before']}):",
         "",
+        "*attention*: the share of the plain model's time its fused attention regions "
+        "take, each region cut out and timed alone (benchmarks/attention_share.py), and "
+        "those regions plain / fused.",
+        "",
         "| model | size | signature | inputs | plain (us) | fused (us) | plain / fused | "
-        "fastest round: plain / fused (us) |",
-        "|---|---|---|---|---|---|---|---|",
+        "attention | attention plain / fused | fastest round: plain / fused (us) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["results"]:
         for t in r["timings"]:
@@ -228,9 +244,17 @@ def _markdown(payload: dict, quick: bool) -> str:
             lines.append(
                 f"| {r['model']} | {r['timed_at']} | {t['signature']} | {shapes} | "
                 f"{t['plain_us']:.0f} | {t['fused_us']:.0f} | {t['speedup']:.2f}x | "
+                f"{_share(t)} | "
                 f"{t['plain_min_us']:.0f} / {t['fused_min_us']:.0f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _share(t: dict) -> str:
+    if not t.get("attention_regions"):
+        return "- | -"
+    ratio = t["attention_plain_us"] / t["attention_fused_us"]
+    return f"{100 * t['attention_share']:.0f}% | {ratio:.2f}x"
 
 
 if __name__ == "__main__":

@@ -387,6 +387,33 @@ PLAN = [
         [(1, 6, 6), (3, 17, 9)],
     ),
     ("mha float [1,H,S,K]", 4, 4, 12, None, "float", [1, 4, "S", "K"], True, 1.0, [(2, 5, 12)]),
+    # A bias per query in the prefill path (gathered a vector of queries at
+    # a time): Swin's windows (49 queries, a partial vector) and LeViT's
+    # attention biases (keys 16, values 32).
+    (
+        "windows float bias [B,H,S,K]",
+        3,
+        3,
+        32,
+        None,
+        "float",
+        ["B", 3, "S", "K"],
+        False,
+        1.0,
+        [(5, 49, 49), (2, 17, 33)],
+    ),
+    (
+        "bias [1,H,S,K] dv32",
+        4,
+        4,
+        16,
+        32,
+        "float",
+        [1, 4, "S", "K"],
+        False,
+        1.0,
+        [(1, 196, 196), (1, 49, 196)],
+    ),
     ("mha float [K]", 2, 2, 24, None, "float", ["K"], False, 1.0, [(2, 3, 50)]),
     ("size one", 1, 1, 1, None, None, None, False, 1.0, [(1, 1, 1), (2, 1, 3)]),
     ("mha float scalar mask", 2, 2, 8, None, "float", [], False, 1.0, [(1, 3, 5)]),
