@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     (out_dir / "zoo.json").write_text(json.dumps(payload, indent=1) + "\n")
     (out_dir / "zoo.md").write_text(_markdown(payload, args.quick))
+    _chart(out_dir / "zoo.png", results)
     print(_markdown(payload, args.quick))
     return 0
 
@@ -248,6 +249,47 @@ def _markdown(payload: dict, quick: bool) -> str:
                 f"{t['plain_min_us']:.0f} / {t['fused_min_us']:.0f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _chart(path: Path, results: list[dict]) -> None:
+    """Plain / fused latency per model and signature, the attention share
+    in each label (latencies span 40 us to 200 ms: the ratio is what one
+    chart shows for all)."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, ratios = [], []
+    for r in results:
+        for t in r["timings"]:
+            share = (
+                f", attention {100 * t['attention_share']:.0f}%"
+                if t.get("attention_regions")
+                else ""
+            )
+            labels.append(f"{r['model']} {t['signature']}{share}")
+            ratios.append(t["speedup"])
+    fig, ax = plt.subplots(figsize=(8, 0.28 * len(labels) + 1.2))
+    ys = np.arange(len(labels))[::-1]
+    ax.barh(ys, ratios, color=["tab:green" if x >= 1 else "tab:red" for x in ratios])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.axvline(1.15, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xticks(
+        [0.5, 1, 1.15, 1.5, 2, 3, 10, 100][
+            : 2 + sum(max(ratios) > x for x in (1, 1.15, 1.5, 2, 3, 10))
+        ]
+    )
+    ax.set_yticks(ys, labels, fontsize=7)
+    ax.set_xlabel("plain / fused latency, 1 thread (higher is better; dashed: 1.15x)")
+    ax.set_title("fusekit on the PyTorch zoo at deployment size")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _share(t: dict) -> str:
