@@ -10,7 +10,8 @@ the whole plain model's time, is the attention share.
 A region alone runs with its inputs and outputs in cache as in the model
 (one layer's activations fit in L2 at these sizes), so the sum stands for
 the model's attention time; it leaves out the attention fusekit does not
-fuse (it has no region to cut).
+fuse and attention composites an exporter marked (mapped whole, they have
+no plain region to cut).
 
     .venv/bin/python benchmarks/attention_share.py MODEL.tflite [--rounds N]
 """
