@@ -234,8 +234,9 @@ def _markdown(payload: dict, quick: bool) -> str:
         "*attention*: the share of the plain model's time its fused attention regions "
         "take, each region cut out and timed alone on random inputs "
         "(benchmarks/attention_share.py), and those regions plain / fused (keys a real mask "
-        "drops, which the fused op skips, count in the model's time, not here); '-': no attention the fusion pass rewrites (an exporter's "
-        "attention composite, mapped as a whole, has no plain region to cut out).",
+        "drops, which the fused op skips, count in the model's time, not here); '-': no "
+        "attention the fusion pass rewrites (an exporter's attention composite, mapped as a "
+        "whole, has no plain region to cut out).",
         "",
         "| model | size | signature | inputs | plain (us) | fused (us) | plain / fused | "
         "attention | attention plain / fused | fastest round: plain / fused (us) |",
