@@ -80,6 +80,9 @@ class _Term:
     tensor: int
     at: View
     factor: float = 1.0
+    # A keep-mask read the other way round: SELECT_V2(masked, fill, s), as
+    # torch's masked_fill exports (True where the key is dropped).
+    negated: bool = False
 
 
 @dataclass
@@ -141,9 +144,10 @@ def _walk_back(
         if c is None or c == 0.0 or not np.isfinite(c):
             return None
         return _walk_back(graph, inputs[0], [op], [(op, 0), *path])
-    if code == OP.SELECT_V2 and len(inputs) == 3 and scalar(graph, inputs[2]) is not None:
-        if graph.tensor(inputs[0]).type == schema.TensorType.BOOL:
-            return _walk_back(graph, inputs[1], [op], [(op, 1), *path])
+    if code == OP.SELECT_V2 and len(inputs) == 3:
+        position = _select_scores(graph, inputs)
+        if position is not None:
+            return _walk_back(graph, inputs[position], [op], [(op, position), *path])
     if code == OP.ADD and no_activation(op) and len(inputs) == 2:
         for position in (0, 1):
             if graph.is_constant(inputs[position]):
@@ -152,6 +156,32 @@ def _walk_back(
             if found is not None:
                 return found
     return None
+
+
+def _select_scores(graph: Graph, inputs: list[int]) -> int | None:
+    """Where the scores come into a SELECT_V2 that masks them: 1 for
+    SELECT_V2(keep, s, fill), 2 for SELECT_V2(masked, fill, s); None when
+    neither value is one constant (broadcast, cast, filled or reshaped)."""
+    if graph.tensor(inputs[0]).type != schema.TensorType.BOOL:
+        return None
+    for position in (1, 2):
+        if _uniform(graph, inputs[3 - position]) is not None:
+            return position
+    return None
+
+
+def _uniform(graph: Graph, tensor: int) -> float | None:
+    """The one value of a float tensor computed from constants whose
+    elements are all equal, else None."""
+    if graph.tensor(tensor).type != FLOAT32:
+        return None
+    value = _constant_of(graph, tensor)
+    if value is None or value.size == 0:
+        return None
+    first = value.reshape(-1)[0]
+    if not (value == first).all() and not np.isnan(first):
+        return None
+    return float(first)
 
 
 def blocker(graph: Graph, tensor: int) -> schema.OperatorT | None:
@@ -239,7 +269,8 @@ def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
                     return _miss("bias_shape", "a tensor added to the scores widens them")
                 view = widened
             if code == OP.SELECT_V2:
-                keep, fill = _Term(other, view), float(scalar(graph, int(op.inputs[2])))
+                keep = _Term(other, view, negated=position == 2)
+                fill = float(_uniform(graph, int(op.inputs[3 - position])))
             else:
                 terms.append(_Term(other, view))
     beta = softmax.beta
@@ -389,6 +420,7 @@ def _by_axes(graph: Graph, softmax: Softmax):
         zeroing = (
             code == OP.SELECT_V2
             and scores.keep is not None
+            and not scores.keep.negated
             and not zeroed
             and [int(t) for t in reader.inputs[:2]] == [scores.keep.tensor, tensor]
             and scalar(graph, int(reader.inputs[2])) == 0.0
@@ -833,6 +865,9 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
     keep_plane: np.ndarray | None = None
     causal = False
     keep_value = None if keep_view is None else _constant_of(graph, scores.keep.tensor)
+    negated = scores.keep is not None and scores.keep.negated
+    if keep_value is not None and negated:
+        keep_value = ~keep_value.astype(bool)
     if keep_view is not None and keep_value is not None:
         # A constant keep-mask is the constant 0 / masked value added to the
         # scores (causal when its masked keys are the kernel's band).
@@ -899,7 +934,7 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
                 return _MaskPlan(None)
             return _MaskPlan(None, constant_keep=keep_plane[0, 0])
     # A runtime mask and keep-mask the op reads as the graph has them.
-    keep_as_is = keep_view is None or axis_map.in_place(keep_view)
+    keep_as_is = keep_view is None or (axis_map.in_place(keep_view) and not negated)
     keep = None if keep_view is None else keep_view.source
     keep_reshape = None if keep_view is None else _reshape_to(graph, keep_view)
     if len(runtime) == 1 and constant is None and keep_as_is:
@@ -951,7 +986,7 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
             out = graph.add_tensor(shape, FLOAT32, f"{name}/mask")
             graph.add_op(
                 OP.SELECT_V2,
-                [keep, total, fill],
+                [keep, fill, total] if negated else [keep, total, fill],
                 [out],
                 OPTIONS.SelectV2Options,
                 schema.SelectV2OptionsT(),
@@ -1040,13 +1075,44 @@ def _constant_of(graph: Graph, tensor: int, depth: int = 0) -> np.ndarray | None
     if op is None or depth > 4 or not graph.is_static(tensor):
         return None
     code = graph.builtin(op)
-    if code == OP.RESHAPE:
+    shape = graph.signature(tensor)
+    if code in (OP.RESHAPE, OP.SQUEEZE, OP.EXPAND_DIMS, OP.CAST, OP.BROADCAST_TO):
         inner = _constant_of(graph, int(op.inputs[0]), depth + 1)
-        return None if inner is None else inner.reshape(graph.signature(tensor))
+        if inner is None:
+            return None
+        if code == OP.BROADCAST_TO:
+            if not _broadcasts(inner.shape, shape):
+                return None
+            inner = np.broadcast_to(inner, shape)
+        elif inner.size != int(np.prod(shape, dtype=np.int64)):
+            return None
+        return _as_type(graph, tensor, inner.reshape(shape))
+    if code == OP.FILL:
+        inner = _constant_of(graph, int(op.inputs[1]), depth + 1)
+        if inner is None or inner.size != 1:
+            return None
+        return _as_type(graph, tensor, np.broadcast_to(inner.reshape(-1)[0], shape))
     if code != OP.SELECT_V2:
         return None
     keep = _constant_of(graph, int(op.inputs[0]), depth + 1)
-    a, b = (constant_value(graph, int(t)) for t in op.inputs[1:3])
+    a, b = (_constant_of(graph, int(t), depth + 1) for t in op.inputs[1:3])
     if keep is None or a is None or b is None:
         return None
-    return np.broadcast_to(np.where(keep, a, b), graph.signature(tensor)).astype(np.float32)
+    return _as_type(graph, tensor, np.broadcast_to(np.where(keep, a, b), shape))
+
+
+def _broadcasts(source: tuple[int, ...], shape: list[int]) -> bool:
+    if len(source) > len(shape):
+        return False
+    return all(s in (1, d) for s, d in zip(source[::-1], shape[::-1], strict=False))
+
+
+def _as_type(graph: Graph, tensor: int, value: np.ndarray) -> np.ndarray | None:
+    """``value`` as the tensor's element type (a CAST to bool keeps what is
+    non-zero, as TFLite's does)."""
+    kind = graph.tensor(tensor).type
+    if kind == schema.TensorType.BOOL:
+        return np.ascontiguousarray(value != 0)
+    if kind == FLOAT32:
+        return np.ascontiguousarray(value, dtype=np.float32)
+    return None
