@@ -7,8 +7,9 @@ graph forms: what the maps cannot read is a near-miss with its reason.
 
 A SOFTMAX the maps find nothing around but that reads a matmul of two
 activations is never left silently: the note names the operator that
-stands between Q.K^T and the softmax (talking-head attention mixes its
-heads there), or says that the operands could not be traced.
+stands between Q.K^T and the softmax and why the fused op has no place
+for it (a learned map across the heads is talking-head attention), or
+says that the operands could not be traced.
 
 Why a keep-mask is exact: a kept score s is unchanged; a masked one becomes
 s + M with M = -1e38, which rounds to M for |s| < 1e30, so a row with every
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model.graph import Graph
+from fusekit.model.graph import OP, Graph
 from fusekit.passes.fusion.attention_axes import attention_by_axes, blocker
 from fusekit.passes.fusion.attention_match import AttentionMatch, reaches_activation_matmul
 from fusekit.passes.fusion.pattern import NearMiss
@@ -58,17 +59,54 @@ def match_attention(graph: Graph, softmax: schema.OperatorT) -> AttentionMatch |
         return found
     blocking = blocker(graph, region.input)
     if blocking is not None:
-        name = graph.model.op_name(blocking)
-        return _miss(
-            "scores_mixed",
-            f"the scores pass through {name} between Q.K^T and the softmax: the fused "
-            f"op computes softmax(scale * q.k^T + mask) only, and a {name} there (as "
-            "talking-head attention mixes its heads) has no fused form",
-            "nothing to change: this attention runs as plain operators",
-        )
+        return _blocked(graph, blocking, graph.signature(region.input)[region.axis])
     return _miss(
         "unknown_form",
         "the softmax reads a matmul of two activations, but q, k and v could not be "
         "traced to their batch, head, sequence and depth axes",
         "report the model if it is attention",
+    )
+
+
+# Operators that combine entries of a tensor with learned weights (their
+# second input), over the input's last axis.
+_LEARNED_MAPS = frozenset({OP.CONV_2D, OP.FULLY_CONNECTED, OP.BATCH_MATMUL})
+
+
+def _blocked(graph: Graph, op: schema.OperatorT, keys: int) -> NearMiss:
+    """The note for an operator between Q.K^T and the softmax that the
+    fused op cannot fold in, saying what it does to the scores."""
+    name = graph.model.op_name(op)
+    code = graph.builtin(op)
+    inputs = [int(t) for t in op.inputs]
+    where = f"the scores pass through {name} between Q.K^T and the softmax: "
+    keep = "nothing to change: this attention runs as plain operators"
+    if code in _LEARNED_MAPS and len(inputs) > 1 and graph.is_constant(inputs[1]):
+        width = graph.signature(inputs[0])[-1]
+        if width == keys:
+            what = f"their {width} keys"
+        else:
+            what = f"{width} entries of another axis, its heads (talking-head attention)"
+        return _miss(
+            "scores_mixed",
+            where + f"it mixes the scores with learned weights across {what}, which the "
+            "fused op's softmax(scale * q.k^T + mask) has no place for",
+            keep,
+        )
+    if code in (OP.SELECT, OP.SELECT_V2):
+        return _miss(
+            "scores_select",
+            where + "it selects between the scores and values that are not one constant "
+            "(or by a condition that is not boolean), so it is no mask the fused op can "
+            "take: a mask is a constant fill (at most -1e4) selected over masked keys, or a "
+            "float tensor added to the scores",
+            "mask with masked_fill(mask, a constant such as torch.finfo(dtype).min) or add a "
+            "float mask",
+        )
+    return _miss(
+        "scores_op",
+        where + f"the fused op computes softmax(scale * q.k^T + mask), folding in views, "
+        f"scalar scales, additions, soft-capping and a constant-fill mask only; {name} on "
+        "the scores is none of these",
+        keep,
     )
