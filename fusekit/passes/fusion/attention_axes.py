@@ -432,7 +432,10 @@ def _by_axes(graph: Graph, softmax: Softmax):
             forward.append(reader)
             tensor = int(reader.outputs[0])
             continue
-        if code == OP.BATCH_MATMUL and int(reader.inputs[0]) == tensor:
+        pv_like = code == OP.BATCH_MATMUL or _is_activation_matmul(graph, reader)
+        if pv_like and int(reader.inputs[0]) == tensor:
+            # A FULLY_CONNECTED whose weights are an activation is P . W^T:
+            # v read as [Dv, Skv] (adj_y), as on the Q.K^T side.
             pv = reader
             break
         return _miss(
@@ -472,7 +475,9 @@ def _by_axes(graph: Graph, softmax: Softmax):
     q_view, k_view = (second, first) if swapped else (first, second)
     q_roles, k_roles = (second_roles, first_roles) if swapped else (first_roles, second_roles)
     p_batch = p_view.shape[:-2]
-    v_adj = bool(getattr(pv.builtinOptions, "adjY", False))
+    v_adj = graph.builtin(pv) == OP.FULLY_CONNECTED or bool(
+        getattr(pv.builtinOptions, "adjY", False)
+    )
     v_roles = _operand_axes(v_view, p_batch, -1 if v_adj else -2, -2 if v_adj else -1)
     if q_roles is None or k_roles is None or v_roles is None:
         return _miss("operand_rank", "q, k or v has more batch axes than the scores")
