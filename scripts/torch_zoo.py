@@ -436,6 +436,26 @@ def _moe(config_cls: str, model_cls: str, **kwargs: Any):
     return build
 
 
+def _mpt(size: Size) -> list[Signature]:
+    """MPT in eager attention: ALiBi added to the scores, then torch's
+    masked_fill of the causal mask with finfo.min (SELECT_V2(masked, fill,
+    scores), its condition cast from a folded float mask)."""
+    import transformers
+
+    _seed()
+    d = _width(size, 32, 256)
+    config = transformers.MptConfig(
+        vocab_size=VOCAB,
+        d_model=d,
+        n_layers=2,
+        n_heads=2 if d == 32 else 4,
+        max_seq_len=max(64, size.seq),
+        attn_implementation="eager",
+    )
+    model = _randomize(transformers.MptForCausalLM(config))
+    return [Signature("serving_default", _CausalLogits(model).eval(), args=(_ids(size.seq),))]
+
+
 # --------------------------------------------------------------------------
 # diffusers
 
@@ -773,6 +793,13 @@ MODELS: list[ZooModel] = [
             num_experts_per_tok=2,
             decoder_sparse_step=1,
         ),
+    ),
+    ZooModel(
+        "hf_mpt",
+        "transformers",
+        "MptForCausalLM (eager attention): hidden 32, 2 layers, 2 heads, ALiBi bias, causal "
+        "mask by masked_fill(mask, finfo.min), S=16, logits",
+        _mpt,
     ),
     ZooModel(
         "diffusers_unet",

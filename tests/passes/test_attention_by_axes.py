@@ -85,8 +85,51 @@ def test_fused_forms_are_stable():
 def test_talking_heads_are_noted_with_the_reason():
     (note,) = _notes(_optimize("talking_heads"))
     assert "CONV_2D between Q.K^T and the softmax" in note
-    assert "talking-head" in note
+    assert "mixes the scores with learned weights across 4 entries of another axis, its heads " in note
+    assert "(talking-head attention)" in note
     assert ".py" not in note
+
+
+def _changes(result) -> list[str]:
+    return [c for line in result.report.passes for c in line.changes]
+
+
+def test_masked_fill_is_the_mask_it_is():
+    """torch's masked_fill(mask, finfo.min) after an ALiBi bias (MPT) is
+    SELECT_V2(masked, fill, scores): a constant causal mask makes the op
+    causal with the bias as its float mask; a runtime bool mask is selected
+    over the bias (masked keys get the op's mask value)."""
+    (line,) = _changes(_optimize("masked_fill_alibi"))
+    assert "causal=True" in line and "float mask" in line, line
+    (line,) = _changes(_optimize("masked_fill_runtime"))
+    assert "float mask (bias and keep)" in line, line
+
+
+def test_a_select_that_is_no_mask_is_noted_as_what_it_is():
+    """A SELECT_V2 choosing between the scores and another activation is no
+    mask: its note says so, with no word of talking heads (which only a
+    learned map across the heads is)."""
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    @tf.function
+    def attend(q, k, v, other, choose):
+        scores = tf.where(choose, tf.matmul(q, k, transpose_b=True), other)
+        return tf.matmul(tf.nn.softmax(scores), v)
+
+    spec = tf.TensorSpec([1, 2, 8, 4])
+    original = convert_function(
+        attend,
+        spec,
+        spec,
+        spec,
+        tf.TensorSpec([1, 2, 8, 8]),
+        tf.TensorSpec([1, 1, 8, 8], tf.bool),
+    )
+    result = fusekit.optimize(original, ["fuse_attention"])
+    (note,) = _notes(result)
+    assert "the scores pass through SELECT_V2 between Q.K^T and the softmax" in note, note
+    assert "no mask the fused op can take" in note and "talking" not in note, note
 
 
 def test_transposed_caches_are_read_in_place():
