@@ -85,7 +85,7 @@ def test_fused_forms_are_stable():
 def test_talking_heads_are_noted_with_the_reason():
     (note,) = _notes(_optimize("talking_heads"))
     assert "CONV_2D between Q.K^T and the softmax" in note
-    assert "mixes the scores with learned weights across 4 entries of another axis, its heads " in note
+    assert "learned weights across 4 entries of another axis, its heads " in note
     assert "(talking-head attention)" in note
     assert ".py" not in note
 
