@@ -413,3 +413,44 @@ def test_random_layouts_fuse_exactly(seed):
         interpreter.invoke()
         outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
     np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("merge", ["minimum", "add"])
+def test_float_band_merged_with_a_runtime_mask_is_causal(merge):
+    """A constant causal band merged with a runtime float padding mask
+    (MINIMUM of the two, or their sum with -inf above the diagonal) keeps
+    every key above the diagonal masked whatever the padding is: the op is
+    causal and reads the merged mask as its float mask."""
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    heads, depth, seq = 2, 8, 6
+    lower = np.tril(np.ones((seq, seq), bool))
+    fill = -1e9 if merge == "minimum" else -np.inf
+    band = np.where(lower, 0.0, fill).astype(np.float32)
+
+    @tf.function
+    def attend(q, k, v, padding):
+        merged = tf.minimum(band, padding) if merge == "minimum" else band + padding
+        scores = tf.matmul(q, k, transpose_b=True) * depth**-0.5 + merged
+        return tf.matmul(tf.nn.softmax(scores), v)
+
+    spec = tf.TensorSpec([2, heads, seq, depth])
+    original = convert_function(attend, spec, spec, spec, tf.TensorSpec([2, 1, 1, seq]))
+    result = fusekit.optimize(original, ["fuse_attention"])
+    (line,) = _changes(result)
+    assert "causal=True" in line and "float mask" in line, line
+    rng = np.random.default_rng(7)
+    feeds = [rng.standard_normal([2, heads, seq, depth]).astype(np.float32) for _ in range(3)]
+    padding = np.zeros([2, 1, 1, seq], np.float32)
+    padding[1, ..., 4:] = -1e9
+    outputs = []
+    for model in (original, result.model):
+        interpreter = Interpreter(model_content=model, num_threads=1)
+        interpreter.allocate_tensors()
+        details = sorted(interpreter.get_input_details(), key=lambda d: d["index"])
+        for detail, value in zip(details, [*feeds, padding], strict=True):
+            interpreter.set_tensor(detail["index"], value)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)

@@ -920,6 +920,9 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
                         "head axes only",
                     )
             runtime.append((view, term.factor))
+            # A runtime mask merged with the constant causal band keeps the
+            # band's masked keys masked: the op may skip them too.
+            causal = causal or _merged_band(graph, term, view)
     if constant is not None and not np.isfinite(constant).all() and runtime:
         return _miss("bias_inf", "a constant mask with infinities besides a runtime one")
     if constant is not None and not runtime and keep_view is None:
@@ -1025,6 +1028,37 @@ class _MaskPlan:
     constant_keep: np.ndarray | None = None
     # What ``write`` gives, in the report's words.
     kind: str | None = None
+
+
+def _merged_band(graph: Graph, term: _Term, view: View) -> bool:
+    """The runtime ``term`` is MINIMUM(band, r) or ADD(band, r) of a
+    constant causal band (masked <= MAX_FILL outside the kernel's band,
+    finite in it) and a runtime r (a padding mask): every key outside the
+    band stays masked -- min(c, r) <= c whatever r is; for the ADD the
+    band's masked value must be at most MASK_VALUE (-inf, or torch's
+    finfo.min as converters write it), which any |r| < 1e30 leaves below
+    -1e37 (the bound fusion/attention.py assumes of scores) -- so the op can
+    be causal with the whole term still its float mask."""
+    op = graph.producer(term.tensor)
+    if op is None or term.factor <= 0.0 or graph.builtin(op) not in (OP.MINIMUM, OP.ADD):
+        return False
+    if graph.builtin(op) == OP.ADD and not no_activation(op):
+        return False
+    shape = graph.signature(term.tensor)
+    inputs = [int(t) for t in op.inputs]
+    for constant, rest in ((inputs[0], inputs[1]), (inputs[1], inputs[0])):
+        value = _constant_of(graph, constant)
+        if value is None or _constant_of(graph, rest) is not None:
+            continue
+        if value.dtype != np.float32 or not _broadcasts(value.shape, shape):
+            continue
+        plane = _constant_term(graph, view, np.broadcast_to(value, shape), term.factor)
+        band = None if plane is None else _causal_band(plane)
+        if band is None:
+            continue
+        if graph.builtin(op) == OP.MINIMUM or (plane[..., ~band] <= MASK_VALUE).all():
+            return True
+    return False
 
 
 def _reshape_to(graph: Graph, view: View) -> list[int] | None:
