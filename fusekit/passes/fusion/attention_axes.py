@@ -186,9 +186,9 @@ def _uniform(graph: Graph, tensor: int) -> float | None:
 
 def blocker(graph: Graph, tensor: int) -> schema.OperatorT | None:
     """The first operator above the scores ``tensor`` that is none of what
-    the walk back to Q.K^T goes through (a view, a scale, an addition),
-    following the scores' own operand; None when the walk reaches no such
-    operator or a matmul of activations first."""
+    the walk back to Q.K^T goes through (a view, a scale, an addition, a
+    mask's select), following the scores' own operand; None when the walk
+    reaches no such operator or a matmul of activations first."""
     for _ in range(_MAX_PATH):
         op = graph.producer(tensor)
         if op is None or _is_activation_matmul(graph, op):
@@ -199,6 +199,8 @@ def blocker(graph: Graph, tensor: int) -> schema.OperatorT | None:
             tensor = inputs[0]
         elif code == OP.ADD:
             tensor = next((t for t in inputs if not graph.is_constant(t)), inputs[0])
+        elif code == OP.SELECT_V2 and (position := _select_scores(graph, inputs)) is not None:
+            tensor = inputs[position]
         else:
             return op
     return None
