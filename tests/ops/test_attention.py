@@ -24,18 +24,20 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from ai_edge_litert import schema_py_generated as schema
-from flatbuffers import flexbuffers
 from kernel_cases import (
     JobDir,
     attention_module,
     attention_reference,
     env_without_simd_override,
     layout_shape,
+    modes,
+    outcomes_in_every_mode,
     run_worker,
     thread_differences,
     to_layout,
+    unclear_errors,
 )
-from model_surgery import custom_ops, edit
+from model_surgery import custom_ops, edit, set_options
 from op_cases import fused_ops
 from runtimes import RUNTIMES, Job, input_order, run_jobs, unpack_runs
 
@@ -614,27 +616,10 @@ def test_converts_to_one_fused_op(attention_cases):
 # ------------------------------------------------------------ runtime parity
 
 
-def _modes(runtime: str) -> list[str]:
-    return ["delegate", "registerer"] if runtime == "tflite_runtime" else ["delegate"]
-
-
 @pytest.fixture(scope="session")
 def attention_outcomes(attention_cases):
-    """(runtime, threads) -> (cases, outcomes), each mode of the runtime."""
-    cache: dict = {}
-
-    def get(runtime: str, threads: int):
-        if (runtime, threads) not in cache:
-            cases = [c for _ in _modes(runtime) for c in attention_cases]
-            jobs = [
-                c.job(mode=mode, num_threads=threads)
-                for mode in _modes(runtime)
-                for c in attention_cases
-            ]
-            cache[runtime, threads] = (cases, jobs, run_jobs(runtime, jobs))
-        return cache[runtime, threads]
-
-    return get
+    """(runtime, threads) -> (cases, jobs, outcomes), each mode of the runtime."""
+    return outcomes_in_every_mode(attention_cases)
 
 
 def _parity_failures(cases, jobs, outcomes) -> list[str]:
@@ -950,11 +935,11 @@ def half_outcomes(half_cases):
 
     def get(runtime: str, threads: int):
         if (runtime, threads) not in cache:
-            cases = [c for _ in _modes(runtime) for c in half_cases]
+            cases = [c for _ in modes(runtime) for c in half_cases]
             per_run = runtime == "tflite_runtime"
             jobs, owners = [], []
             for i, case in enumerate(cases):
-                mode = _modes(runtime)[i // len(half_cases)]
+                mode = modes(runtime)[i // len(half_cases)]
                 for runs in [[r] for r in case.runs] if per_run else [case.runs]:
                     jobs.append(Job(case.model, runs, mode=mode, num_threads=threads))
                     owners.append(i)
@@ -1216,7 +1201,7 @@ def _retype(position: int, type_code: int, output: bool = False):
 
 def _options(options):
     def change(m):
-        _op(m).customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+        set_options(_op(m), options)
 
     return change
 
@@ -1373,14 +1358,7 @@ def test_kernel_bad_layout_gives_clear_error(runtime, bad_layout_model):
     jobs.append(Job(bad_layout_model, [_feeds(bad_layout_model, k=(1, 2, 5, 16), v=(1, 2, 16, 5))]))
     *outcomes, good = run_jobs(runtime, jobs)
     assert good.error is None, good.error
-    failures = []
-    for name, outcome, (_, _, message) in zip(
-        BAD_LAYOUT, outcomes, BAD_LAYOUT.values(), strict=True
-    ):
-        if outcome.error is None:
-            failures.append(f"{name}: no error")
-        elif OP not in outcome.error or message not in outcome.error:
-            failures.append(f"{name}: {outcome.error}")
+    failures = unclear_errors(OP, BAD_LAYOUT, outcomes)
     assert not failures, "\n".join(failures)
 
 
@@ -1391,12 +1369,7 @@ def test_kernel_bad_input_gives_clear_error(runtime, bad_model):
         model = edit(bad_model, change) if change else bad_model
         jobs.append(Job(model, [_feeds(model, **feeds)]))
     outcomes = run_jobs(runtime, jobs)
-    failures = []
-    for name, outcome, (_, _, message) in zip(BAD, outcomes, BAD.values(), strict=True):
-        if outcome.error is None:
-            failures.append(f"{name}: no error")
-        elif OP not in outcome.error or message not in outcome.error:
-            failures.append(f"{name}: {outcome.error}")
+    failures = unclear_errors(OP, BAD, outcomes)
     assert not failures, "\n".join(failures)
 
 
@@ -1448,10 +1421,5 @@ def test_float16_mixed_dtypes_give_clear_error(runtime, bad_model16):
         model = edit(bad_model16, change)
         jobs.append(Job(model, [_feeds(model, dtype=np.float16, **feeds)]))
     outcomes = run_jobs(runtime, jobs)
-    failures = []
-    for name, outcome, (_, _, message) in zip(BAD16, outcomes, BAD16.values(), strict=True):
-        if outcome.error is None:
-            failures.append(f"{name}: no error")
-        elif OP not in outcome.error or message not in outcome.error:
-            failures.append(f"{name}: {outcome.error}")
+    failures = unclear_errors(OP, BAD16, outcomes)
     assert not failures, "\n".join(failures)
