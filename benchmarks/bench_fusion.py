@@ -105,32 +105,21 @@ def write(out: Path, payload: dict[str, Any]) -> None:
 
 
 def _chart(path: Path, results: list[dict[str, Any]]) -> None:
-    """One grouped latency chart per requested sequence length, stacked
-    top to bottom: on one axis the long sequences' bars would flatten the
-    short ones', and sixteen groups in a row make a strip too wide to read."""
-    import matplotlib.image
-
+    """One grouped latency chart per requested sequence length, stacked."""
     names = {"plain": "plain TFLite", "optimized": "fusekit optimize"}
-    panels = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for requested in dict.fromkeys(r["requested_seq"] for r in results):
-            rows = [r for r in results if r["requested_seq"] == requested]
-            part = Path(tmp) / f"{requested}.png"
-            suite.latency_chart(
-                part,
+    charts = []
+    for requested in dict.fromkeys(r["requested_seq"] for r in results):
+        rows = [r for r in results if r["requested_seq"] == requested]
+        charts.append(
+            (
                 [f"{r['family']}\nS={r['seq']}, {r['threads']} thr" for r in rows],
                 {names[v]: [r["median_ms"][v] for r in rows] for v in VARIANTS},
                 # Two lines: one would not fit the narrowest chart (four groups).
                 f"keras-hub backbones, S={requested} (ViT: the real S below)\n"
                 "plain TFLite vs fusekit optimize (lower is better)",
             )
-            panels.append(matplotlib.image.imread(part))
-    # Panels of different group counts differ in width: pad them with white.
-    width = max(p.shape[1] for p in panels)
-    stacked = np.concatenate(
-        [np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)), constant_values=1.0) for p in panels]
-    )
-    matplotlib.image.imsave(path, stacked)
+        )
+    suite.stacked_latency_charts(path, charts)
 
 
 def main(argv: list[str] | None = None) -> int:

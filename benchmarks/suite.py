@@ -331,6 +331,28 @@ def latency_chart(
     plt.close(fig)
 
 
+def stacked_latency_charts(
+    path: Path, charts: Sequence[tuple[list[str], dict[str, list[float]], str]]
+) -> None:
+    """``latency_chart`` of each (labels, series, title), stacked top to
+    bottom in one image: on one axis long sequences' bars would flatten
+    short ones', and many groups in a row make a strip too wide to read."""
+    import matplotlib.image
+
+    panels = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (labels, series, title) in enumerate(charts):
+            part = Path(tmp) / f"{i}.png"
+            latency_chart(part, labels, series, title)
+            panels.append(matplotlib.image.imread(part))
+    # Panels of different group counts differ in width: pad them with white.
+    width = max(p.shape[1] for p in panels)
+    stacked = np.concatenate(
+        [np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)), constant_values=1.0) for p in panels]
+    )
+    matplotlib.image.imsave(path, stacked)
+
+
 def plain_interpreter(model: bytes, threads: int, runtime: str) -> Any:
     """The runtime's own interpreter, as a user without fusekit builds it:
     XNNPACK is its default delegate."""
