@@ -25,9 +25,7 @@ benchmarks/results; --quick: a temp folder).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -190,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                         "input_shapes": [list(x.shape) for x in inputs],
                         "threads": t,
                         "fused": fused,
-                        "median_ms": {v: tm.median_us / 1e3 for v, tm in timings.items()},
-                        "samples": {v: len(tm.samples_us) for v, tm in timings.items()},
+                        **suite.timing_fields(timings),
                         "peak_mib": peaks,
                         "max_abs_diff": diff,
                     }
@@ -204,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(row)
                     del prepared
     payload = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{suite.cpu_model()}, {os.cpu_count()} logical CPUs",
+        "date": suite.utc_now(),
+        "machine": suite.machine(),
         "commit": suite.git_commit(),
         "model": f"keras-hub backbones, {example.LAYERS} layers, hidden {example.HIDDEN}, "
         f"{example.HEADS} query heads, random weights, batch 1, text models with the last "

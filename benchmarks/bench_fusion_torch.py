@@ -28,7 +28,6 @@ the first).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -362,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         f: entries[f"bench_{f}_s{seqs[0]}"]["description"].rsplit(", S=", 1)[0] for f in FAMILIES
     }
     payload = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{suite.cpu_model()}, {os.cpu_count()} logical CPUs",
+        "date": suite.utc_now(),
+        "machine": suite.machine(),
         "commit": suite.git_commit(),
         "versions": manifest["versions"],
         "load": load,

@@ -48,6 +48,27 @@ GN_EPSILON = 1e-5
 MIB = 1 << 20
 
 
+def utc_now() -> str:
+    """The date and minute of a run, as the result files record it."""
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def machine() -> str:
+    """The CPU and its logical CPU count, as the result files record them."""
+    return f"{cpu_model()}, {os.cpu_count()} logical CPUs"
+
+
+def timing_fields(timings: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """``median_ms`` and ``samples`` of each variant of ``time_interleaved``'s
+    result, as a result row records them."""
+    return {
+        "median_ms": {v: tm.median_us / 1e3 for v, tm in timings.items()},
+        "samples": {v: len(tm.samples_us) for v, tm in timings.items()},
+    }
+
+
 def git_commit() -> str:
     """The checkout's short commit, for the machine line of every result."""
     try:
