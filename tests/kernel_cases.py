@@ -910,5 +910,20 @@ def env_without_simd_override() -> dict[str, str]:
     return env
 
 
+def cpu_level() -> str:
+    """The SIMD level a process picks with no FUSEKIT_SIMD (this one may
+    have it)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import fusekit; print(fusekit.simd_target())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env_without_simd_override(),
+        # not the repository root, whose fusekit/ lacks the compiled library
+        cwd=tempfile.gettempdir(),
+    )
+    return proc.stdout.strip()
+
+
 if __name__ == "__main__":
     main(sys.argv[1])

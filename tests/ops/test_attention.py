@@ -15,9 +15,7 @@ level, exact float16 conversions, and mixed-dtype errors.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +26,7 @@ from kernel_cases import (
     JobDir,
     attention_module,
     attention_reference,
+    cpu_level,
     env_without_simd_override,
     layout_shape,
     modes,
@@ -985,14 +984,7 @@ class _Outcome:
 @pytest.fixture(scope="session")
 def simd_levels() -> tuple[str, ...]:
     """The SIMD levels this CPU runs (the best one and every one below)."""
-    top = subprocess.run(
-        [sys.executable, "-c", "import fusekit; print(fusekit.simd_target())"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env_without_simd_override(),
-        cwd=tempfile.gettempdir(),
-    ).stdout.strip()
+    top = cpu_level()
     return LEVELS[: LEVELS.index(top) + 1]
 
 
