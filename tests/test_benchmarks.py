@@ -364,10 +364,11 @@ def test_user_kernels_benchmark_quick_run(tmp_path):
         assert row["max_abs_diff"] < 1e-4, row
 
 
-# One zoo model per kind of exporter (litert_torch.convert of timm and of
-# transformers, export_hf's two signatures): tests/passes/test_zoo.py holds
-# what fusekit fuses in every zoo model; this run checks the table's rows.
-ZOO_QUICK = ("timm_vit", "hf_bart", "export_hf_default")
+# One zoo model per kind of exporter (litert_torch.convert of timm, of
+# transformers and of diffusers, export_hf's two signatures):
+# tests/passes/test_zoo.py holds what fusekit fuses in every zoo model; this
+# run checks the table's rows and the attention share.
+ZOO_QUICK = ("timm_vit", "hf_bart", "diffusers_unet", "export_hf_default")
 
 
 def test_zoo_benchmark_quick_run(tmp_path):
