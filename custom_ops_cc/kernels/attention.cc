@@ -461,6 +461,9 @@ class Attention {
     // not the allocated one.  (At most plan_.splits: the scratch fits.)
     const int64_t live = LiveKeys(p);
     const int64_t splits = std::max<int64_t>(1, (live + att::kSplitKeys - 1) / att::kSplitKeys);
+    // The live keys shared evenly between the splits (513 keys: 257 + 256,
+    // not 512 + 1), so that threads taking splits get equal work.
+    const int64_t split_keys = (live + splits - 1) / splits;
     const int64_t per_head = p.group * p.q_len;  // rows of one kv head
     const int64_t group_heads = plan_.decode_heads;  // kv heads per item
     const int64_t groups = (p.kv_heads + group_heads - 1) / group_heads;
@@ -480,8 +483,8 @@ class Attention {
         it.group_count = p.group;
         it.query_begin = 0;
         it.query_count = p.q_len;
-        it.key_begin = split * att::kSplitKeys;
-        it.key_end = std::min(live, it.key_begin + att::kSplitKeys);
+        it.key_begin = std::min(live, split * split_keys);
+        it.key_end = std::min(live, it.key_begin + split_keys);
         if (splits == 1) {
           item_(p, l, it, mine, nullptr);
           continue;
