@@ -1544,9 +1544,7 @@ def _decode_mask(rng, kind, b, sq, skv):
         keep = rng.random(shape) > 0.3
         keep[..., 0] = True
         return keep
-    return np.where(rng.random(shape) > 0.2, rng.standard_normal(shape), -np.inf).astype(
-        np.float32
-    )
+    return np.where(rng.random(shape) > 0.2, rng.standard_normal(shape), -np.inf).astype(np.float32)
 
 
 @pytest.fixture(scope="session")
