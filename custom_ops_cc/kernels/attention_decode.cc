@@ -570,8 +570,14 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
   // Otherwise the item has one kv head and packs its K blocks.
   const bool stream = per_head <= att::kStreamRows;
 
-  for (int64_t j0 = it.key_begin; j0 < key_end; j0 += att::kKeys) {
-    const int64_t n = key_end - j0 < att::kKeys ? key_end - j0 : att::kKeys;
+  // Blocks of equal size (257 keys: 129 + 128, not 256 + 1): a block's
+  // fixed costs (a reduction per row and value column of V^T, the softmax
+  // update) are paid for as many keys as possible.
+  const int64_t span = key_end > it.key_begin ? key_end - it.key_begin : 0;
+  const int64_t blocks = (span + att::kKeys - 1) / att::kKeys;
+  const int64_t block = blocks > 0 ? (span + blocks - 1) / blocks : att::kKeys;
+  for (int64_t j0 = it.key_begin; j0 < key_end; j0 += block) {
+    const int64_t n = key_end - j0 < block ? key_end - j0 : block;
     if (stream) {
 #ifdef FUSEKIT_DECODE_REDUCE4
       DecodeScores(buf.q, depth, rows, per_head, depth, k_head + j0 * k_row, k_row, p.k_head, n,
