@@ -39,9 +39,12 @@
 // fully dropped key blocks skipped.
 //
 // Decode (AttentionItem, Sq <= 4): an item is every query head of one kv
-// head, so K and V stream from memory once (dot products per key row, with
-// software prefetch); long caches are split into kSplitKeys pieces whose
-// partial results are merged afterwards in a fixed order.
+// head, so K and V stream from memory once, with software prefetch.  The
+// scores are register tiles of 4 keys x up to 4 query rows (one lane
+// reduction per 4 scores of a row, not one per score); a transposed V's
+// rows are read once per tile of rows.  Long caches are split into at most
+// kSplitKeys-key pieces of equal size whose partial results are merged
+// afterwards in a fixed order.
 //
 // Items depend only on the shapes, never on the thread count: every thread
 // count gives the same bits.
