@@ -142,11 +142,10 @@ HWY_INLINE void PrefetchHeads(const T* row, int64_t heads, int64_t head_stride, 
 // head in [B, Hkv, Skv, D]), with no transposed copy.  Row r belongs to
 // the item's head r / per_head (K rows of head g start k_head_stride
 // after head 0's); q rows are q_stride apart.  s[r][j] for r < rows,
-// j < n, or s[r][j] += the same with kAccumulate.
-//
-// The transposed V layout's P.V is the same computation: o[r][c] +=
-// P[r] . V^T[c], with the weight rows as q, the V^T rows of the block as
-// K and the value columns as keys.
+// j < n, or s[r][j] += the same with kAccumulate.  One lane reduction per
+// score: the scores of scalable vectors (SVE), whose lanes do not come in
+// a fixed number of 128-bit blocks; DecodeScores below is the fixed-width
+// targets' register-tiled version.
 template <bool kAccumulate, typename T>
 void DotScores(const float* HWY_RESTRICT q, int64_t q_stride, int64_t rows, int64_t per_head,
                int64_t depth, const T* HWY_RESTRICT k, int64_t k_stride, int64_t k_head_stride,
