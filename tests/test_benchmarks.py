@@ -373,3 +373,8 @@ def test_zoo_benchmark_quick_run(tmp_path):
     for r in payload["results"]:
         assert f"| {r['model']} |" in markdown
         assert r["timings"] and all(t["plain_us"] > 0 and t["fused_us"] > 0 for t in r["timings"])
+        # The attention share: the regions the attention fusion rewrites are
+        # cut out and timed (not composites an exporter marked).
+        if r["model"] in ("timm_vit", "hf_bart", "diffusers_unet"):
+            assert sum(t["attention_regions"] for t in r["timings"]) >= 1, r["model"]
+        assert all(t["attention_share"] > 0 for t in r["timings"] if t["attention_regions"])

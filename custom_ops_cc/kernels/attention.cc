@@ -393,8 +393,14 @@ class Attention {
     return plan;
   }
 
-  TfLiteStatus Prefill(OpContext& ctx, const Problem& p, const ScratchPlan& mem, void* scratch) {
+  TfLiteStatus Prefill(OpContext& ctx, const Problem& full, const ScratchPlan& mem,
+                       void* scratch) {
     const att::Layout& l = plan_.layout;
+    // Keys past the last one any row keeps (a prefill into a longer cache:
+    // 128 tokens of 512) weigh exactly 0 in every row and are not read.
+    // Causal rows see keys up to i + Skv - Sq: their offset needs all of Skv.
+    Problem p = full;
+    if (!p.causal) p.kv_len = LiveKeys(full);
     // Items of one panel of queries (2 or 4 vectors) of one head;
     // consecutive items share the head's K and V in cache.
     const int64_t width = l.query_panel;
@@ -439,6 +445,7 @@ class Attention {
           }
           if (j == live && !RowKeepsBefore(p, row, live)) return p.kv_len;
           live = std::max(live, j);
+          if (live == p.kv_len) return live;  // (no row can change it now)
         }
       }
     }

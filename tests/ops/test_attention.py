@@ -68,11 +68,19 @@ def _padding(shape) -> np.ndarray:
 
 def _mask(rng, kind: str | None, shape, keep=0.7):
     """kind: None, "bool" (True keeps), "float" (0, finite or -inf);
-    "pad bool" / "pad float": runs of dropped keys (_padding)."""
+    "pad bool" / "pad float": runs of dropped keys (_padding); "tail bool" /
+    "tail float": a prefill into a cache twice its length (query i keeps
+    keys up to i + max(Sq, Skv // 2) - Sq, the rest of the cache dropped)."""
     if kind is None:
         return None
     if kind.startswith("pad "):
         drop, kind = _padding(shape), kind.removeprefix("pad ")
+    elif kind.startswith("tail "):
+        sq, skv = shape[-2], shape[-1]
+        filled = max(sq, skv // 2)
+        rows, keys = np.arange(sq)[:, None], np.arange(skv)[None, :]
+        drop = np.broadcast_to(keys > rows + filled - sq, shape)
+        kind = kind.removeprefix("tail ")
     else:
         drop = rng.random(shape) > keep
     if kind == "bool":
@@ -387,6 +395,72 @@ PLAN = [
         [(1, 6, 6), (3, 17, 9)],
     ),
     ("mha float [1,H,S,K]", 4, 4, 12, None, "float", [1, 4, "S", "K"], True, 1.0, [(2, 5, 12)]),
+    # A prefill whose mask drops every row's tail of keys (a cache longer
+    # than its filled part): keys past the last one any row keeps are not
+    # read; with rows that keep nothing, all keys are.
+    (
+        "prefill tail float [B,1,S,K]",
+        4,
+        2,
+        32,
+        None,
+        "tail float",
+        ["B", 1, "S", "K"],
+        False,
+        1.0,
+        [(2, 70, 300), (1, 9, 130)],
+    ),
+    (
+        "prefill tail bool [B,1,S,K]",
+        2,
+        2,
+        16,
+        None,
+        "tail bool",
+        ["B", 1, "S", "K"],
+        False,
+        1.0,
+        [(1, 20, 64)],
+    ),
+    (
+        "prefill pad float [B,1,S,K]",
+        2,
+        2,
+        16,
+        None,
+        "pad float",
+        ["B", 1, "S", "K"],
+        False,
+        1.0,
+        [(2, 20, 400), (3, 8, 400)],
+    ),
+    # A bias per query in the prefill path (gathered a vector of queries at
+    # a time): Swin's windows (49 queries, a partial vector) and LeViT's
+    # attention biases (keys 16, values 32).
+    (
+        "windows float bias [B,H,S,K]",
+        3,
+        3,
+        32,
+        None,
+        "float",
+        ["B", 3, "S", "K"],
+        False,
+        1.0,
+        [(5, 49, 49), (2, 17, 33)],
+    ),
+    (
+        "bias [1,H,S,K] dv32",
+        4,
+        4,
+        16,
+        32,
+        "float",
+        [1, 4, "S", "K"],
+        False,
+        1.0,
+        [(1, 196, 196), (1, 49, 196)],
+    ),
     ("mha float [K]", 2, 2, 24, None, "float", ["K"], False, 1.0, [(2, 3, 50)]),
     ("size one", 1, 1, 1, None, None, None, False, 1.0, [(1, 1, 1), (2, 1, 3)]),
     ("mha float scalar mask", 2, 2, 8, None, "float", [], False, 1.0, [(1, 3, 5)]),
