@@ -1489,3 +1489,148 @@ def test_float16_mixed_dtypes_give_clear_error(runtime, bad_model16):
     outcomes = run_jobs(runtime, jobs)
     failures = unclear_errors(OP, BAD16, outcomes)
     assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------ decode shapes
+#
+# The decode path (few query rows per kv head against a long cache, K and V
+# read in place) over the shapes generation runs it at: group sizes 1, 3,
+# 4 and 8, head dims 32 to 256 (ragged ones too), every cache layout, cache
+# lengths from 1 to 4096 (odd ones, splits of the keys), a cache filled
+# only up to the step's position (a padding mask, as exporters feed it),
+# bool masks, causality and soft-capping.  Against float64 at 1e-5 (the
+# path sums in float32 in a fixed order), and 2 threads bitwise equal to 1.
+
+# (name, H, Hkv, D, mask kind, causal, attrs, [(batch, Sq, Skv), ...])
+DECODE_PLAN = [
+    (
+        "smol-shaped: group 3, D64, litert-torch cache layouts, filled prefix",
+        9,
+        3,
+        64,
+        "prefix",
+        False,
+        {"k_layout": "bhsd", "v_layout": "bhds"},
+        [(1, 1, 1), (1, 1, 7), (1, 1, 513), (1, 1, 1280), (1, 2, 4096)],
+    ),
+    (
+        "group 4, D128, bshd, causal",
+        8,
+        2,
+        128,
+        None,
+        True,
+        {},
+        [(1, 1, 1), (1, 4, 333), (2, 1, 1025), (1, 3, 2049)],
+    ),
+    (
+        "group 8, D80, K and V bhsd, bool mask",
+        8,
+        1,
+        80,
+        "bool",
+        False,
+        {"k_layout": "bhsd", "v_layout": "bhsd"},
+        [(1, 1, 5), (1, 2, 999), (2, 1, 1537)],
+    ),
+    (
+        "group 1, D256, V transposed, causal, softcap",
+        4,
+        4,
+        256,
+        None,
+        True,
+        {"v_layout": "bhds", "softcap": 4.0},
+        [(1, 1, 3), (1, 1, 1500), (1, 4, 700)],
+    ),
+    (
+        "group 3, D32, bshd K, V transposed, filled prefix, 8 queries",
+        6,
+        2,
+        32,
+        "prefix",
+        False,
+        {"v_layout": "bhds"},
+        [(1, 1, 4096), (1, 8, 600), (3, 1, 77)],
+    ),
+    (
+        "group 4, D20 (ragged), bshd, float mask",
+        4,
+        1,
+        20,
+        "float",
+        False,
+        {"k_layout": "bhsd"},
+        [(1, 1, 19), (1, 3, 1031)],
+    ),
+]
+
+
+def _decode_mask(rng, kind, b, sq, skv):
+    if kind == "prefix":
+        # The cache filled up to a position (a third of it past it), the
+        # mask value litert-torch's decode feeds.
+        filled = max(1, skv - skv // 3)
+        keep = np.arange(skv) < filled
+        return np.broadcast_to(np.where(keep, 0.0, -1e9), (b, 1, 1, skv)).astype(np.float32)
+    shape = (b, 1, sq, skv)
+    if kind == "bool":
+        keep = rng.random(shape) > 0.3
+        keep[..., 0] = True
+        return keep
+    return np.where(rng.random(shape) > 0.2, rng.standard_normal(shape), -np.inf).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def decode_cases(session_dir) -> list[Case]:
+    rng = np.random.default_rng(29)
+    workdir = session_dir / "attention_decode"
+    workdir.mkdir(exist_ok=True)
+    cases = []
+    for name, h, hkv, d, kind, causal, extra, shapes in DECODE_PLAN:
+        q_layout, k_layout, v_layout = _layouts(extra)
+        dtype = None if kind is None else (np.bool_ if kind == "bool" else np.float32)
+        signature = None if kind is None else [None, 1, None if kind != "prefix" else 1, None]
+        module = attention_module(h, hkv, d, signature, dtype, causal=causal, **extra)
+        path = workdir / re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
+        tf.saved_model.save(module, str(path))
+        result = fusekit.convert(str(path))
+        names = ["q", "k", "v"] + ([] if kind is None else ["mask"])
+        order = input_order(result.model, names)
+        case = Case(name, result.model, result, True)
+        for b, sq, skv in shapes:
+            q, k, v = _qkv(rng, b, sq, skv, h, hkv, d)
+            named = {"q": q, "k": k, "v": v}
+            if kind is not None:
+                named["mask"] = _decode_mask(rng, kind, b, sq, skv)
+            fed = dict(
+                named, q=to_layout(q, q_layout), k=to_layout(k, k_layout), v=to_layout(v, v_layout)
+            )
+            feeds: list[np.ndarray] = [None] * len(names)  # type: ignore[list-item]
+            for key, position in zip(names, order, strict=True):
+                feeds[position] = fed[key]
+            case.runs.append(feeds)
+            want = attention_reference(**named, causal=causal, softcap=extra.get("softcap"))
+            case.truth.append(to_layout(want, q_layout))
+        cases.append(case)
+    return cases
+
+
+def test_decode_shapes_match_float64(decode_cases):
+    runtime = RUNTIMES[0]
+    jobs = [c.job(num_threads=t) for t in (1, 2) for c in decode_cases]
+    outcomes = run_jobs(runtime, jobs)
+    n = len(decode_cases)
+    failures = []
+    for i, (job, outcome) in enumerate(zip(jobs, outcomes, strict=True)):
+        case = decode_cases[i % n]
+        label = f"{case.name} ({job.num_threads} threads)"
+        if outcome.error:
+            failures.append(f"{label}: {outcome.error}")
+            continue
+        for r, ((out,), exact) in enumerate(zip(outcome.outputs, case.truth, strict=True)):
+            err = float(np.abs(out.astype(np.float64) - exact).max())
+            if out.shape != exact.shape or not err <= 1e-5:
+                failures.append(f"{label} run {r} {case.runs[r][0].shape}: {err:.2e} from float64")
+    failures += thread_differences(decode_cases, outcomes[:n], outcomes[n:])
+    assert not failures, "\n".join(failures)
