@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusekit.model.graph import Graph
-from fusekit.passes.fusion import axis_map
+from fusekit.passes.fusion import axis_map, symbolic_dims
 from fusekit.passes.fusion.attention_match import AttentionMatch
 from fusekit.passes.fusion.axis_map import View
 
@@ -66,6 +66,10 @@ def packed(view: View) -> Packed | None:
     if len(shape) != 4 or total > _MAX_ELEMENTS or any(d <= 0 for d in view.source_shape):
         return None
     if axis_map.in_place(view):
+        return None
+    if any(d % symbol == 0 for d in view.source_shape for symbol in symbolic_dims.SYMBOLS):
+        # Sizes known only at run time (fusion/symbolic_dims.py): the
+        # slice's fixed bounds cannot follow them; the copy stays.
         return None
     index = axis_map.evaluate(view, np.arange(total, dtype=np.int64).reshape(view.source_shape))
     if index is None or index.size != int(np.prod(shape, dtype=np.int64)):
