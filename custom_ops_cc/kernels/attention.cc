@@ -172,7 +172,7 @@ inline void Strides(const Tensor& t, int64_t (&stride)[4]) {
 }
 
 // An operand read in place from part of its input (attrs q_slice, k_slice,
-// v_slice = [axis, begin, size]): the elements [begin, begin + size) along
+// v_slice = [axis, begin, size]; absent or empty: none): the elements [begin, begin + size) along
 // `axis` of the input; a rank-5 input (q, k and v packed on an axis of their
 // own, as timm's [B, S, 3, H, D]) loses that axis (size 1).  Absent: the
 // whole rank-4 input.  The operand as a rank-4 tensor: its dims, its
@@ -193,6 +193,7 @@ inline Slice ParseSlice(const Attrs& attrs, const char* key, std::string* error)
   Slice s;
   if (!attrs.Has(key)) return s;
   const std::vector<int64_t> v = attrs.Ints(key);
+  if (v.empty()) return s;  // (an empty list is no slice, as absent)
   if (v.size() != 3 || v[1] < 0 || v[2] < 1) {
     *error = std::string("attr '") + key +
              "' must be [axis, begin, size] with begin >= 0 and size >= 1";
