@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import tensorflow as tf
+from flatbuffers import flexbuffers
 from kernel_cases import attention_reference
+from model_surgery import custom_ops, edit
 from op_cases import fused_ops
 from runtimes import RUNTIMES, Job, run_jobs
 from test_compiled_model import compiled_outputs
@@ -219,3 +221,57 @@ def test_bad_slices_are_named(shape, kw, message):
         parts = {"q_slice": (2, 0, 2), "k_slice": (2, 2, 2), "v_slice": (2, 4, 2)}
     with pytest.raises(ValueError, match=re.escape(message)):
         fusekit.ops.attention(x, x, x, **(parts | kw))
+
+
+def _with_slices(model: bytes, slices: dict) -> bytes:
+    """The model with its attention op's attrs replaced (malformed on
+    purpose: written as raw flexbuffers, past the spec's checks)."""
+
+    def change(m):
+        (op,) = custom_ops(m, OP)
+        attrs = {"causal": False} | {f"{x}_slice": part for x, part in slices.items()}
+        op.customOptions = np.frombuffer(bytes(flexbuffers.Dumps(attrs)), np.uint8)
+
+    return edit(model, change)
+
+
+KERNEL_BAD = {
+    "past the axis": (
+        {"q": [2, 2, 1], "k": [2, 3, 1], "v": [2, 2, 1]},
+        "k_slice [2, 3, 1] reaches past k's input axis 2 of size 3",
+    ),
+    "size 2 on rank 5": (
+        {"q": [2, 0, 2], "k": [2, 1, 1], "v": [2, 2, 1]},
+        "q_slice's size must be 1 on a rank-5 input",
+    ),
+    "last axis of rank 5": (
+        {"q": [2, 0, 1], "k": [2, 1, 1], "v": [4, 0, 1]},
+        "v_slice may not slice the last axis of a rank-5 input",
+    ),
+    "axis out of range": (
+        {"q": [5, 0, 1], "k": [2, 1, 1], "v": [2, 2, 1]},
+        "q_slice's axis 5 is out of range for q's rank-5 input",
+    ),
+    "two numbers": (
+        {"q": [2, 0], "k": [2, 1, 1], "v": [2, 2, 1]},
+        "attr 'q_slice' must be [axis, begin, size]",
+    ),
+    "no slice on a rank-5 input": (
+        {"k": [2, 1, 1], "v": [2, 2, 1]},
+        "q must have rank 4",
+    ),
+}
+
+
+def test_kernel_names_a_slice_its_input_cannot_hold(cases):
+    timm = cases[0]
+    jobs = [
+        Job(_with_slices(timm.model, slices), [timm.runs[-1]]) for slices, _ in KERNEL_BAD.values()
+    ]
+    failures = []
+    for name, outcome, (_, message) in zip(
+        KERNEL_BAD, run_jobs("litert", jobs), KERNEL_BAD.values(), strict=True
+    ):
+        if outcome.error is None or OP not in outcome.error or message not in outcome.error:
+            failures.append(f"{name}: {outcome.error}")
+    assert not failures, "\n".join(failures)
