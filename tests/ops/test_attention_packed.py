@@ -275,3 +275,30 @@ def test_kernel_names_a_slice_its_input_cannot_hold(cases):
         if outcome.error is None or OP not in outcome.error or message not in outcome.error:
             failures.append(f"{name}: {outcome.error}")
     assert not failures, "\n".join(failures)
+
+
+def test_float16_packed_reads_half_storage(tmp_path):
+    # float16 storage: the offsets and strides count 2-byte elements.
+    heads, depth = 3, 16
+
+    class Attention(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, None, 3, heads, depth], tf.float16)])
+        def __call__(self, qkv):
+            return fusekit.ops.attention(
+                qkv, qkv, qkv, q_slice=(2, 0, 1), k_slice=(2, 1, 1), v_slice=(2, 2, 1)
+            )
+
+    module = Attention()
+    tf.saved_model.save(module, str(tmp_path / "f16"))
+    model = fusekit.convert(str(tmp_path / "f16")).model
+    rng = np.random.default_rng(16)
+    runs = [
+        [rng.standard_normal((b, s, 3, heads, depth)).astype(np.float16)]
+        for b, s in ((2, 40), (1, 2))
+    ]
+    (outcome,) = run_jobs("litert", [Job(model, runs)])
+    assert outcome.error is None, outcome.error
+    for (got,), (x,) in zip(outcome.outputs, runs, strict=True):
+        assert got.dtype == np.float16
+        want = attention_reference(x[:, :, 0], x[:, :, 1], x[:, :, 2])
+        np.testing.assert_allclose(got.astype(np.float64), want, atol=4e-3)
