@@ -556,11 +556,10 @@ def _by_axes(graph: Graph, softmax: Softmax):
                 "d": depth,
             }
             layouts = ("bshd", "bhsd", "bhds")[:n]
-            found = (
-                View(view.source, view.source_shape, [axes[c] for c in lay], view.offset)
-                for lay in layouts
+            count += min(
+                _view_cost(View(view.source, view.source_shape, [axes[c] for c in la], view.offset))
+                for la in layouts
             )
-            count += not any(axis_map.in_place(f) for f in found)
         return count
 
     best = None
@@ -605,9 +604,9 @@ def _by_axes(graph: Graph, softmax: Softmax):
         out_view = _result_view(p_view, q_layout, sizes, batch, rows, heads)
         if out_view is None:
             continue
-        q_place = axis_map.in_place(make(q_view, [q_axes[c] for c in q_layout]))
+        q_cost = _view_cost(make(q_view, [q_axes[c] for c in q_layout]))
         end, absorbed, out_place = _output_end(graph, pv, out_view)
-        cost = (not q_place) + (not out_place)
+        cost = q_cost + 2 * (not out_place)
         if choice is None or cost < choice[0]:
             choice = (cost, q_layout, end, absorbed)
     if choice is None:
@@ -688,13 +687,20 @@ def _by_axes(graph: Graph, softmax: Softmax):
     return match
 
 
+def _view_cost(view: View) -> int:
+    """What reading an operand through ``view`` costs the op: 0 when it is
+    the source tensor itself, 1 when only a RESHAPE (which the runtimes run
+    as a copy of the whole tensor: a KV cache read through one is no longer
+    read in place), 2 when it needs a transpose, slice or repeat."""
+    if axis_map.is_identity(view):
+        return 0
+    return 1 if axis_map.in_place(view) else 2
+
+
 def _layout(source: View, axes: dict[str, list[Atom]], layouts, make) -> str:
-    """The first of ``layouts`` the operand is in already (no copy), else
-    the first."""
-    for layout in layouts:
-        if axis_map.in_place(make(source, [axes[c] for c in layout])):
-            return layout
-    return layouts[0]
+    """Of ``layouts``, the one the operand is read in most cheaply (the
+    first of equals)."""
+    return min(layouts, key=lambda layout: _view_cost(make(source, [axes[c] for c in layout])))
 
 
 def _op_atoms(q_layout: str, sizes: dict[str, int], groups: dict[str, list[Atom]]):

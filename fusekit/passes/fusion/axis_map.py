@@ -581,7 +581,9 @@ def emit(graph: Graph, view: View, name: str, into: int | None = None) -> int | 
     plan = _plan(view)
     if plan is None:
         return None
-    tensor = _emit(graph, view, name, plan)
+    # The source itself, shape and all: no operator (a RESHAPE to its own
+    # shape would still be a copy in the runtimes).
+    tensor = view.source if is_identity(view) else _emit(graph, view, name, plan)
     if into is None:
         return tensor
     producer = graph.producer(tensor) if tensor != view.source else None

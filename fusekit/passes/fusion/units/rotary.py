@@ -12,7 +12,7 @@ from fusekit.model.graph import OP, OPTIONS, Graph
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.pattern import Fusion
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
-from fusekit.passes.fusion.units.norm import finish
+from fusekit.passes.fusion.shared_rules import finish
 
 
 def reshaped(graph: Graph, tensor: int, shape: list[int] | None) -> int:
