@@ -118,9 +118,7 @@ class _Generator:
         axes = _probe_axes(interp, "decode", caches, self.vocab)
         self.loop = DecodeLoop(interp, "decode", prefill, axes, caches)
         self.caches = caches
-        self.logits_name = next(
-            (n for n in self.decode.outputs if "logit" in n.lower()), None
-        )
+        self.logits_name = next((n for n in self.decode.outputs if "logit" in n.lower()), None)
         if self.logits_name is None:
             raise DecodeLoopError(
                 f"decode has no logits output (outputs: {sorted(self.decode.outputs)})"
@@ -129,9 +127,7 @@ class _Generator:
     def _layouts(self, sig: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         return {n: sig.layouts[("inputs", n)] for n in sig.inputs if n not in self.caches}
 
-    def _with_tokens(
-        self, sig: Any, position: int, tokens: np.ndarray
-    ) -> dict[str, np.ndarray]:
+    def _with_tokens(self, sig: Any, position: int, tokens: np.ndarray) -> dict[str, np.ndarray]:
         layouts = self._layouts(sig)
         inputs = feeds(layouts, sig.key, position, self.vocab, np.random.default_rng(0))
         for name, (shape, dtype) in layouts.items():

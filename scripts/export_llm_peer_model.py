@@ -133,7 +133,8 @@ class FloatExport:
 
 
 def quantize(float_model: Path, recipe: str, out: Path) -> None:
-    from ai_edge_quantizer import quantizer, recipe as recipes
+    from ai_edge_quantizer import quantizer
+    from ai_edge_quantizer import recipe as recipes
 
     qt = quantizer.Quantizer(str(float_model))
     qt.load_quantization_recipe(getattr(recipes, recipe)())
