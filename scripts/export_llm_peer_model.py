@@ -74,7 +74,15 @@ def build(size: Size, seed: int, where: Path) -> None:
         eos_token_id=2,
         pad_token_id=0,
     )
-    LlamaForCausalLM(config).eval().save_pretrained(where)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        # Hugging Face zeroes the padding token's embedding row, and with
+        # tied embeddings that is a zero row of the logits head: a block of
+        # zeros has a zero blockwise scale, which XNNPACK refuses (a trained
+        # model has no such row).
+        embed = model.get_input_embeddings().weight
+        embed[config.pad_token_id] = torch.randn_like(embed[0]) * config.initializer_range
+    model.save_pretrained(where)
     vocab = {f"t{i}": i for i in range(size.vocab)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
     PreTrainedTokenizerFast(
