@@ -433,7 +433,7 @@ def write(out: Path, result: dict[str, Any]) -> None:
         x = f"{r['x_of_floor']:.2f}" if "x_of_floor" in r else "-"
         lines.append(
             f"| {r['contender']} | {r['weights']} | {r['threads']} | {r['decode_ms']:.2f} | "
-            f"{1e3 / r['decode_ms']:.1f} | {x} | {r["prefill_ms"]:.4g} | "
+            f"{1e3 / r['decode_ms']:.1f} | {x} | {r['prefill_ms']:.4g} | "
             f"{result['prefill'] * 1e3 / r['prefill_ms']:.0f} |"
         )
     lines += ["", "## The bar (1 thread)", "", "| target | measured | met |", "|---|---|---|"]
