@@ -1,7 +1,7 @@
 """``fusekit.generation_check`` on litert-torch's export_hf default model
 (the committed LFM2 fixture: prefill_8 and decode over a cache of 32) in
 each weight form: float, export_hf's own int8 and ai-edge-quantizer's
-blockwise int4.  After ``fusekit.optimize`` the
+blockwise int4.  After ``fusekit.optimize`` (with the caches in place) the
 greedy tokens equal plain LiteRT's and the teacher-forced logits stay
 within the form's own quantization error against the float model."""
 
@@ -39,7 +39,8 @@ def _form(name: str, int4_model: Path) -> Path:
 @pytest.mark.parametrize("form", ["f32", "int8", "wi4b32"])
 def test_optimized_generates_what_plain_litert_does(form, int4_model):
     model = _form(form, int4_model)
-    optimized = fusekit.optimize(model).model
+    passes = [*fusekit.passes.DEFAULT_PASSES, "kv_cache_in_place"]
+    optimized = fusekit.optimize(model, passes=passes).model
     check = check_generation(model, optimized, None if form == "f32" else FLOAT, steps=STEPS)
     assert check.greedy_equal, check.summary()
     assert check.logits_within, check.summary()
