@@ -76,10 +76,15 @@ sys.path.insert(0, str(ROOT))
 # -- models ----------------------------------------------------------------
 
 
-def ensure_models(size: str, folder: Path) -> Path:
+# --forms names -> LITERT_FORMS labels and export_llm_peer_model.py's --forms.
+FORM_NAMES = {"f32": ("f32", "f32"), "int8": ("int8", "int8"), "int4": ("int4 b32", "wi4b32")}
+
+
+def ensure_models(size: str, folder: Path, forms: list[str]) -> Path:
     """Makes whatever of the forms is missing in ``folder``."""
-    missing = [f for f, name in (("int8", "model.tflite"), ("f32", "model-f32.tflite"),
-               ("wi4b32", "model-wi4b32.tflite")) if not (folder / name).exists()]  # fmt: skip
+    missing = [
+        FORM_NAMES[f][1] for f in forms if not (folder / LITERT_FORMS[FORM_NAMES[f][0]]).exists()
+    ]
     # The GGUF only for a llama.cpp to run it.
     gguf = (folder / "model-f32.gguf").exists() or not (LLAMA_BIN / "llama-bench").exists()
     bundle = (folder / BUNDLE).exists()
@@ -120,7 +125,7 @@ def quantized_ggufs(folder: Path) -> dict[str, Path]:
 def optimized(model: Path) -> Path:
     """``fusekit optimize`` of the model with the caches updated in place
     (the default passes and ``kv_cache_in_place``), made once."""
-    out = model.with_name(model.stem + "-fusekit.tflite")
+    out = model.with_name(model.stem + "-fusekit-in-place.tflite")
     if not out.exists() or out.stat().st_mtime < model.stat().st_mtime:
         subprocess.run(
             [sys.executable, "-m", "fusekit", "optimize", str(model), "-o", str(out), "-q",
@@ -261,9 +266,12 @@ def checks(folder: Path, args: argparse.Namespace) -> list[dict]:
     from fusekit.generation_check import check_generation
 
     out = []
-    for form, name in LITERT_FORMS.items():
-        plain = folder / name
+    for form in (FORM_NAMES[f][0] for f in args.forms.split(",")):
+        plain = folder / LITERT_FORMS[form]
         flt = None if form == "f32" else folder / LITERT_FORMS["f32"]
+        if flt is not None and not flt.exists():
+            print(f"check {form}: skipped (no float model to compare with)", file=sys.stderr)
+            continue
         c = check_generation(plain, optimized(plain), flt, steps=args.check_steps)
         out.append({"weights": form, **c.to_dict(), "summary": c.summary()})
         print(f"check {form}: {c.summary()}", file=sys.stderr)
@@ -271,11 +279,15 @@ def checks(folder: Path, args: argparse.Namespace) -> list[dict]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    folder = ensure_models(args.size, args.models / args.size)
+    forms = args.forms.split(",")
+    unknown = sorted(set(forms) - set(FORM_NAMES))
+    if unknown:
+        raise SystemExit(f"unknown --forms {unknown}; choose from {sorted(FORM_NAMES)}")
+    folder = ensure_models(args.size, args.models / args.size, forms)
     size = json.loads((folder / "size.json").read_text())
     contenders: dict[tuple[str, str], Callable[[int, list[int] | None], dict]] = {}
-    for form, name in LITERT_FORMS.items():
-        plain = folder / name
+    for form in (FORM_NAMES[f][0] for f in forms):
+        plain = folder / LITERT_FORMS[form]
         fused = optimized(plain)
         contenders[("LiteRT (plain)", form)] = (
             lambda t, c, m=plain: run_litert(m, t, c, args)
@@ -485,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode", type=int, default=None)
     parser.add_argument("--cache-position", type=int, default=None)
     parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    parser.add_argument(
+        "--forms", default="f32,int8,int4", help="LiteRT weight forms: f32, int8, int4"
+    )
     parser.add_argument(
         "--cpus", default=None, help="cores to pin runs to, in order (1 thread: the first)"
     )
