@@ -418,6 +418,32 @@ def targets(result: dict) -> list[tuple[str, str, bool | None]]:
     return out
 
 
+def two_threads(result: dict) -> list[str]:
+    """Where the second thread's gain stops: the bandwidth one and two
+    readers get, against what each contender's decode gained."""
+    bw = result["bandwidth_gb_s"]
+    if "1" not in bw or "2" not in bw:
+        return []
+    gains = []
+    for r in result["rows"]:
+        two = _row(result, r["contender"], r["weights"], 2)
+        if r["threads"] == 1 and two is not None:
+            gains.append(
+                f"{r['contender']} {r['weights']} {r['decode_ms'] / two['decode_ms']:.2f}x"
+            )
+    return [
+        "## Two threads",
+        "",
+        f"The memory bandwidth fusekit's read-floor tool measures (`fusekit.run.memory_floor`) "
+        f"is {bw['1']:.1f} GB/s with one reader and {bw['2']:.1f} GB/s with two "
+        f"({bw['2'] / bw['1']:.2f}x): a decode step that streams its weights near the floor "
+        "can gain at most that from a second thread, whatever its kernels do. Decode "
+        "speed-up from 1 to 2 threads: " + ", ".join(gains) + ". Prefill is compute-bound "
+        "and gains more where the second core is free; on a machine whose second core "
+        "runs other work (the load average above), two threads can be slower than one.",
+    ]
+
+
 def write(out: Path, result: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "llm_peers.json").write_text(json.dumps(result, indent=2))
@@ -465,6 +491,7 @@ def write(out: Path, result: dict[str, Any]) -> None:
         "`--repack 0`: its repacked (AMX) path segfaults on machines whose CPU advertises AMX "
         "without granting it to the process.",
     ]
+    lines += ["", *two_threads(result)]
     lines += [f"- {note}" for note in result["skipped"]]
     (out / "llm_peers.md").write_text("\n".join(lines) + "\n")
     try:
