@@ -289,23 +289,29 @@ def _width(size: Size, small: int, deploy: int) -> int:
     return deploy if size.deploy else small
 
 
+def _seq2seq_size(size: Size) -> dict[str, Any]:
+    """BART's and Whisper's config keywords of their size: 2 encoder and 2
+    decoder layers of width d, 2 heads (4 deployed), sdpa attention."""
+    d = _width(size, 32, 256)
+    heads = 2 if d == 32 else 4
+    return {
+        "vocab_size": VOCAB,
+        "d_model": d,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "encoder_attention_heads": heads,
+        "decoder_attention_heads": heads,
+        "encoder_ffn_dim": 2 * d,
+        "decoder_ffn_dim": 2 * d,
+        "attn_implementation": "sdpa",
+    }
+
+
 def _bart(size: Size) -> list[Signature]:
     from transformers import BartConfig, BartForConditionalGeneration
 
     _seed()
-    d = _width(size, 32, 256)
-    config = BartConfig(
-        vocab_size=VOCAB,
-        d_model=d,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2 if d == 32 else 4,
-        decoder_attention_heads=2 if d == 32 else 4,
-        encoder_ffn_dim=2 * d,
-        decoder_ffn_dim=2 * d,
-        max_position_embeddings=size.seq + 8,
-        attn_implementation="sdpa",
-    )
+    config = BartConfig(**_seq2seq_size(size), max_position_embeddings=size.seq + 8)
     model = _randomize(BartForConditionalGeneration(config))
     args = (_ids(size.seq), _ids(size.seq // 2))
     return [Signature("serving_default", _Seq2Seq(model, "input_ids").eval(), args=args)]
@@ -337,24 +343,15 @@ def _whisper(size: Size) -> list[Signature]:
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
     _seed()
-    d = _width(size, 32, 256)
     config = WhisperConfig(
-        vocab_size=VOCAB,
-        num_mel_bins=8 if d == 32 else 80,
-        d_model=d,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2 if d == 32 else 4,
-        decoder_attention_heads=2 if d == 32 else 4,
-        encoder_ffn_dim=2 * d,
-        decoder_ffn_dim=2 * d,
+        **_seq2seq_size(size),
+        num_mel_bins=8 if _width(size, 32, 256) == 32 else 80,
         max_source_positions=size.seq,
         max_target_positions=size.seq,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=1,
         decoder_start_token_id=1,
-        attn_implementation="sdpa",
     )
     model = _randomize(WhisperForConditionalGeneration(config))
     features = torch.randn(1, config.num_mel_bins, 2 * size.seq)

@@ -39,9 +39,12 @@
 // fully dropped key blocks skipped.
 //
 // Decode (AttentionItem, Sq <= 4): an item is every query head of one kv
-// head, so K and V stream from memory once (dot products per key row, with
-// software prefetch); long caches are split into kSplitKeys pieces whose
-// partial results are merged afterwards in a fixed order.
+// head, so K and V stream from memory once, with software prefetch.  The
+// scores are register tiles of 4 keys x up to 4 query rows (one lane
+// reduction per 4 scores of a row, not one per score); a transposed V's
+// rows are read once per tile of rows.  Long caches are split into at most
+// kSplitKeys-key pieces of equal size whose partial results are merged
+// afterwards in a fixed order.
 //
 // Items depend only on the shapes, never on the thread count: every thread
 // count gives the same bits.
@@ -390,8 +393,14 @@ class Attention {
     return plan;
   }
 
-  TfLiteStatus Prefill(OpContext& ctx, const Problem& p, const ScratchPlan& mem, void* scratch) {
+  TfLiteStatus Prefill(OpContext& ctx, const Problem& full, const ScratchPlan& mem,
+                       void* scratch) {
     const att::Layout& l = plan_.layout;
+    // Keys past the last one any row keeps (a prefill into a longer cache:
+    // 128 tokens of 512) weigh exactly 0 in every row and are not read.
+    // Causal rows see keys up to i + Skv - Sq: their offset needs all of Skv.
+    Problem p = full;
+    if (!p.causal) p.kv_len = LiveKeys(full);
     // Items of one panel of queries (2 or 4 vectors) of one head;
     // consecutive items share the head's K and V in cache.
     const int64_t width = l.query_panel;
@@ -436,6 +445,7 @@ class Attention {
           }
           if (j == live && !RowKeepsBefore(p, row, live)) return p.kv_len;
           live = std::max(live, j);
+          if (live == p.kv_len) return live;  // (no row can change it now)
         }
       }
     }
@@ -461,6 +471,9 @@ class Attention {
     // not the allocated one.  (At most plan_.splits: the scratch fits.)
     const int64_t live = LiveKeys(p);
     const int64_t splits = std::max<int64_t>(1, (live + att::kSplitKeys - 1) / att::kSplitKeys);
+    // The live keys shared evenly between the splits (513 keys: 257 + 256,
+    // not 512 + 1), so that threads taking splits get equal work.
+    const int64_t split_keys = (live + splits - 1) / splits;
     const int64_t per_head = p.group * p.q_len;  // rows of one kv head
     const int64_t group_heads = plan_.decode_heads;  // kv heads per item
     const int64_t groups = (p.kv_heads + group_heads - 1) / group_heads;
@@ -480,8 +493,8 @@ class Attention {
         it.group_count = p.group;
         it.query_begin = 0;
         it.query_count = p.q_len;
-        it.key_begin = split * att::kSplitKeys;
-        it.key_end = std::min(live, it.key_begin + att::kSplitKeys);
+        it.key_begin = std::min(live, split * split_keys);
+        it.key_end = std::min(live, it.key_begin + split_keys);
         if (splits == 1) {
           item_(p, l, it, mine, nullptr);
           continue;

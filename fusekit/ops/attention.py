@@ -11,21 +11,13 @@ import tensorflow as tf
 
 from fusekit.author.composite import Composite, composite
 from fusekit.ops._affine import composite_attrs
-from fusekit.run.attention_attrs import attention_attrs
+from fusekit.run.attention_attrs import AXES as _AXES
+from fusekit.run.attention_attrs import DIMS as _DIMS
+from fusekit.run.attention_attrs import attention_attrs, check_layouts
 from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_attention"
 
-# The layouts k and v may come in (the kernel reads each in place): the
-# axes, in order, as a permutation of the default [B, Skv, Hkv, D].
-#   bshd: [B, Skv, Hkv, D]  (the default; Keras' and most exporters')
-#   bhsd: [B, Hkv, Skv, D]  (a KV cache's: litert-torch's K)
-#   bhds: [B, Hkv, D, Skv]  (V transposed: litert-torch's V cache)
-Q_LAYOUTS = ("bshd", "bhsd")  # q's, and the output's (its Dv columns last)
-K_LAYOUTS = ("bshd", "bhsd")
-V_LAYOUTS = ("bshd", "bhsd", "bhds")
-# Axis of the tensor holding (batch, seq, heads, depth), per layout.
-_AXES = {"bshd": (0, 1, 2, 3), "bhsd": (0, 2, 1, 3), "bhds": (0, 3, 1, 2)}
 # Transposes from each layout to [B, Hkv, Skv, D], the body's matmul form.
 _TO_BHSD = {"bshd": [0, 2, 1, 3], "bhsd": None, "bhds": [0, 1, 3, 2]}
 
@@ -132,13 +124,6 @@ def _attention() -> Composite:
     # causal (default False), scale (absent: 1/sqrt(D)), softcap (absent: no
     # capping) and the layouts (absent: "bshd") as the kernel declares them.
     return composite(_OP, **composite_attrs(op_spec(_OP)))(_attention_body)
-
-
-_DIMS = {
-    "bshd": "[batch, seq, heads, head_dim]",
-    "bhsd": "[batch, heads, seq, head_dim]",
-    "bhds": "[batch, heads, head_dim, seq]",
-}
 
 
 def _shape(name: str, t: Any, layout: str = "bshd") -> tf.TensorShape:
@@ -248,10 +233,7 @@ def attention(
     Returns:
       [B, Sq, H, Dv] (q_layout "bhsd": [B, H, Sq, Dv]) of q's dtype.
     """
-    layouts = (("q", q_layout, Q_LAYOUTS), ("k", k_layout, K_LAYOUTS), ("v", v_layout, V_LAYOUTS))
-    for name, layout, allowed in layouts:
-        if not isinstance(layout, str) or layout not in allowed:
-            raise ValueError(f"{_OP}: {name}_layout must be one of {allowed}, got {layout!r}")
+    layouts = check_layouts(q_layout, k_layout, v_layout)
     q_shape = _as_bshd(_shape("q", q, q_layout), q_layout)
     k_shape = _as_bshd(_shape("k", k, k_layout), k_layout)
     v_shape = _as_bshd(_shape("v", v, v_layout), v_layout)
@@ -307,6 +289,6 @@ def attention(
                     f"{_OP}: mask {m_shape.as_list()} does not broadcast to the scores "
                     f"[B, H, Sq, Skv] = {target}"
                 )
-    attrs = attention_attrs(causal, scale, softcap, {"q": q_layout, "k": k_layout, "v": v_layout})
+    attrs = attention_attrs(causal, scale, softcap, layouts)
     tensors = (q, k, v) if mask is None else (q, k, v, mask)
     return _attention()(*tensors, **attrs)

@@ -1,7 +1,7 @@
 """The attrs of a ``fusekit_attention`` node, as both front-ends write them
 (``fusekit.ops.attention`` in TensorFlow, ``fusekit.torch.ops.attention``):
-scale and softcap checked, a default layout left out.  No TensorFlow or
-torch import."""
+the layouts q, k and v may come in, scale and softcap checked, a default
+layout left out.  No TensorFlow or torch import."""
 
 from __future__ import annotations
 
@@ -12,6 +12,38 @@ from typing import Any
 from fusekit.run.op_spec import op_spec
 
 OP = "fusekit_attention"
+
+# The layouts k and v may come in (the kernel reads each in place): the
+# axes, in order, as a permutation of the default [B, Skv, Hkv, D].
+#   bshd: [B, Skv, Hkv, D]  (the default; Keras' and most exporters')
+#   bhsd: [B, Hkv, Skv, D]  (a KV cache's: litert-torch's K)
+#   bhds: [B, Hkv, D, Skv]  (V transposed: litert-torch's V cache)
+Q_LAYOUTS = ("bshd", "bhsd")  # q's, and the output's (its Dv columns last)
+K_LAYOUTS = ("bshd", "bhsd")
+V_LAYOUTS = ("bshd", "bhsd", "bhds")
+# Axis of the tensor holding (batch, seq, heads, depth), per layout.
+AXES = {"bshd": (0, 1, 2, 3), "bhsd": (0, 2, 1, 3), "bhds": (0, 3, 1, 2)}
+# Each layout's dims, as an error names them.
+DIMS = {
+    "bshd": "[batch, seq, heads, head_dim]",
+    "bhsd": "[batch, heads, seq, head_dim]",
+    "bhds": "[batch, heads, head_dim, seq]",
+}
+
+
+def check_layouts(q_layout: Any, k_layout: Any, v_layout: Any) -> dict[str, str]:
+    """``{"q": q_layout, "k": k_layout, "v": v_layout}``, each checked
+    against the layouts its tensor may come in.
+
+    Raises:
+      ValueError: a layout that is not one of them (named with the op).
+    """
+    layouts = {"q": q_layout, "k": k_layout, "v": v_layout}
+    for name, allowed in (("q", Q_LAYOUTS), ("k", K_LAYOUTS), ("v", V_LAYOUTS)):
+        layout = layouts[name]
+        if not isinstance(layout, str) or layout not in allowed:
+            raise ValueError(f"{OP}: {name}_layout must be one of {allowed}, got {layout!r}")
+    return layouts
 
 
 def _finite(value: Any) -> bool:

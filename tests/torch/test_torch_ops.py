@@ -11,55 +11,14 @@ from flatbuffers import flexbuffers
 torch = pytest.importorskip("torch")
 litert_torch = pytest.importorskip("litert_torch")
 
+from torch_modules import OpsBlock, ops_block_args  # noqa: E402
+
 import fusekit  # noqa: E402
 from fusekit.model.model_ops import list_ops  # noqa: E402
 from fusekit.run.op_spec import op_spec  # noqa: E402
 from fusekit.torch import ops  # noqa: E402
 
-
-class Block(torch.nn.Module):
-    """Every op: norms (absent gamma/beta too), rotary, attention with GQA,
-    causal, a float mask over a transposed cache, and a decode step."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.gamma = torch.nn.Parameter(torch.rand(16) + 0.5)
-        self.beta = torch.nn.Parameter(torch.randn(16))
-
-    def forward(self, x, cos, sin, k_cache, v_cache, mask, q_step):
-        y = ops.rms_norm(x, self.gamma, epsilon=1e-5)
-        y = ops.layer_norm(y, self.gamma, self.beta)
-        y = ops.layer_norm(y, None, self.beta, epsilon=1e-3)
-        y = ops.group_norm(y, self.gamma, None, groups=4)
-        q = ops.rotary_embedding(y.reshape(1, 6, 2, 8), cos, sin)
-        q4 = torch.cat([q, q], dim=2)  # 4 query heads over 2 kv heads
-        a = ops.attention(q4, q, q, causal=True)
-        b = ops.attention(
-            q4,
-            k_cache,
-            v_cache,
-            mask=mask,
-            k_layout="bhsd",
-            v_layout="bhds",
-            scale=0.3,
-            softcap=5.0,
-        )
-        step = ops.attention(
-            q_step, k_cache, v_cache, causal=True, k_layout="bhsd", v_layout="bhds"
-        )
-        return a + b, step
-
-
-ARGS = (
-    torch.randn(1, 6, 16),
-    torch.randn(6, 8),
-    torch.randn(6, 8),
-    torch.randn(1, 2, 10, 8),
-    torch.randn(1, 2, 8, 10),
-    torch.randn(1, 1, 6, 10),
-    torch.randn(1, 1, 4, 8),
-)
+ARGS = ops_block_args()
 EXPECTED_OPS = {
     "CUSTOM:fusekit_rms_norm": 1,
     "CUSTOM:fusekit_layer_norm": 2,
@@ -71,7 +30,7 @@ EXPECTED_OPS = {
 
 @pytest.fixture(scope="module")
 def optimized():
-    exported = litert_torch.convert(Block().eval(), ARGS).model_content()
+    exported = litert_torch.convert(OpsBlock().eval(), ARGS).model_content()
     return fusekit.optimize(exported)
 
 
@@ -118,7 +77,7 @@ def _check(outputs, expected):
 
 
 def test_runs_on_the_interpreter_and_compiled_model_as_torch_computes(optimized):
-    expected = [t.detach().numpy() for t in Block().eval()(*ARGS)]
+    expected = [t.detach().numpy() for t in OpsBlock().eval()(*ARGS)]
     interp = fusekit.Interpreter(model_content=optimized.model)
     _check(list(interp.get_signature_runner()(**_feeds(ARGS)).values()), expected)
     _check(fusekit.CompiledModel.from_buffer(optimized.model).run(_feeds(ARGS)), expected)

@@ -51,18 +51,19 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
-from fusekit.passes.fusion import axis_map, key_mask
-from fusekit.passes.fusion.attention_match import AttentionMatch, padding_and_band
+from fusekit.passes.fusion import axis_map, key_mask, symbolic_dims
+from fusekit.passes.fusion.attention_match import (
+    MASK_VALUE,
+    MAX_FILL,
+    AttentionMatch,
+    band_split,
+)
 from fusekit.passes.fusion.axis_map import BROADCAST, Atom, View
 from fusekit.passes.fusion.pattern import NearMiss, only_reader
 from fusekit.passes.fusion.softmax_forms import Softmax, softmax_at
+from fusekit.passes.fusion.symbolic_dims import SymbolicGraph
 from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
 
-# The largest masked value a keep-mask may set (fusion/attention.py's
-# reasoning: kept scores unchanged, masked ones -1e38 in the op) and the
-# op's additive value for masked keys.
-MAX_FILL = -1e4
-MASK_VALUE = -1e38
 _VIEW_OPS = frozenset({OP.RESHAPE, OP.TRANSPOSE, OP.SQUEEZE, OP.EXPAND_DIMS})
 _MAX_PATH = 24
 
@@ -318,6 +319,35 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     softmax = softmax_at(graph, anchor)
     if softmax is None:
         return None
+    if all(d >= 0 for d in graph.signature(softmax.input)):
+        return _by_axes(graph, softmax)
+    # Dims known only at run time: read as symbols (fusion/symbolic_dims.py).
+    symbolic = SymbolicGraph(graph)
+    found = _by_axes(symbolic, softmax)
+    if not isinstance(found, AttentionMatch):
+        return found
+    reason = None
+    if symbolic.unsafe:
+        reason = "a static dim the reading of unknown dims could mistake for one"
+    for name in ("mask_reshape", "keep_reshape", "result_shape"):
+        shape = getattr(found, name)
+        if shape is not None and reason is None:
+            fixed = symbolic_dims.written(shape)
+            if fixed is None:
+                reason = "two dims known only at run time in one shape the op would write"
+            setattr(found, name, fixed)
+    if reason is None and len(symbolic.used) > 1:
+        reason = "more than one dim known only at run time (a batch and a sequence length)"
+    if reason is not None:
+        return _miss(
+            "dynamic_shape",
+            f"the attention has {reason}",
+            "export with static shapes (a fixed batch and sequence length)",
+        )
+    return found
+
+
+def _by_axes(graph: Graph, softmax: Softmax):
     scores = _scores(graph, softmax)
     if not isinstance(scores, _Scores):
         return scores
@@ -526,11 +556,10 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
                 "d": depth,
             }
             layouts = ("bshd", "bhsd", "bhds")[:n]
-            found = (
-                View(view.source, view.source_shape, [axes[c] for c in lay], view.offset)
-                for lay in layouts
+            count += min(
+                _view_cost(View(view.source, view.source_shape, [axes[c] for c in la], view.offset))
+                for la in layouts
             )
-            count += not any(axis_map.in_place(f) for f in found)
         return count
 
     best = None
@@ -575,9 +604,9 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         out_view = _result_view(p_view, q_layout, sizes, batch, rows, heads)
         if out_view is None:
             continue
-        q_place = axis_map.in_place(make(q_view, [q_axes[c] for c in q_layout]))
+        q_cost = _view_cost(make(q_view, [q_axes[c] for c in q_layout]))
         end, absorbed, out_place = _output_end(graph, pv, out_view)
-        cost = (not q_place) + (not out_place)
+        cost = q_cost + 2 * (not out_place)
         if choice is None or cost < choice[0]:
             choice = (cost, q_layout, end, absorbed)
     if choice is None:
@@ -594,19 +623,25 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     scale = scores.scale * q_view.scale * k_view.scale
     if not np.isfinite(scale):
         return _miss("scale", "a scale that is not finite")
-    # The runtimes take at most 6 dims: a view needing more factors to be
-    # written is left to the forms.
+    # The runtimes take at most 6 dims (emit writes as few as it can).
     for view, axes, layout in (
         (q_view, q_axes, q_layout),
         (k_view, k_axes, k_layout),
         (v_view, v_axes, v_layout),
     ):
-        planned = axis_map._plan(make(view, [axes[c] for c in layout]))
-        if planned is None or len(planned[0]) > 6:
-            return None
+        dims = axis_map.written_dims(make(view, [axes[c] for c in layout]))
+        if dims is None or dims > 6:
+            return _miss(
+                "operand_dims",
+                f"q, k or v would need a view of {dims or 'more'} dims to be read in the "
+                "fused op's layout; the runtimes take six",
+                "nothing to change: this attention runs as plain operators",
+            )
     match = AttentionMatch(q_view.source, k_view.source, v_view.source, end_tensor, scale)
+    symbolic = isinstance(graph, SymbolicGraph)
     match.ops = region
     match.causal = plan.causal
+    match.mask_kind = plan.kind
     match.softcap = scores.softcap
     # A mask given as it is (a runtime tensor already [B|1, H|1, Sq|1,
     # Skv], or a constant keep plane): the op reads it in place, a padding
@@ -617,12 +652,11 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         match.mask, match.mask_scale = plan.mask, plan.mask_scale
         match.mask_reshape = plan.mask_reshape
         if plan.mask_reshape is None:
-            match.mask_row = key_mask.narrowed(graph, plan.mask)
+            match.mask_row = None if symbolic else key_mask.narrowed(graph, plan.mask)
     if plan.keep is not None:
         match.keep, match.keep_reshape = plan.keep, plan.keep_reshape
         if plan.keep_reshape is None:
-            match.keep_row = key_mask.narrowed(graph, plan.keep)
-        _split_padding(graph, match, sizes["s"], kv_len)
+            match.keep_row = None if symbolic else key_mask.narrowed(graph, plan.keep)
     terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
     match.region_inputs = [q_view.source, k_view.source, v_view.source] + [
         t.tensor for t in terms if _constant_of(graph, t.tensor) is None
@@ -650,13 +684,20 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     return match
 
 
+def _view_cost(view: View) -> int:
+    """What reading an operand through ``view`` costs the op: 0 when it is
+    the source tensor itself, 1 when only a RESHAPE (which the runtimes run
+    as a copy of the whole tensor: a KV cache read through one is no longer
+    read in place), 2 when it needs a transpose, slice or repeat."""
+    if axis_map.is_identity(view):
+        return 0
+    return 1 if axis_map.in_place(view) else 2
+
+
 def _layout(source: View, axes: dict[str, list[Atom]], layouts, make) -> str:
-    """The first of ``layouts`` the operand is in already (no copy), else
-    the first."""
-    for layout in layouts:
-        if axis_map.in_place(make(source, [axes[c] for c in layout])):
-            return layout
-    return layouts[0]
+    """Of ``layouts``, the one the operand is read in most cheaply (the
+    first of equals)."""
+    return min(layouts, key=lambda layout: _view_cost(make(source, [axes[c] for c in layout])))
 
 
 def _op_atoms(q_layout: str, sizes: dict[str, int], groups: dict[str, list[Atom]]):
@@ -732,10 +773,13 @@ def _repeats_over(graph: Graph, term: _Term, atom: Atom) -> bool:
     return False
 
 
-def _same_along(graph: Graph, tensor: int, dim: int, at: int, size: int) -> bool:
-    """``tensor`` is the same at the ``size`` indices ``at`` apart along
-    ``dim``: that dim is 1, or a constant repeats there."""
-    shape = graph.signature(tensor)
+def _same_along(
+    graph: Graph, tensor: int, dim: int, at: int, size: int, shape: list[int] | None = None
+) -> bool:
+    """``tensor`` (of ``shape``, its signature by default) is the same at
+    the ``size`` indices ``at`` apart along ``dim``: that dim is 1, or a
+    constant repeats there."""
+    shape = graph.signature(tensor) if shape is None else shape
     if shape[dim] == 1:
         return True
     value = _constant_of(graph, tensor)
@@ -746,10 +790,13 @@ def _same_along(graph: Graph, tensor: int, dim: int, at: int, size: int) -> bool
     return bool((value == value.take([0], axis=dim + 1)).all())
 
 
-def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | NearMiss:
+def _term_view(
+    graph: Graph, term: _Term, groups: list[list[Atom]], shape: list[int] | None = None
+) -> View | NearMiss:
     """A tensor met on the scores' path as a view [B|1, H|1, Sq|1, Skv|1]
-    (repeats where it broadcasts)."""
-    shape = graph.signature(term.tensor)
+    (repeats where it broadcasts); ``shape``: the tensor's as it broadcasts
+    there, when that is its signature with unit dims added."""
+    shape = graph.signature(term.tensor) if shape is None else shape
     at_shape = term.at.shape
     if len(shape) > len(at_shape):
         return _miss("bias_shape", f"a tensor of shape {shape} added to the scores")
@@ -763,7 +810,7 @@ def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | Ne
                 if at is None:
                     continue
                 dim = j - lead
-                if dim < 0 or _same_along(graph, term.tensor, dim, at, p.size):
+                if dim < 0 or _same_along(graph, term.tensor, dim, at, p.size, shape):
                     atoms.append(Atom(BROADCAST, 0, p.size))
                 else:
                     atoms.append(Atom(dim, at, p.size))
@@ -790,6 +837,7 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
             return keep_view
     constant: np.ndarray | None = None
     keep_plane: np.ndarray | None = None
+    causal = False
     keep_value = None if keep_view is None else _constant_of(graph, scores.keep.tensor)
     if keep_view is not None and keep_value is not None:
         # A constant keep-mask is the constant 0 / masked value added to the
@@ -801,7 +849,17 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
         masked = -np.inf if zeroed else MASK_VALUE
         constant = np.where(plane, np.float32(0), np.float32(masked)).astype(np.float32)
         keep_plane, keep_view = plane, None
-    elif keep_view is not None and any(
+    elif keep_view is not None and zeroed:
+        # A runtime keep-mask that is the causal band AND a runtime rest
+        # (decoders merge padding and band so): causal in the op, which
+        # skips the masked half, and the rest as its keep-mask -- the same
+        # keys kept, rows left without keys zeros either way.
+        split = band_split(graph, scores.keep.tensor, _size(rows), kv_len)
+        if split is not None:
+            rest = _term_view(graph, _Term(split[0], scores.keep.at), groups, split[1])
+            if not isinstance(rest, NearMiss):
+                keep_view, causal = rest, True
+    if keep_view is not None and any(
         len({a.axis == BROADCAST for a in atoms}) > 1 for atoms in keep_view.axes
     ):
         return _miss("keep_mask", "a keep-mask repeating over part of the batch or head axes")
@@ -830,7 +888,6 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
             runtime.append((view, term.factor))
     if constant is not None and not np.isfinite(constant).all() and runtime:
         return _miss("bias_inf", "a constant mask with infinities besides a runtime one")
-    causal = False
     if constant is not None and not runtime and keep_view is None:
         band = _causal_band(constant)
         if band is not None:
@@ -850,20 +907,21 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
     # A runtime mask and keep-mask the op reads as the graph has them.
     keep_as_is = keep_view is None or axis_map.in_place(keep_view)
     keep = None if keep_view is None else keep_view.source
-    keep_reshape = None if keep_view is None else _reshape_to(keep_view)
+    keep_reshape = None if keep_view is None else _reshape_to(graph, keep_view)
     if len(runtime) == 1 and constant is None and keep_as_is:
         view, factor = runtime[0]
         if axis_map.in_place(view):
             return _MaskPlan(
                 None,
+                causal,
                 mask=view.source,
                 mask_scale=factor,
-                mask_reshape=_reshape_to(view),
+                mask_reshape=_reshape_to(graph, view),
                 keep=keep,
                 keep_reshape=keep_reshape,
             )
     if not runtime and constant is None and keep_view is not None and keep_as_is:
-        return _MaskPlan(None, keep=keep, keep_reshape=keep_reshape)
+        return _MaskPlan(None, causal, keep=keep, keep_reshape=keep_reshape)
 
     def write(graph: Graph, name: str) -> int:
         if zeroed and not runtime and constant is None:
@@ -907,7 +965,13 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
             total = out
         return total
 
-    return _MaskPlan(write, causal)
+    if zeroed and not runtime and constant is None:
+        kind = "bool mask"
+    elif keep_view is not None:
+        kind = "float mask (bias and keep)"
+    else:
+        kind = "float mask"
+    return _MaskPlan(write, causal, kind=kind)
 
 
 @dataclass
@@ -925,13 +989,15 @@ class _MaskPlan:
     keep: int | None = None
     keep_reshape: list[int] | None = None
     constant_keep: np.ndarray | None = None
+    # What ``write`` gives, in the report's words.
+    kind: str | None = None
 
 
-def _reshape_to(view: View) -> list[int] | None:
+def _reshape_to(graph: Graph, view: View) -> list[int] | None:
     """The 4-D shape an in-place view's source is reshaped to (None: it is
     that shape already)."""
     shape = axis_map.emitted_shape(view)
-    return None if shape == view.source_shape else shape
+    return None if shape == graph.signature(view.source) else shape
 
 
 def _constant_term(graph: Graph, view: View, value: np.ndarray, factor: float):
@@ -990,17 +1056,3 @@ def _constant_of(graph: Graph, tensor: int, depth: int = 0) -> np.ndarray | None
     if keep is None or a is None or b is None:
         return None
     return np.broadcast_to(np.where(keep, a, b), graph.signature(tensor)).astype(np.float32)
-
-
-def _split_padding(graph: Graph, match, q_len: int, kv_len: int) -> None:
-    """A runtime keep-mask that is a padding row AND the kernel's causal band
-    (keras-hub's decoders merge them so), with masked probabilities zeroed:
-    causal in the op (it skips the masked half) and the padding as its bool
-    mask -- the same keys kept, rows left without keys zeros either way."""
-    if not match.zero_masked_rows or q_len <= 0 or kv_len < q_len:
-        return
-    padding = padding_and_band(graph, match.keep, q_len, kv_len)
-    if padding is not None:
-        match.causal = True
-        match.keep, match.keep_row = padding, None
-        match.keep_reshape = [graph.signature(padding)[0], 1, 1, kv_len]

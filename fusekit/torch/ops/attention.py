@@ -5,23 +5,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fusekit.run.attention_attrs import attention_attrs
+from fusekit.run.attention_attrs import AXES as _AXES
+from fusekit.run.attention_attrs import DIMS as _DIMS
+from fusekit.run.attention_attrs import attention_attrs, check_layouts
 from fusekit.run.op_spec import op_spec
 from fusekit.torch.authoring import emit
 from fusekit.torch.ops._shapes import dims as _dims
 
 _OP = "fusekit_attention"
-Q_LAYOUTS = ("bshd", "bhsd")
-K_LAYOUTS = ("bshd", "bhsd")
-V_LAYOUTS = ("bshd", "bhsd", "bhds")
-# Axes of (batch, seq, heads, depth) in each layout.
-_AXES = {"bshd": (0, 1, 2, 3), "bhsd": (0, 2, 1, 3), "bhds": (0, 3, 1, 2)}
-_DIMS = {
-    "bshd": "[batch, seq, heads, head_dim]",
-    "bhsd": "[batch, heads, seq, head_dim]",
-    "bhds": "[batch, heads, head_dim, seq]",
-}
-
 
 def _to_bhsd(t: Any, layout: str) -> Any:
     """k or v as [B, Hkv, Skv, D]."""
@@ -110,10 +101,7 @@ def attention(
     """
     import torch
 
-    layouts = (("q", q_layout, Q_LAYOUTS), ("k", k_layout, K_LAYOUTS), ("v", v_layout, V_LAYOUTS))
-    for name, layout, allowed in layouts:
-        if not isinstance(layout, str) or layout not in allowed:
-            raise ValueError(f"{_OP}: {name}_layout must be one of {allowed}, got {layout!r}")
+    layouts = check_layouts(q_layout, k_layout, v_layout)
     found: dict[str, list[int | None]] = {}
     for name, t, layout in (("q", q, q_layout), ("k", k, k_layout), ("v", v, v_layout)):
         if t.dim() != 4:
@@ -167,7 +155,7 @@ def attention(
                 f"{_OP}: mask {shape} does not broadcast to the scores [B, H, Sq, Skv] = {target}"
             )
     spec = op_spec(_OP)
-    attrs = attention_attrs(causal, scale, softcap, {name: layout for name, layout, _ in layouts})
+    attrs = attention_attrs(causal, scale, softcap, layouts)
     body_kwargs = {
         "causal": bool(causal),
         "scale": 1.0 / math.sqrt(depth) if scale is None else float(scale),

@@ -138,13 +138,15 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
         mask_kind = "float mask"
     else:
         mask_kind = "no mask"
+    if match.mask_kind is not None and len(inputs) > 3:
+        mask_kind = match.mask_kind
     if rows is not None and (match.mask_row or match.keep_row):
         mask_kind += " as one key row for every query"
     attrs = AttentionFusion.attrs(match)
     output = match.output
     if match.finish_output is not None:
         shape = match.result_shape
-        output = graph.like(match.output, shape, "/attention", signature=shape)
+        output = graph.like(match.output, [max(d, 1) for d in shape], "/attention", signature=shape)
     elif match.output_perm is not None:
         shape = match.result_shape or _permuted(graph.signature(match.output))
         output = graph.like(
