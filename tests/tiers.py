@@ -120,6 +120,8 @@ MARKED: dict[str, str] = {
     "tests/test_quantized_convert.py": "slow",  # 20
     # keras-hub causal LMs exported as prefill/decode steps, greedy generation.
     "tests/test_generation.py": "slow",  # 34
+    # Greedy and teacher-forced generation of three weight forms (ai-edge-quantizer).
+    "tests/test_generation_check.py": "slow",  # 5 (CPU time; 54 s of wall at load 12)
     "tests/passes/test_decode_step.py": "slow",
     "tests/passes/test_fuse_composites.py": "slow",
     # bench-generate measuring the memory bandwidth (a ring of about 1 GB).

@@ -583,7 +583,8 @@ def emit(graph: Graph, view: View, name: str, into: int | None = None) -> int | 
         return None
     # The source itself, shape and all: no operator (a RESHAPE to its own
     # shape would still be a copy in the runtimes).
-    tensor = view.source if is_identity(view) else _emit(graph, view, name, plan)
+    same = in_place(view) and symbolic_dims.same(graph.signature(view.source), emitted_shape(view))
+    tensor = view.source if same else _emit(graph, view, name, plan)
     if into is None:
         return tensor
     producer = graph.producer(tensor) if tensor != view.source else None
