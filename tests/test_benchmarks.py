@@ -389,3 +389,24 @@ def test_zoo_benchmark_quick_run(tmp_path):
         if r["model"] in ("timm_vit", "hf_bart", "diffusers_unet"):
             assert sum(t["attention_regions"] for t in r["timings"]) >= 1, r["model"]
         assert all(t["attention_share"] > 0 for t in r["timings"] if t["attention_regions"])
+
+
+@pytest.mark.skipif(
+    not (ROOT / ".venv-torch" / "bin" / "python").exists(),
+    reason="the peers' model is exported with litert-torch (scripts/setup_torch.sh)",
+)
+def test_llm_peers_benchmark_quick_run(tmp_path):
+    """bench_llm_peers.py --quick: the tiny Llama exported in every weight
+    form, plain LiteRT and fusekit timed on each (and the peers set up
+    here), the correctness checks passed, the bar's table written."""
+    payload = run_quick(
+        "bench_llm_peers.py", tmp_path, "llm_peers.json", "llm_peers.md",
+        args=("--models", str(tmp_path / "models"), "--threads", "1"),
+    )  # fmt: skip
+    timed = {(r["contender"], r["weights"]) for r in payload["rows"]}
+    for who in ("LiteRT (plain)", "fusekit"):
+        assert {(who, f) for f in ("f32", "int8", "int4 b32")} <= timed
+    assert all(r["decode_ms"] > 0 and r["prefill_ms"] > 0 for r in payload["rows"])
+    assert [c["weights"] for c in payload["checks"]] == ["f32", "int8", "int4 b32"]
+    assert all(c["ok"] for c in payload["checks"]), payload["checks"]
+    assert "## The bar (1 thread)" in (tmp_path / "llm_peers.md").read_text()

@@ -49,6 +49,19 @@ def _admissible(mask: tf.Tensor | None, causal: bool, q_len: Any, kv_len: Any) -
     return allowed
 
 
+def _take(t: Any, part: Any) -> Any:
+    """The operand an input holds under a slice attr ([axis, begin, size]:
+    that part of `axis`; a rank-5 input loses the axis); None: the input."""
+    if part is None or len(part) == 0:
+        return t
+    axis, begin, size = (int(x) for x in part)
+    rank = len(t.shape)
+    axis = axis + rank if axis < 0 else axis
+    if rank == 5:
+        return tf.gather(t, begin, axis=axis)
+    return tf.gather(t, tf.range(begin, begin + size), axis=axis)
+
+
 def _attention_body(
     q: tf.Tensor,
     k: tf.Tensor,
@@ -60,9 +73,13 @@ def _attention_body(
     q_layout: str | None = None,
     k_layout: str | None = None,
     v_layout: str | None = None,
+    q_slice: Any = None,
+    k_slice: Any = None,
+    v_slice: Any = None,
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
+    q, k, v = _take(q, q_slice), _take(k, k_slice), _take(v, v_slice)
     if scale is None:  # the op without a scale attr: the kernel's 1/sqrt(D)
         scale = 1.0 / math.sqrt(q.shape[-1])
     # An absent layout attr is the default layout.
@@ -137,6 +154,48 @@ def _shape(name: str, t: Any, layout: str = "bshd") -> tf.TensorShape:
     return shape
 
 
+def _part(name: str, t: Any, part: Any) -> tuple[Any, list[int] | None]:
+    """`t` seen through `name`'s slice attr, checked, and the attr as a list
+    (None: no slice): a stand-in of the operand's shape for the checks."""
+    if part is None:
+        return t, None
+    attr = f"{name}_slice"
+    if len(part) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) for x in part):
+        raise ValueError(f"{_OP}: {attr} must be (axis, begin, size) ints, got {part!r}")
+    axis, begin, size = part
+    shape = tf.TensorShape(getattr(t, "shape", None))
+    if shape.rank not in (4, 5):
+        raise ValueError(
+            f"{_OP}: with {attr}, {name} must have rank 4 or 5, got "
+            f"{'unknown rank' if shape.rank is None else f'shape {shape.as_list()}'}"
+        )
+    rank = shape.rank
+    at = axis + rank if axis < 0 else axis
+    if not 0 <= at < rank or (rank == 5 and at == 4):
+        raise ValueError(
+            f"{_OP}: {attr} axis {axis} must name an axis of {name}'s rank-{rank} input"
+            + (" other than the last" if rank == 5 else "")
+        )
+    extent = shape[at]
+    if begin < 0 or size < 1 or (rank == 5 and size != 1):
+        raise ValueError(
+            f"{_OP}: {attr} must have begin >= 0 and size >= 1 (1 on a rank-5 input), "
+            f"got {list(part)}"
+        )
+    if extent is None:
+        raise ValueError(f"{_OP}: {name}'s axis {at} that {attr} slices must be static")
+    if begin + size > extent:
+        raise ValueError(
+            f"{_OP}: {attr} {list(part)} reaches past axis {at} of {name} (size {extent})"
+        )
+    dims = shape.as_list()
+    if rank == 5:
+        del dims[at]
+    else:
+        dims[at] = size
+    return tf.TensorSpec(dims, _dtype(t)), [axis, begin, size]
+
+
 def _as_bshd(shape: tf.TensorShape, layout: str) -> tf.TensorShape:
     """A k or v shape in `layout` read as [B, Skv, Hkv, D]."""
     dims = shape.as_list()
@@ -164,6 +223,9 @@ def attention(
     k_layout: str = "bshd",
     v_layout: str = "bshd",
     q_layout: str = "bshd",
+    q_slice: tuple[int, int, int] | None = None,
+    k_slice: tuple[int, int, int] | None = None,
+    v_slice: tuple[int, int, int] | None = None,
 ) -> tf.Tensor:
     """``softmax(q @ k^T * scale + mask) @ v`` per head, in one op.
 
@@ -214,6 +276,16 @@ def attention(
     (float), ``q_layout``, ``k_layout`` and ``v_layout`` (str; absent when
     "bshd").
 
+    **Packed q, k, v**: ``q_slice=(axis, begin, size)`` (and ``k_slice``,
+    ``v_slice``) takes q as the part ``[begin, begin + size)`` of `axis` of
+    the tensor given as q; from a rank-5 tensor the axis is dropped (size
+    1).  The kernel reads that part in place.  One tensor may be all three:
+    timm's ``[B, S, 3, H, D]`` is q, k, v with slices ``(2, 0, 1)``,
+    ``(2, 1, 1)``, ``(2, 2, 1)``; a fused grouped-query projection
+    ``[B, S, H + 2 * Hkv, D]`` is ``(2, 0, H)``, ``(2, H, Hkv)``,
+    ``(2, H + Hkv, Hkv)``.  The sliced axis must be static; the slice of a
+    rank-5 tensor may not be its last axis.
+
     Args:
       q: float32 or float16 [B, Sq, H, D]; D must be static.
       k: [B, Skv, Hkv, D] of q's dtype (or as k_layout says); Hkv must be
@@ -229,14 +301,21 @@ def attention(
       k_layout: "bshd" (default) or "bhsd".
       v_layout: "bshd" (default), "bhsd" or "bhds".
       q_layout: "bshd" (default) or "bhsd" (q and the result).
+      q_slice, k_slice, v_slice: None (the input is the operand) or
+        (axis, begin, size): the operand is that part of the input.
 
     Returns:
       [B, Sq, H, Dv] (q_layout "bhsd": [B, H, Sq, Dv]) of q's dtype.
     """
     layouts = check_layouts(q_layout, k_layout, v_layout)
-    q_shape = _as_bshd(_shape("q", q, q_layout), q_layout)
-    k_shape = _as_bshd(_shape("k", k, k_layout), k_layout)
-    v_shape = _as_bshd(_shape("v", v, v_layout), v_layout)
+    inputs = (q, k, v)
+    parts = (q_slice, k_slice, v_slice)
+    (qp, q_part), (kp, k_part), (vp, v_part) = (
+        _part(name, t, part) for name, t, part in zip("qkv", inputs, parts, strict=True)
+    )
+    q_shape = _as_bshd(_shape("q", qp, q_layout), q_layout)
+    k_shape = _as_bshd(_shape("k", kp, k_layout), k_layout)
+    v_shape = _as_bshd(_shape("v", vp, v_layout), v_layout)
     dtypes = {name: _dtype(t) for name, t in (("q", q), ("k", k), ("v", v))}
     storage = dtypes["q"]
     if storage not in (tf.float32, tf.float16) or len(set(dtypes.values())) > 1:
@@ -289,6 +368,8 @@ def attention(
                     f"{_OP}: mask {m_shape.as_list()} does not broadcast to the scores "
                     f"[B, H, Sq, Skv] = {target}"
                 )
-    attrs = attention_attrs(causal, scale, softcap, layouts)
-    tensors = (q, k, v) if mask is None else (q, k, v, mask)
+    attrs = attention_attrs(
+        causal, scale, softcap, layouts, {"q": q_part, "k": k_part, "v": v_part}
+    )
+    tensors = inputs if mask is None else (*inputs, mask)
     return _attention()(*tensors, **attrs)

@@ -51,9 +51,15 @@ def _finite(value: Any) -> bool:
 
 
 def attention_attrs(
-    causal: bool, scale: float | None, softcap: float | None, layouts: Mapping[str, str]
+    causal: bool,
+    scale: float | None,
+    softcap: float | None,
+    layouts: Mapping[str, str],
+    slices: Mapping[str, list[int] | None] | None = None,
 ) -> dict[str, Any]:
-    """The node's attrs; ``layouts`` maps "q", "k", "v" to their layout.
+    """The node's attrs; ``layouts`` maps "q", "k", "v" to their layout,
+    ``slices`` (optional) to the part of its input each is read from
+    ([axis, begin, size]; None: the whole input, no attr).
 
     Raises:
       ValueError: scale not a finite number, softcap not a finite number
@@ -73,6 +79,11 @@ def attention_attrs(
             **{
                 f"{name}_layout": None if layout == "bshd" else layout
                 for name, layout in layouts.items()
+            },
+            **{
+                f"{name}_slice": list(part)
+                for name, part in (slices or {}).items()
+                if part is not None
             },
         }
     )

@@ -170,6 +170,11 @@ def python_attr_type(value: Any) -> str:
         return "int"
     if isinstance(value, (float, np.floating)):
         return "float"
+    if isinstance(value, (list, tuple)) and value:
+        # A list of one element type: list[int], ... (as a plan names it).
+        kinds = {python_attr_type(x) for x in value}
+        if len(kinds) == 1:
+            return f"list[{kinds.pop()}]"
     return type(value).__name__
 
 

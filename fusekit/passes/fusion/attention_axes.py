@@ -51,7 +51,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
-from fusekit.passes.fusion import axis_map, key_mask, symbolic_dims
+from fusekit.passes.fusion import axis_map, key_mask, packed_operands, symbolic_dims
 from fusekit.passes.fusion.attention_match import (
     MASK_VALUE,
     MAX_FILL,
@@ -706,9 +706,12 @@ def _by_axes(graph: Graph, softmax: Softmax):
 
     def prepare(graph: Graph) -> None:
         name = graph.name(end_tensor)
-        match.q = axis_map.emit(graph, make(q_view, [q_axes[c] for c in q_layout]), name + "/q")
-        match.k = axis_map.emit(graph, make(k_view, [k_axes[c] for c in k_layout]), name + "/k")
-        match.v = axis_map.emit(graph, make(v_view, [v_axes[c] for c in v_layout]), name + "/v")
+        views = {
+            "q": make(q_view, [q_axes[c] for c in q_layout]),
+            "k": make(k_view, [k_axes[c] for c in k_layout]),
+            "v": make(v_view, [v_axes[c] for c in v_layout]),
+        }
+        match.q, match.k, match.v = packed_operands.operands(graph, views, match, name)
         match.q_perm = match.k_perm = match.v_perm = None
         match.k_reshape = match.v_reshape = None
         if plan.write is not None:

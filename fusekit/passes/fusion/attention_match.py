@@ -71,6 +71,9 @@ class AttentionMatch:
     # the mask) called before the op is added, and the ones that map its
     # result onto ``output`` (None: the result is ``output``).
     layouts: dict[str, str] = field(default_factory=dict)
+    # Operands read in place from a part of a packed tensor
+    # (fusion/packed_operands.py): "q", "k", "v" -> [axis, begin, size].
+    slices: dict[str, list[int]] = field(default_factory=dict)
     prepare: Callable[[Graph], None] | None = None
     finish_output: Callable[[Graph, int], None] | None = None
     # The tensors the region reads besides constants (its proof by

@@ -582,9 +582,8 @@ def emit(graph: Graph, view: View, name: str, into: int | None = None) -> int | 
     if plan is None:
         return None
     # The source itself, shape and all: no operator (a RESHAPE to its own
-    # shape would still be a copy in the runtimes).  A view may read its
-    # source with unit dims added (a mask as it broadcasts): not the same.
-    same = is_identity(view) and symbolic_dims.same(graph.signature(view.source), view.source_shape)
+    # shape would still be a copy in the runtimes).
+    same = in_place(view) and symbolic_dims.same(graph.signature(view.source), emitted_shape(view))
     tensor = view.source if same else _emit(graph, view, name, plan)
     if into is None:
         return tensor

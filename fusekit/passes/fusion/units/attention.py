@@ -178,13 +178,18 @@ class AttentionFusion(Fusion[AttentionMatch]):
     anchors = SOFTMAX_ANCHORS
 
     @staticmethod
-    def attrs(match: AttentionMatch) -> dict[str, bool | float]:
+    def attrs(match: AttentionMatch) -> dict[str, bool | float | str | list[int]]:
         """The op's attrs: causal, the scale and a softcap when there is one."""
-        attrs: dict[str, bool | float | str] = {"causal": match.causal, "scale": match.scale}
+        attrs: dict[str, bool | float | str | list[int]] = {
+            "causal": match.causal,
+            "scale": match.scale,
+        }
         if match.softcap is not None:
             attrs["softcap"] = match.softcap
         # The operands' layouts the kernel reads in place (bshd: its default).
         attrs.update({k: v for k, v in match.layouts.items() if v != "bshd"})
+        # Operands read in place from a part of a packed tensor.
+        attrs.update({f"{x}_slice": part for x, part in match.slices.items()})
         return attrs
 
     def __init__(self) -> None:
