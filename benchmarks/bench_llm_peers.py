@@ -171,10 +171,6 @@ def run_llama(gguf: Path, threads: int, cpus: list[int] | None, args: argparse.N
         str(LLAMA_BIN / "llama-bench"), "-m", str(gguf), "-p", str(args.prefill),
         "-n", str(args.decode), "-d", str(args.cache_position), "-t", str(threads),
         "-r", "1", "-o", "json",
-        # Without weight repacking: on CPUs that advertise AMX to the
-        # compiler but not to the process (some VMs), llama.cpp's repacked
-        # (AMX) matmul segfaults.
-        "--repack", "0",
     ]  # fmt: skip
     rows = json.loads(_run(command, cpus))
     prefill = next(r for r in rows if r["n_prompt"] and not r["n_gen"])
@@ -487,9 +483,9 @@ def write(out: Path, result: dict[str, Any]) -> None:
         "LiteRT, f16 for llama.cpp) over the bandwidth measured on the same cores. LiteRT-LM "
         "runs the plain int8 model, so its floor is plain LiteRT's. LiteRT-LM's benchmark has "
         "no decode-position setting: its decode is measured after prefilling "
-        f"{result['cache_position']} tokens (so at the same positions). llama.cpp runs with "
-        "`--repack 0`: its repacked (AMX) path segfaults on machines whose CPU advertises AMX "
-        "without granting it to the process.",
+        f"{result['cache_position']} tokens (so at the same positions). llama.cpp runs its "
+        "default repacked CPU kernels, built without AMX (scripts/setup_peers.sh: its AMX "
+        "path segfaults where the CPU advertises AMX but the process is not granted it).",
     ]
     lines += ["", *two_threads(result)]
     lines += [f"- {note}" for note in result["skipped"]]
