@@ -220,6 +220,9 @@ void DotScores(const float* HWY_RESTRICT q, int64_t q_stride, int64_t rows, int6
 // and reduce across lanes once per 4 keys (scores) or once per block of
 // keys (P.V^T), not once per key and row.
 
+// This file is compiled once per SIMD target (foreach_target): the macro
+// must not carry over from an earlier target to one without the kernels.
+#undef FUSEKIT_DECODE_REDUCE4
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
 // Fixed-width vectors (x86, NEON): lanes come in 128-bit blocks of 4.
 #define FUSEKIT_DECODE_REDUCE4 1
