@@ -24,7 +24,7 @@ import numpy as np
 
 from fusekit.errors import DecodeLoopError
 from fusekit.generation import DecodeLoop, signature_of
-from fusekit.generation_bench import _prefill_signature, _probe_axes, _vocab, feeds
+from fusekit.generation_bench import feeds, prefill_signature, probe_axes, vocab_size
 from fusekit.sample_inputs import carried, role
 
 #: A float model's logits after rewrites that reorder float sums: relative
@@ -110,12 +110,12 @@ class _Generator:
         interp.allocate_tensors()
         self.decode = signature_of(interp, "decode")
         caches = carried(list(self.decode.inputs), list(self.decode.outputs))
-        self.vocab = _vocab(self.decode.layouts)
-        prefill = _prefill_signature(signatures, interp, None)
+        self.vocab = vocab_size(self.decode.layouts)
+        prefill = prefill_signature(signatures, interp, None)
         if prefill is None:
             raise DecodeLoopError(f"the model has no prefill signature (signatures: {signatures})")
         self.prefill = signature_of(interp, prefill)
-        axes = _probe_axes(interp, "decode", caches, self.vocab)
+        axes = probe_axes(interp, "decode", caches, self.vocab)
         self.loop = DecodeLoop(interp, "decode", prefill, axes, caches)
         self.caches = caches
         self.logits_name = next((n for n in self.decode.outputs if "logit" in n.lower()), None)
