@@ -579,6 +579,9 @@ def _by_axes(graph: Graph, softmax: Softmax):
     # Of those cuts, the one that reads most operands without a copy.
     runtime = [t for t in terms if _constant_of(graph, t.tensor) is None]
 
+    def make(source: View, axes: list[list[Atom]]) -> View:
+        return View(source.source, source.source_shape, axes, list(source.offset))
+
     def copies(cut: int) -> int:
         b, kvh = batch_like[:cut], batch_like[cut:]
         operands = (
@@ -595,10 +598,7 @@ def _by_axes(graph: Graph, softmax: Softmax):
                 "d": depth,
             }
             layouts = ("bshd", "bhsd", "bhds")[:n]
-            count += min(
-                _view_cost(View(view.source, view.source_shape, [axes[c] for c in la], view.offset))
-                for la in layouts
-            )
+            count += min(_view_cost(graph, make(view, [axes[c] for c in la])) for la in layouts)
         return count
 
     best = None
@@ -621,14 +621,11 @@ def _by_axes(graph: Graph, softmax: Softmax):
     def pick(sink: str, atoms: list[Atom]) -> list[Atom]:
         return [where[a][sink] for a in atoms]
 
-    def make(source: View, axes: list[list[Atom]]) -> View:
-        return View(source.source, source.source_shape, axes, list(source.offset))
-
     q_axes = {"b": pick("q", batch), "s": pick("q", rows), "h": pick("q", heads), "d": d_q}
     k_axes = {"b": pick("k", batch), "s": keys_k, "h": pick("k", kv_heads), "d": d_k}
     v_axes = {"b": pick("v", batch), "s": keys_v, "h": pick("v", kv_heads), "d": dv}
-    k_layout = _layout(k_view, k_axes, ("bshd", "bhsd"), make)
-    v_layout = _layout(v_view, v_axes, ("bshd", "bhsd", "bhds"), make)
+    k_layout = _layout(graph, k_view, k_axes, ("bshd", "bhsd"), make)
+    v_layout = _layout(graph, v_view, v_axes, ("bshd", "bhsd", "bhds"), make)
     sizes = {
         "b": _size(batch),
         "s": _size(rows),
@@ -643,7 +640,7 @@ def _by_axes(graph: Graph, softmax: Softmax):
         out_view = _result_view(p_view, q_layout, sizes, batch, rows, heads)
         if out_view is None:
             continue
-        q_cost = _view_cost(make(q_view, [q_axes[c] for c in q_layout]))
+        q_cost = _view_cost(graph, make(q_view, [q_axes[c] for c in q_layout]))
         end, absorbed, out_place = _output_end(graph, pv, out_view)
         cost = q_cost + 2 * (not out_place)
         if choice is None or cost < choice[0]:
@@ -726,20 +723,23 @@ def _by_axes(graph: Graph, softmax: Softmax):
     return match
 
 
-def _view_cost(view: View) -> int:
+def _view_cost(graph: Graph, view: View) -> int:
     """What reading an operand through ``view`` costs the op: 0 when it is
-    the source tensor itself, 1 when only a RESHAPE (which the runtimes run
-    as a copy of the whole tensor: a KV cache read through one is no longer
-    read in place), 2 when it needs a transpose, slice or repeat."""
-    if axis_map.is_identity(view):
+    the source tensor itself (axis_map.emit writes nothing), 1 when only a
+    RESHAPE (which the runtimes run as a copy of the whole tensor: a KV
+    cache read through one is no longer read in place), 2 when it needs a
+    transpose, slice or repeat."""
+    if axis_map.is_source(graph, view):
         return 0
     return 1 if axis_map.in_place(view) else 2
 
 
-def _layout(source: View, axes: dict[str, list[Atom]], layouts, make) -> str:
+def _layout(graph: Graph, source: View, axes: dict[str, list[Atom]], layouts, make) -> str:
     """Of ``layouts``, the one the operand is read in most cheaply (the
     first of equals)."""
-    return min(layouts, key=lambda layout: _view_cost(make(source, [axes[c] for c in layout])))
+    return min(
+        layouts, key=lambda layout: _view_cost(graph, make(source, [axes[c] for c in layout]))
+    )
 
 
 def _op_atoms(q_layout: str, sizes: dict[str, int], groups: dict[str, list[Atom]]):

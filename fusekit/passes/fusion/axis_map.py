@@ -574,6 +574,13 @@ def is_identity(view: View) -> bool:
     return in_place(view) and emitted_shape(view) == view.source_shape
 
 
+def is_source(graph: Graph, view: View) -> bool:
+    """Reading the view needs no operator: it is its source tensor as the
+    graph holds it, shape and all (a RESHAPE to its own shape would still
+    be a copy in the runtimes)."""
+    return in_place(view) and symbolic_dims.same(graph.signature(view.source), emitted_shape(view))
+
+
 def emit(graph: Graph, view: View, name: str, into: int | None = None) -> int | None:
     """New operators giving the view (repeats as size-1 dims, see
     emitted_shape) from its source, the last one writing ``into`` when
@@ -581,10 +588,7 @@ def emit(graph: Graph, view: View, name: str, into: int | None = None) -> int | 
     plan = _plan(view)
     if plan is None:
         return None
-    # The source itself, shape and all: no operator (a RESHAPE to its own
-    # shape would still be a copy in the runtimes).
-    same = in_place(view) and symbolic_dims.same(graph.signature(view.source), emitted_shape(view))
-    tensor = view.source if same else _emit(graph, view, name, plan)
+    tensor = view.source if is_source(graph, view) else _emit(graph, view, name, plan)
     if into is None:
         return tensor
     producer = graph.producer(tensor) if tensor != view.source else None
