@@ -99,9 +99,7 @@ def restore_options(
 ) -> bytes | None:
     """New custom options with typed attrs restored (and the absent-input
     list dropped), or None if unchanged.  An attr of ``empty_is_absent``
-    holding an empty list goes: a composite declares every attr, so one the
-    call left out arrives as its default, the empty list, which the op's
-    spec means as no attr."""
+    (OpSpec.empty_means_absent) holding an empty list goes."""
     entries = _read_map(options)
     if entries is None:
         return None
@@ -164,12 +162,9 @@ def restore_typed_attrs(model: bytes, bool_attrs: dict[str, set[str]]) -> tuple[
 
 @functools.cache
 def _empty_is_absent(name: str) -> frozenset[str]:
-    """The list attrs of one of fusekit's own ops whose default, the empty
-    list, means absent (none for other ops: their empty lists are kept)."""
-    if name not in kernel_names():
-        return frozenset()
-    spec = op_spec(name)
-    return frozenset(a.name for a in spec.attrs if not a.required and a.default == [])
+    """OpSpec.empty_means_absent of one of fusekit's own ops (none for
+    other ops: their empty lists are kept)."""
+    return op_spec(name).empty_means_absent if name in kernel_names() else frozenset()
 
 
 def smuggled_attrs(model: bytes) -> list[tuple[str, str]]:

@@ -251,6 +251,13 @@ class OpSpec:
                 raise OpSpecError(f"{self.name}: attr {spec.name!r} ({spec.type}) is required")
         return given
 
+    @property
+    def empty_means_absent(self) -> frozenset[str]:
+        """The optional list attrs whose default is the empty list: a node
+        holding [] there carries no such attr (a composite, which declares
+        every attr, passes [] for one its call left out)."""
+        return frozenset(a.name for a in self.attrs if not a.required and a.default == [])
+
     def composite_attrs(self, absent: tuple[int, ...] = ()) -> dict[str, Any]:
         """A composite's attr declaration for this op: each attr with its
         default (None: given at the call, or absent), the options version,
