@@ -63,6 +63,9 @@ from fusekit.passes.fusion.pattern import NearMiss, only_reader
 from fusekit.passes.fusion.softmax_forms import Softmax, softmax_at
 from fusekit.passes.fusion.symbolic_dims import SymbolicGraph
 from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
+from fusekit.run.attention_attrs import K_LAYOUTS as _K_LAYOUTS
+from fusekit.run.attention_attrs import Q_LAYOUTS as _Q_LAYOUTS
+from fusekit.run.attention_attrs import V_LAYOUTS as _V_LAYOUTS
 
 _VIEW_OPS = frozenset({OP.RESHAPE, OP.TRANSPOSE, OP.SQUEEZE, OP.EXPAND_DIMS})
 _MAX_PATH = 24
@@ -786,12 +789,6 @@ def _reading(graph, fold, batch_like, query_like, rows, where, runtime, roles, p
     return _Reading(
         fold, cost + kv_copies(split), batch, kv_heads, heads, rows, sizes, q_layout, end, absorbed
     )
-
-
-# The layouts the kernel reads each operand in (its attrs q_layout, ...).
-_Q_LAYOUTS = ("bshd", "bhsd")
-_K_LAYOUTS = ("bshd", "bhsd")
-_V_LAYOUTS = ("bshd", "bhsd", "bhds")
 
 
 def _view_cost(graph: Graph, view: View) -> int:
