@@ -20,7 +20,6 @@ temp folder); the layout rows go to attention_layouts.md and .json.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -707,7 +706,7 @@ def machine_info() -> dict[str, Any]:
         "logical_cpus": os.cpu_count(),
         "simd": fusekit.simd_target(),
         "commit": commit,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": suite.utc_now(),
     }
 
 

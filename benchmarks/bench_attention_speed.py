@@ -7,9 +7,14 @@ well).  Each row is also placed against the FMA peak of one core.
 
     .venv/bin/python benchmarks/bench_attention_speed.py           # ~5 min
     .venv/bin/python benchmarks/bench_attention_speed.py --quick   # seconds
+    .venv/bin/python benchmarks/bench_attention_speed.py --decode  # decode steps
 
 Writes attention_speed.md and attention_speed.json into --out (default
-benchmarks/results; --quick: a temp folder).
+benchmarks/results; --quick: a temp folder).  --decode times one query
+against a KV cache (grouped heads, the cache layouts litert-torch's
+exporter keeps, read in place) and places each row against the time to
+read the cache's bytes once (``fusekit.run.memory_floor.ReadFloor``, timed
+in the same rounds): attention_decode_speed.md / .json.
 """
 
 from __future__ import annotations
@@ -49,6 +54,16 @@ class Case:
     q_layout: str = "bshd"
     k_layout: str = "bshd"
     v_layout: str = "bshd"
+    kv_heads: int = 0  # 0: as many as heads
+
+    @property
+    def kv_count(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def cache_bytes(self) -> int:
+        """float32 K and V: what a decode step must read."""
+        return 4 * self.batch * self.kv_count * self.kv_len * (self.depth + self.value_depth)
 
     @property
     def flops(self) -> float:
@@ -95,6 +110,31 @@ FULL = [
     # one head: SegFormer stage 1 (reduced keys), the VAE mid-block style.
     *_cases("1-head S1024 Skv256 H1 D64", 1, 1024, 256, 1, 64, 64),
 ]
+# Decode steps: one query per head against a cache of kv_len keys.
+# SmolLM2-135M's attention (9 heads, 3 kv heads of 64) in litert-torch's
+# cache layouts (K [B, Hkv, S, D], V [B, Hkv, D, S]) at positions 1 to
+# 4000, and a Llama-3-8B-shaped layer (32 heads, 8 kv heads of 128).
+_SMOL = {"q_layout": "bshd", "k_layout": "bhsd", "v_layout": "bhds", "kv_heads": 3}
+DECODE = [
+    *(
+        Case(f"SmolLM2 decode pos {n - 1} H9/3 D64", 1, 1, n, 9, 64, 64, **_SMOL)
+        for n in (2, 513, 1201, 4001)
+    ),
+    Case("Llama-3-8B decode pos 4000 H32/8 D128 bshd", 1, 1, 4001, 32, 128, 128, kv_heads=8),
+    Case(
+        "Llama-3-8B decode pos 4000 H32/8 D128 k=bhsd v=bhds",
+        1,
+        1,
+        4001,
+        32,
+        128,
+        128,
+        "bshd",
+        "bhsd",
+        "bhds",
+        8,
+    ),
+]
 QUICK = [
     Case("ViT-S S197 H6 D64", 1, 197, 197, 6, 64, 64),
     Case("Swin-T win B4 S49 H3 D32 bhsd", 4, 49, 49, 3, 32, 32, "bhsd", "bhsd", "bhsd"),
@@ -114,8 +154,8 @@ def build(case: Case, workdir: Path) -> tuple[bytes, bytes, dict[str, np.ndarray
 
     shapes = {
         "q": _shape(case, case.q_layout, case.q_len, case.heads, case.depth),
-        "k": _shape(case, case.k_layout, case.kv_len, case.heads, case.depth),
-        "v": _shape(case, case.v_layout, case.kv_len, case.heads, case.value_depth),
+        "k": _shape(case, case.k_layout, case.kv_len, case.kv_count, case.depth),
+        "v": _shape(case, case.v_layout, case.kv_len, case.kv_count, case.value_depth),
     }
     spec = [tf.TensorSpec(s, tf.float32, name=n) for n, s in shapes.items()]
 
@@ -157,7 +197,15 @@ def measure(
         p.invoke()
         outs[key] = p.output().astype(np.float64)
     diff = max(float(np.abs(outs[k] - outs[f"unfused@{threads[0]}"]).max()) for k in outs)
-    timings = suite.time_interleaved({k: p.invoke for k, p in prepared.items()}, rounds, batch_s)
+    candidates = {k: p.invoke for k, p in prepared.items()}
+    if case.q_len == 1:
+        from fusekit.run.memory_floor import ReadFloor
+
+        # The cache's bytes read once (the same buffer every call, as the
+        # op reads the same cache every call).
+        for t in threads:
+            candidates[f"floor@{t}"] = ReadFloor(case.cache_bytes, t, evicted=False)
+    timings = suite.time_interleaved(candidates, rounds, batch_s)
     result = Result(case, {k: t.median_us for k, t in timings.items()}, diff)
     ratios = ", ".join(
         f"{t}T {result.medians_us[f'unfused@{t}'] / result.medians_us[f'fused@{t}']:.2f}x"
@@ -187,6 +235,7 @@ def render(
     results: Sequence[Result],
     threads: Sequence[int],
     settings: dict[str, Any],
+    decode: bool = False,
 ) -> str:
     peak = settings["fma_peak_gflops"]
     out = ["# fusekit_attention at model shapes: fused vs unfused (XNNPACK)", ""]
@@ -199,10 +248,19 @@ def render(
         f"Load average (1 min) at start and end: {settings['load_average'][0]:.1f}, "
         f"{settings['load_average'][1]:.1f} on {info['logical_cpus']} logical CPUs."
     )
+    if decode:
+        out.append("")
+        out.append(
+            "Decode rows: **x read floor** = fused time / the time to read the cache's K and "
+            "V bytes once (float32, one buffer read every call: the same cache level as the "
+            "op's), timed in the same rounds."
+        )
     out.append("")
     head = ["shape", "layouts q/k/v"]
     for t in threads:
         head += [f"fused µs {t}T", f"unfused µs {t}T", f"ratio {t}T", f"% peak {t}T"]
+        if decode:
+            head.append(f"x read floor {t}T")
     head.append("max abs diff")
     rows = []
     for r in results:
@@ -216,6 +274,8 @@ def render(
                 f"{u / f:.2f}",
                 f"{100 * c.flops / f / 1e3 / (peak * t):.0f}",
             ]
+            if decode:
+                row.append(f"{f / r.medians_us[f'floor@{t}']:.2f}")
         row.append(f"{r.max_abs_diff:.1e}")
         rows.append(row)
     out.append(bench_attention.table(head, rows))
@@ -226,6 +286,9 @@ def render(
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two small cases, few rounds")
+    parser.add_argument(
+        "--decode", action="store_true", help="decode steps against a KV cache (DECODE)"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="default 9, --quick 2")
     parser.add_argument("--batch-ms", type=float, default=None, help="default 60, --quick 10")
     parser.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
@@ -240,7 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     threads = [int(t) for t in args.threads.split(",")]
     rounds = args.rounds or (2 if args.quick else 9)
     batch_ms = args.batch_ms or (10.0 if args.quick else 60.0)
-    cases = [c for c in (QUICK if args.quick else FULL) if args.match in c.label]
+    pool = DECODE if args.decode else QUICK if args.quick else FULL
+    cases = [c for c in pool if args.match in c.label]
+    stem = "attention_decode_speed" if args.decode else "attention_speed"
     info = bench_attention.machine_info()
     settings: dict[str, Any] = {
         "rounds": rounds,
@@ -254,16 +319,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             measure(c, Path(tmp), threads, rounds, batch_ms / 1e3, args.runtime) for c in cases
         ]
         settings["load_average"] = [load_start, os.getloadavg()[0]]
-        markdown = render(info, results, threads, settings)
+        markdown = render(info, results, threads, settings, decode=args.decode)
         out_dir = args.out or (Path(tmp) if args.quick else HERE / "results")
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "attention_speed.md").write_text(markdown)
+        (out_dir / f"{stem}.md").write_text(markdown)
         rows = [
             {"case": asdict(r.case), "medians_us": r.medians_us, "max_abs_diff": r.max_abs_diff}
             for r in results
         ]
         payload = {"machine": info, "settings": settings, "results": rows}
-        (out_dir / "attention_speed.json").write_text(json.dumps(payload, indent=1) + "\n")
+        (out_dir / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
     print(markdown)
     return 0
 

@@ -27,6 +27,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+# This checkout's fusekit (the optimizing here and the ``python -m fusekit``
+# runs alike), not whichever one is installed.
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
 
 def _cache_length(path: Path) -> int:
     import fusekit
@@ -45,7 +50,7 @@ def _decode_ms(path: Path, args: argparse.Namespace) -> float:
         "--decode", str(args.decode), "--cache-position", str(args.position),
         "--threads", str(args.threads), "--bandwidth", str(args.bandwidth), "--json", "-q",
     ]  # fmt: skip
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     return float(json.loads(out)["decode_ms_median"])
 
 

@@ -22,9 +22,7 @@ benchmarks/results; --quick: a temp folder).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -393,8 +391,7 @@ def main(argv: list[str] | None = None) -> int:
                         "model": name,
                         "seq": seq,
                         "threads": t,
-                        "median_ms": {e: tm.median_us / 1e3 for e, tm in timings.items()},
-                        "samples": {e: len(tm.samples_us) for e, tm in timings.items()},
+                        **suite.timing_fields(timings),
                         "peak_mib": peaks,
                         "max_abs_diff": diffs,
                     }
@@ -408,8 +405,8 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(row)
                     del prepared
     payload = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{suite.cpu_model()}, {os.cpu_count()} logical CPUs",
+        "date": suite.utc_now(),
+        "machine": suite.machine(),
         "quick": args.quick,
         "models": described,
         "results": results,

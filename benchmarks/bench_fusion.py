@@ -25,9 +25,7 @@ benchmarks/results; --quick: a temp folder).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -105,32 +103,21 @@ def write(out: Path, payload: dict[str, Any]) -> None:
 
 
 def _chart(path: Path, results: list[dict[str, Any]]) -> None:
-    """One grouped latency chart per requested sequence length, stacked
-    top to bottom: on one axis the long sequences' bars would flatten the
-    short ones', and sixteen groups in a row make a strip too wide to read."""
-    import matplotlib.image
-
+    """One grouped latency chart per requested sequence length, stacked."""
     names = {"plain": "plain TFLite", "optimized": "fusekit optimize"}
-    panels = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for requested in dict.fromkeys(r["requested_seq"] for r in results):
-            rows = [r for r in results if r["requested_seq"] == requested]
-            part = Path(tmp) / f"{requested}.png"
-            suite.latency_chart(
-                part,
+    charts = []
+    for requested in dict.fromkeys(r["requested_seq"] for r in results):
+        rows = [r for r in results if r["requested_seq"] == requested]
+        charts.append(
+            (
                 [f"{r['family']}\nS={r['seq']}, {r['threads']} thr" for r in rows],
                 {names[v]: [r["median_ms"][v] for r in rows] for v in VARIANTS},
                 # Two lines: one would not fit the narrowest chart (four groups).
                 f"keras-hub backbones, S={requested} (ViT: the real S below)\n"
                 "plain TFLite vs fusekit optimize (lower is better)",
             )
-            panels.append(matplotlib.image.imread(part))
-    # Panels of different group counts differ in width: pad them with white.
-    width = max(p.shape[1] for p in panels)
-    stacked = np.concatenate(
-        [np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)), constant_values=1.0) for p in panels]
-    )
-    matplotlib.image.imsave(path, stacked)
+        )
+    suite.stacked_latency_charts(path, charts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                         "input_shapes": [list(x.shape) for x in inputs],
                         "threads": t,
                         "fused": fused,
-                        "median_ms": {v: tm.median_us / 1e3 for v, tm in timings.items()},
-                        "samples": {v: len(tm.samples_us) for v, tm in timings.items()},
+                        **suite.timing_fields(timings),
                         "peak_mib": peaks,
                         "max_abs_diff": diff,
                     }
@@ -215,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(row)
                     del prepared
     payload = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{suite.cpu_model()}, {os.cpu_count()} logical CPUs",
+        "date": suite.utc_now(),
+        "machine": suite.machine(),
         "commit": suite.git_commit(),
         "model": f"keras-hub backbones, {example.LAYERS} layers, hidden {example.HIDDEN}, "
         f"{example.HEADS} query heads, random weights, batch 1, text models with the last "

@@ -28,7 +28,6 @@ the first).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -293,29 +292,20 @@ def write_section(md: Path, lines: list[str]) -> None:
 
 
 def _chart(path: Path, results: list[dict[str, Any]]) -> None:
+    """One grouped latency chart per sequence length, stacked."""
     names = {"plain": "plain TFLite", "optimized": "fusekit optimize"}
-    # Bars of S=2048 would flatten those of S=512: milliseconds per S=512 row
-    # on one chart, S=2048 on another, stacked.
-    import matplotlib.image
-
-    panels = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for seq in dict.fromkeys(r["seq"] for r in results):
-            rows = [r for r in results if r["seq"] == seq]
-            part = Path(tmp) / f"{seq}.png"
-            suite.latency_chart(
-                part,
+    charts = []
+    for seq in dict.fromkeys(r["seq"] for r in results):
+        rows = [r for r in results if r["seq"] == seq]
+        charts.append(
+            (
                 [f"{r['family']}\nS={r['seq']}, {r['threads']} thr" for r in rows],
                 {names[v]: [r["median_ms"][v] for r in rows] for v in VARIANTS},
                 f"Hugging Face models exported with litert-torch, S={seq}\n"
                 "plain TFLite vs fusekit optimize (lower is better)",
             )
-            panels.append(matplotlib.image.imread(part))
-    width = max(p.shape[1] for p in panels)
-    stacked = np.concatenate(
-        [np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)), constant_values=1.0) for p in panels]
-    )
-    matplotlib.image.imsave(path, stacked)
+        )
+    suite.stacked_latency_charts(path, charts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -371,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         f: entries[f"bench_{f}_s{seqs[0]}"]["description"].rsplit(", S=", 1)[0] for f in FAMILIES
     }
     payload = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{suite.cpu_model()}, {os.cpu_count()} logical CPUs",
+        "date": suite.utc_now(),
+        "machine": suite.machine(),
         "commit": suite.git_commit(),
         "versions": manifest["versions"],
         "load": load,

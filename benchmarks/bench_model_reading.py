@@ -23,7 +23,6 @@ with .venv-tflite-runtime's Python when that venv exists.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -51,10 +50,6 @@ def _suite():
     import suite
 
     return suite
-
-
-def cpu_model() -> str:
-    return _suite().cpu_model()
 
 
 def git_commit() -> str:
@@ -232,9 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     info = {
         "model": f"{layers} x Dense({width}) float32",
         "model_mib": size / MIB,
-        "machine": f"{cpu_model()}, {os.cpu_count()} logical CPUs",
+        "machine": _suite().machine(),
         "fusekit_commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": _suite().utc_now(),
     }
     command = ".venv/bin/python benchmarks/bench_model_reading.py" + (
         " --quick" if args.quick else ""

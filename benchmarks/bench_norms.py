@@ -14,7 +14,6 @@ An op whose composite or kernel has not landed is skipped with a note.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -58,7 +57,7 @@ def machine_info(ort: Any | None) -> dict[str, Any]:
         "ai_edge_litert": getattr(ai_edge_litert, "__version__", "?"),
         "onnxruntime": ort.__version__ if ort is not None else None,
         "numpy": np.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": suite.utc_now(),
     }
 
 

@@ -37,9 +37,7 @@ benchmarks/results; --quick: a temp folder).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -300,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             results.append(row)
     payload = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{suite.cpu_model()}, {os.cpu_count()} logical CPUs",
+        "date": suite.utc_now(),
+        "machine": suite.machine(),
         "commit": suite.git_commit(),
         "model": f"keras-hub backbones, {example.LAYERS} layers, hidden {example.HIDDEN}, "
         f"{example.HEADS} query heads, random weights, batch 1, text models with the last "

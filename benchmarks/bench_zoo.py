@@ -30,8 +30,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "passes"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from attention_share import regions, signature_subgraphs, time_regions  # noqa: E402
 from zoo import KINDS, ZOO, models, outcome  # noqa: E402
 
 import fusekit  # noqa: E402
@@ -56,6 +59,8 @@ def _runner(model: bytes, key: str, feeds: dict[str, np.ndarray]):
 
 def _time(plain: bytes, fused: bytes, entry: dict, data_dir: Path, rounds: int) -> list[dict]:
     rows = []
+    cut = regions(plain)
+    subgraphs = signature_subgraphs(plain)
     for signature in entry["signatures"]:
         key = signature["name"]
         with np.load(data_dir / entry["data"]) as data:
@@ -67,6 +72,8 @@ def _time(plain: bytes, fused: bytes, entry: dict, data_dir: Path, rounds: int) 
             warmup=2,
         )
         p, f = result["plain"].median_us, result["fused"].median_us
+        mine = [r for r in cut if r.subgraph == subgraphs.get(key, 0)]
+        attention_plain, attention_fused = time_regions(mine, max(3, rounds // 3))
         rows.append(
             {
                 "signature": key,
@@ -74,6 +81,11 @@ def _time(plain: bytes, fused: bytes, entry: dict, data_dir: Path, rounds: int) 
                 "plain_us": p,
                 "fused_us": f,
                 "speedup": p / f,
+                # The fused attention regions alone (attention_share.py).
+                "attention_regions": len(mine),
+                "attention_plain_us": attention_plain,
+                "attention_fused_us": attention_fused,
+                "attention_share": attention_plain / p,
                 # The fastest round: on a loaded machine, the least disturbed.
                 "plain_min_us": min(result["plain"].samples_us),
                 "fused_min_us": min(result["fused"].samples_us),
@@ -164,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     (out_dir / "zoo.json").write_text(json.dumps(payload, indent=1) + "\n")
     (out_dir / "zoo.md").write_text(_markdown(payload, args.quick))
+    _chart(out_dir / "zoo.png", results)
     print(_markdown(payload, args.quick))
     return 0
 
@@ -218,9 +231,16 @@ def _markdown(payload: dict, quick: bool) -> str:
         f"Latency, 1 thread, ai-edge-litert, median of {payload['rounds']} interleaved rounds "
         f"(load average before: {payload['load_before']}):",
         "",
+        "*attention*: the share of the plain model's time its fused attention regions "
+        "take, each region cut out and timed alone on random inputs "
+        "(benchmarks/attention_share.py), and those regions plain / fused (keys a real mask "
+        "drops, which the fused op skips, count in the model's time, not here); '-': no "
+        "attention the fusion pass rewrites (an exporter's attention composite, mapped as a "
+        "whole, has no plain region to cut out).",
+        "",
         "| model | size | signature | inputs | plain (us) | fused (us) | plain / fused | "
-        "fastest round: plain / fused (us) |",
-        "|---|---|---|---|---|---|---|---|",
+        "attention | attention plain / fused | fastest round: plain / fused (us) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["results"]:
         for t in r["timings"]:
@@ -228,9 +248,58 @@ def _markdown(payload: dict, quick: bool) -> str:
             lines.append(
                 f"| {r['model']} | {r['timed_at']} | {t['signature']} | {shapes} | "
                 f"{t['plain_us']:.0f} | {t['fused_us']:.0f} | {t['speedup']:.2f}x | "
+                f"{_share(t)} | "
                 f"{t['plain_min_us']:.0f} / {t['fused_min_us']:.0f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _chart(path: Path, results: list[dict]) -> None:
+    """Plain / fused latency per model and signature, the attention share
+    in each label (latencies span 40 us to 200 ms: the ratio is what one
+    chart shows for all)."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, ratios = [], []
+    for r in results:
+        for t in r["timings"]:
+            share = (
+                f", attention {100 * t['attention_share']:.0f}%"
+                if t.get("attention_regions")
+                else ""
+            )
+            labels.append(f"{r['model']} {t['signature']}{share}")
+            ratios.append(t["speedup"])
+    fig, ax = plt.subplots(figsize=(8, 0.28 * len(labels) + 1.2))
+    ys = np.arange(len(labels))[::-1]
+    ax.barh(ys, ratios, color=["tab:green" if x >= 1 else "tab:red" for x in ratios])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.axvline(1.15, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xticks(
+        [0.5, 1, 1.15, 1.5, 2, 3, 10, 100][
+            : 2 + sum(max(ratios) > x for x in (1, 1.15, 1.5, 2, 3, 10))
+        ]
+    )
+    ax.set_yticks(ys, labels, fontsize=7)
+    ax.set_xlabel("plain / fused latency, 1 thread (higher is better; dashed: 1.15x)")
+    ax.set_title("fusekit on the PyTorch zoo at deployment size")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _share(t: dict) -> str:
+    if not t.get("attention_regions"):
+        return "- | -"
+    ratio = t["attention_plain_us"] / t["attention_fused_us"]
+    return f"{100 * t['attention_share']:.0f}% | {ratio:.2f}x"
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ closer to the float Keras model than the plain int8 model?
     .venv/bin/python benchmarks/int8_sweep.py                  # every family, ~11 min
     .venv/bin/python benchmarks/int8_sweep.py bert swin        # some
     .venv/bin/python benchmarks/int8_sweep.py --out /tmp/sweep # results elsewhere
-    .venv/bin/python benchmarks/int8_sweep.py --quick          # BERT, into a temp folder
+    .venv/bin/python benchmarks/int8_sweep.py --quick          # BERT, 3 forms, a temp folder
 
 Families: every backbone of examples/survey_keras_hub.py plus SigLIP and
 MiT from the keras-hub fusion tests (2 layers, batch 2, 24 tokens or 32x32
@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 FORMS = ("float", "int8", "int16x8", "aeq_int8", "aeq_a16w8")
+# --quick: the float reference, the converter's and the quantizer's int8.
+QUICK_FORMS = ("float", "int8", "aeq_int8")
 RECIPES = {"aeq_int8": "static_wi8_ai8", "aeq_a16w8": "static_wi8_ai16"}
 CALIBRATION_BATCHES = 4
 TEST_RUNS = 4
@@ -189,7 +192,7 @@ def fused_counts(model: bytes) -> dict[str, int]:
     return {k.split(":", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("CUSTOM:")}
 
 
-def sweep_family(name: str) -> dict[str, Any]:
+def sweep_family(name: str, forms: Sequence[str] = FORMS) -> dict[str, Any]:
     """One family's row (see the module docstring)."""
     import keras
 
@@ -209,7 +212,7 @@ def sweep_family(name: str) -> dict[str, Any]:
     row: dict[str, Any] = {"family": name, "forms": {}}
     float_model = None
     mapping: dict[str, int] = {}
-    for form in FORMS:
+    for form in forms:
         entry: dict[str, Any] = {}
         row["forms"][form] = entry
         start = time.perf_counter()
@@ -306,7 +309,7 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
             continue
         forms = row["forms"]
         reference = forms["float"].get("fused", {})
-        for form in FORMS[1:]:
+        for form in _swept(rows):
             entry = forms.get(form, {})
             cells = [row["family"], _fmt_counts(reference), form]
             if "convert_error" in entry:
@@ -328,6 +331,11 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _swept(rows: list[dict[str, Any]]) -> list[str]:
+    """The quantized forms the rows were swept over, in FORMS' order."""
+    return [f for f in FORMS[1:] if any(f in r.get("forms", {}) for r in rows)]
+
+
 def summary(rows: list[dict[str, Any]]) -> list[str]:
     """Per form: families converted, run, fused as in float, and closer to
     the float Keras model after optimize (mean and max error)."""
@@ -336,7 +344,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         "| notes other than epsilon |",
         "|---|---|---|---|---|---|---|",
     ]
-    for form in FORMS[1:]:
+    for form in _swept(rows):
         entries = [r["forms"].get(form, {}) for r in rows if "forms" in r]
         converted = [e for e in entries if "fused" in e]
         ran = [e for e in converted if "optimized_error" in e and "plain_error" in e]
@@ -388,13 +396,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("families", nargs="*")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--quick", action="store_true", help="BERT only, into a temp folder")
+    parser.add_argument(
+        "--quick", action="store_true", help="BERT in the QUICK_FORMS, into a temp folder"
+    )
+    parser.add_argument(
+        "--forms", default=None, help=f"comma-separated, of {','.join(FORMS)} (default: all)"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the per-family subprocess
     args = parser.parse_args(argv)
+    asked = args.forms.split(",") if args.forms else (QUICK_FORMS if args.quick else FORMS)
+    if set(asked) - set(FORMS):
+        parser.error(f"unknown forms {sorted(set(asked) - set(FORMS))}")
+    # The float form is every other's reference (and the quantizer's input).
+    forms = [f for f in FORMS if f in asked or f == "float"]
     if args.out is None:
         args.out = Path(tempfile.mkdtemp()) if args.quick else HERE / "results"
     if args.one:
-        print(json.dumps(sweep_family(args.one)))
+        print(json.dumps(sweep_family(args.one, forms)))
         return 0
     names = args.families or (["bert"] if args.quick else list(builders()))
     unknown = set(names) - set(builders())
@@ -404,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, __file__, "--one", name],
+            [sys.executable, __file__, "--one", name, "--forms", ",".join(forms)],
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},

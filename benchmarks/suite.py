@@ -48,6 +48,27 @@ GN_EPSILON = 1e-5
 MIB = 1 << 20
 
 
+def utc_now() -> str:
+    """The date and minute of a run, as the result files record it."""
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def machine() -> str:
+    """The CPU and its logical CPU count, as the result files record them."""
+    return f"{cpu_model()}, {os.cpu_count()} logical CPUs"
+
+
+def timing_fields(timings: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """``median_ms`` and ``samples`` of each variant of ``time_interleaved``'s
+    result, as a result row records them."""
+    return {
+        "median_ms": {v: tm.median_us / 1e3 for v, tm in timings.items()},
+        "samples": {v: len(tm.samples_us) for v, tm in timings.items()},
+    }
+
+
 def git_commit() -> str:
     """The checkout's short commit, for the machine line of every result."""
     try:
@@ -329,6 +350,28 @@ def latency_chart(
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def stacked_latency_charts(
+    path: Path, charts: Sequence[tuple[list[str], dict[str, list[float]], str]]
+) -> None:
+    """``latency_chart`` of each (labels, series, title), stacked top to
+    bottom in one image: on one axis long sequences' bars would flatten
+    short ones', and many groups in a row make a strip too wide to read."""
+    import matplotlib.image
+
+    panels = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (labels, series, title) in enumerate(charts):
+            part = Path(tmp) / f"{i}.png"
+            latency_chart(part, labels, series, title)
+            panels.append(matplotlib.image.imread(part))
+    # Panels of different group counts differ in width: pad them with white.
+    width = max(p.shape[1] for p in panels)
+    stacked = np.concatenate(
+        [np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)), constant_values=1.0) for p in panels]
+    )
+    matplotlib.image.imsave(path, stacked)
 
 
 def plain_interpreter(model: bytes, threads: int, runtime: str) -> Any:

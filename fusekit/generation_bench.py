@@ -211,7 +211,7 @@ def feeds(
 # -- running --------------------------------------------------------------
 
 
-def _probe_axes(interp: Any, decode: str, caches: list[str], vocab: int) -> dict[str, int]:
+def probe_axes(interp: Any, decode: str, caches: list[str], vocab: int) -> dict[str, int]:
     """The axis of each cache that indexes positions: one step at position 1
     on empty caches writes one row, at index 1 of that axis."""
     sig = signature_of(interp, decode)
@@ -241,7 +241,13 @@ def _probe_axes(interp: Any, decode: str, caches: list[str], vocab: int) -> dict
     return axes
 
 
-def _prefill_signature(signatures: list[str], interp: Any, tokens: int | None) -> str | None:
+def prefill_signature(signatures: list[str], interp: Any, tokens: int | None) -> str | None:
+    """The signature that prefills ``tokens`` tokens (None: the widest),
+    or None when the model has none and no tokens were asked for.
+
+    Raises:
+      DecodeLoopError: tokens asked for and no prefill signature takes them.
+    """
     candidates = {}
     for key in signatures:
         if not key.startswith("prefill"):
@@ -272,7 +278,8 @@ def _prefill_signature(signatures: list[str], interp: Any, tokens: int | None) -
     )
 
 
-def _vocab(layouts: dict[tuple[str, str], tuple[tuple[int, ...], np.dtype]]) -> int:
+def vocab_size(layouts: dict[tuple[str, str], tuple[tuple[int, ...], np.dtype]]) -> int:
+    """The vocabulary: the last dim of the decode signature's logits."""
     for (side, name), (shape, _) in layouts.items():
         if side == "outputs" and "logit" in name.lower() and shape:
             return int(shape[-1])
@@ -349,9 +356,9 @@ def bench_generate(
             f"signature {decode_signature!r} has no KV cache (no name is both an input and "
             "an output)"
         )
-    vocab = _vocab(dsig.layouts)
-    prefill_key = _prefill_signature(signatures, interp, prefill)
-    axes = _probe_axes(interp, decode_signature, caches, vocab)
+    vocab = vocab_size(dsig.layouts)
+    prefill_key = prefill_signature(signatures, interp, prefill)
+    axes = probe_axes(interp, decode_signature, caches, vocab)
     lengths = {n: dsig.layouts[("inputs", n)][0][a] for n, a in axes.items()}
     positions = min(lengths.values())
     if cache_position + decode > positions:

@@ -8,7 +8,8 @@ weights, seeded; nothing is downloaded): timm's packed qkv, diffusers'
 classic 3-D processor, a single-head stage, DeBERTa's c2p/p2c terms added
 to merged scores, Swin's shifted-window mask, KV caches kept transposed
 (litert-torch's Hugging Face exporter: K [B, KV, S, D], V [B, KV, D, S]),
-a softmax written out as REDUCE_MAX/SUB/EXP/SUM/DIV, and talking-head
+a softmax written out as REDUCE_MAX/SUB/EXP/SUM/DIV, MPT's masked_fill
+over an ALiBi bias, DaVit's one-head channel attention, and talking-head
 attention (heads mixed around the softmax, which no fused op computes).
 For each it writes ``<name>.tflite``, ``<name>.npz`` (inputs ``in/<name>``
 and PyTorch's outputs ``out/<i>``) and an entry of ``manifest.json`` with
@@ -229,6 +230,62 @@ class TalkingHeads(nn.Module):
         return (p @ v).transpose(1, 2).reshape(b, n, c)
 
 
+class MaskedFillAlibi(nn.Module):
+    """Hugging Face MPT's eager attention: scores plus an ALiBi bias, then
+    ``masked_fill(mask, finfo.min)`` (True where a key is dropped): the
+    causal mask as a constant, or a runtime bool ``masked`` input."""
+
+    def __init__(self, dim: int = 32, heads: int = 2, seq: int = 16) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        slopes = torch.tensor([2.0 ** -(8 * (h + 1) / heads) for h in range(heads)])
+        positions = torch.arange(1 - seq, 1, dtype=torch.float32)
+        self.register_buffer("alibi", (slopes[:, None] * positions)[:, None, :])
+        causal = torch.ones(seq, seq, dtype=torch.bool).triu(1)
+        self.register_buffer("causal", causal[None, None])
+
+    def forward(self, x: torch.Tensor, masked: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, c = x.shape
+        d = c // self.heads
+        q, k, v = self.qkv(x).chunk(3, dim=2)
+        q = q.reshape(b, n, self.heads, d).transpose(1, 2)
+        k = k.reshape(b, n, self.heads, d).permute(0, 2, 3, 1)
+        v = v.reshape(b, n, self.heads, d).transpose(1, 2)
+        s = torch.matmul(q, k) * d**-0.5 + self.alibi
+        drop = self.causal if masked is None else masked
+        s = s.masked_fill(drop, torch.finfo(s.dtype).min)
+        p = torch.softmax(s.float(), dim=-1).to(v.dtype)
+        return torch.matmul(p, v).transpose(1, 2).reshape(b, n, c)
+
+
+class ChannelAttention(nn.Module):
+    """timm DaVit's channel attention: channel-by-channel scores k^T.v,
+    the softmax over channels, then P.q^T; one head (the converter writes
+    P.q^T as a FULLY_CONNECTED whose weights are the activation q)."""
+
+    def __init__(self, dim: int = 16, heads: int = 1) -> None:
+        super().__init__()
+        self.heads = heads
+        self.scale = (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        k = k * self.scale
+        attn = (k.transpose(-1, -2) @ v).softmax(dim=-1)
+        y = (attn @ q.transpose(-1, -2)).transpose(-1, -2)
+        return y.transpose(1, 2).reshape(b, n, c)
+
+
+def _masked_fill_inputs() -> dict[str, torch.Tensor]:
+    masked = torch.zeros(2, 1, 1, 16, dtype=torch.bool)
+    masked[1, ..., 11:] = True
+    return {"x": torch.randn(2, 16, 32), "masked": masked}
+
+
 @dataclass
 class Form:
     name: str
@@ -319,6 +376,30 @@ FORMS = [
         "softmax as exp(s - max) / sum over packed qkv",
         lambda: ExplicitSoftmax(),
         lambda: {"x": torch.randn(1, 16, 64)},
+        1,
+        1,
+    ),
+    Form(
+        "masked_fill_alibi",
+        "HF MPT: ALiBi bias, then masked_fill(causal, finfo.min) (SELECT_V2(masked, fill, s))",
+        lambda: MaskedFillAlibi(),
+        lambda: {"x": torch.randn(1, 16, 32)},
+        1,
+        1,
+    ),
+    Form(
+        "masked_fill_runtime",
+        "ALiBi bias, then masked_fill of a runtime bool padding mask with finfo.min",
+        lambda: MaskedFillAlibi(),
+        _masked_fill_inputs,
+        1,
+        1,
+    ),
+    Form(
+        "channel_attention",
+        "timm DaVit channel attention, one head: P.q^T as FULLY_CONNECTED of activations",
+        lambda: ChannelAttention(),
+        lambda: {"x": torch.randn(1, 64, 16)},
         1,
         1,
     ),

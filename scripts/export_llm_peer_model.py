@@ -5,6 +5,11 @@ built from a config with random weights (nothing downloaded), written as
   its defaults, the route LiteRT-LM ships (prefill_N and decode signatures,
   K cache [B, KV, S, H], V cache [B, KV, H, S], the default
   ``dynamic_wi8_afp32`` weights);
+* ``model-f32.tflite`` (``--forms f32``): the same export with float weights;
+* ``model-wi4b32.tflite`` (``--forms wi4b32``): ai-edge-quantizer's
+  ``dynamic_wi4b32_afp32`` (blockwise int4, blocks of 32) on the float export;
+* ``model.litertlm`` (``--litertlm``): ``model.tflite`` with a local
+  word-level tokenizer, bundled for LiteRT-LM by litert-torch's packager;
 * ``model-f32.gguf``: the same weights for llama.cpp (``llama`` architecture;
   q and k rows permuted as llama.cpp's rotary embedding reads them; a
   placeholder vocabulary of as many tokens), quantized to Q8_0 and Q4_0 by
@@ -69,7 +74,15 @@ def build(size: Size, seed: int, where: Path) -> None:
         eos_token_id=2,
         pad_token_id=0,
     )
-    LlamaForCausalLM(config).eval().save_pretrained(where)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        # Hugging Face zeroes the padding token's embedding row, and with
+        # tied embeddings that is a zero row of the logits head: a block of
+        # zeros has a zero blockwise scale, which XNNPACK refuses (a trained
+        # model has no such row).
+        embed = model.get_input_embeddings().weight
+        embed[config.pad_token_id] = torch.randn_like(embed[0]) * config.initializer_range
+    model.save_pretrained(where)
     vocab = {f"t{i}": i for i in range(size.vocab)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
     PreTrainedTokenizerFast(
@@ -77,23 +90,63 @@ def build(size: Size, seed: int, where: Path) -> None:
     ).save_pretrained(where)
 
 
-def export_tflite(size: Size, where: Path, work: Path) -> bytes:
-    from litert_torch.generative.export_hf.core import export_lib, exportable_module
+# The weight forms: file name and ai-edge-quantizer recipe (None: float).
+# ``dynamic_wi8_afp32`` is export_hf's own default, applied by the same
+# quantizer to the same float export, so ``model.tflite`` is byte for byte
+# what export_hf writes by default.
+FORMS = {
+    "int8": ("model.tflite", "dynamic_wi8_afp32"),
+    "f32": ("model-f32.tflite", None),
+    "wi4b32": ("model-wi4b32.tflite", "dynamic_wi4b32_afp32"),
+}
 
-    config = exportable_module.ExportableModuleConfig(
-        model=str(where),
-        output_dir=str(work),
-        work_dir=str(work),
-        prefill_lengths=[size.prefill],
-        cache_length=size.cache,
-        bundle_litert_lm=False,
-    )
-    source = export_lib.load_model(str(where), config)
-    config = export_lib.update_export_config(config, source)
-    artifacts = export_lib.export_text_prefill_decode_model(
-        source, config, export_lib.ExportedModelArtifacts()
-    )
-    return Path(artifacts.prefill_decode_model_path).read_bytes()
+
+class FloatExport:
+    """export_hf's float prefill-decode model and what its LiteRT-LM
+    packager needs besides (the loaded source model, the export config)."""
+
+    def __init__(self, size: Size, where: Path, work: Path, export: bool = True) -> None:
+        from litert_torch.generative.export_hf.core import export_lib, exportable_module
+
+        config = exportable_module.ExportableModuleConfig(
+            model=str(where),
+            output_dir=str(work),
+            work_dir=str(work),
+            prefill_lengths=[size.prefill],
+            cache_length=size.cache,
+            bundle_litert_lm=False,
+            quantization_recipe=None,
+        )
+        self.source = export_lib.load_model(str(where), config)
+        self.config = export_lib.update_export_config(config, self.source)
+        self.artifacts = export_lib.ExportedModelArtifacts()
+        if export:
+            self.artifacts = export_lib.export_text_prefill_decode_model(
+                self.source, self.config, self.artifacts
+            )
+        self.path = Path(self.artifacts.prefill_decode_model_path or "")
+
+    def bundle(self, model: Path, out: Path) -> None:
+        """``model`` (a weight form of this export) as a ``.litertlm``
+        bundle, packed by litert-torch's own LiteRT-LM packager (the one
+        ``export_hf --bundle_litert_lm`` runs) with the local tokenizer."""
+        import dataclasses
+
+        from litert_torch.generative.export_hf.core import export_lib, litert_lm_builder
+
+        artifacts = dataclasses.replace(self.artifacts, prefill_decode_model_path=str(model))
+        artifacts = export_lib.export_tokenizer(self.source, self.config, artifacts)
+        artifacts = litert_lm_builder.package_model(self.source, self.config, artifacts)
+        out.write_bytes(Path(artifacts.litert_lm_model_path).read_bytes())
+
+
+def quantize(float_model: Path, recipe: str, out: Path) -> None:
+    from ai_edge_quantizer import quantizer
+    from ai_edge_quantizer import recipe as recipes
+
+    qt = quantizer.Quantizer(str(float_model))
+    qt.load_quantization_recipe(getattr(recipes, recipe)())
+    qt.quantize().export_model(str(out), overwrite=True)
 
 
 def _permute(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -171,9 +224,28 @@ def main() -> None:
         "--cache", type=int, default=None, help="cache length (default: the size's own)"
     )
     parser.add_argument(
-        "--tflite-only", action="store_true", help="write model.tflite only (no GGUF)"
+        "--tflite-only", action="store_true", help="write the .tflite forms only (no GGUF)"
+    )
+    parser.add_argument(
+        "--forms",
+        default="int8",
+        help=f"comma-separated weight forms of {sorted(FORMS)} (default: int8)",
+    )
+    parser.add_argument(
+        "--litertlm",
+        action="store_true",
+        help="also model.litertlm: the int8 form bundled for LiteRT-LM",
+    )
+    parser.add_argument(
+        "--bundle-only",
+        action="store_true",
+        help="only bundle the model.tflite already in --out as model.litertlm (no export)",
     )
     args = parser.parse_args()
+    forms = [f.strip() for f in args.forms.split(",") if f.strip()]
+    unknown = sorted(set(forms) - set(FORMS))
+    if unknown:
+        parser.error(f"unknown weight form(s) {unknown}; choose from {sorted(FORMS)}")
     size = SIZES[args.size]
     if args.cache is not None:
         size = replace(size, cache=args.cache)
@@ -181,11 +253,31 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp) / "hf"
         build(size, args.seed, where)
-        (args.out / "model.tflite").write_bytes(export_tflite(size, where, Path(tmp)))
+        if args.bundle_only:
+            export = FloatExport(size, where, Path(tmp), export=False)
+            export.bundle(args.out / FORMS["int8"][0], args.out / "model.litertlm")
+            print(f"wrote model.litertlm in {args.out}")
+            return
+        export = FloatExport(size, where, Path(tmp))
+        written = []
+        for form in forms:
+            name, recipe = FORMS[form]
+            if recipe is None:
+                (args.out / name).write_bytes(export.path.read_bytes())
+            else:
+                quantize(export.path, recipe, args.out / name)
+            written.append(name)
+        if args.litertlm:
+            int8 = args.out / FORMS["int8"][0]
+            if not int8.exists():
+                quantize(export.path, FORMS["int8"][1], int8)
+            export.bundle(int8, args.out / "model.litertlm")
+            written.append("model.litertlm")
         if not args.tflite_only:
             write_gguf(size, where, args.out / "model-f32.gguf")
+            written.append("model-f32.gguf")
     (args.out / "size.json").write_text(json.dumps({"name": args.size, **asdict(size)}, indent=2))
-    print(f"wrote {args.out}/model.tflite, model-f32.gguf")
+    print(f"wrote {', '.join(written)} in {args.out}")
 
 
 if __name__ == "__main__":

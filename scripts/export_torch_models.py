@@ -362,80 +362,6 @@ def _ids() -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, SEQ), dtype=torch.int32)
 
 
-def _hf_llama() -> list[Signature]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    _seed()
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        rms_norm_eps=1e-6,
-        attn_implementation="sdpa",
-    )
-    model = _randomize(LlamaForCausalLM(config))
-    return [Signature("serving_default", _LogitsOnly(model).eval(), args=(_ids(),))]
-
-
-def _hf_qwen3() -> list[Signature]:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    _seed()
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=64,
-        rms_norm_eps=1e-6,
-        attn_implementation="sdpa",
-    )
-    model = _randomize(Qwen3ForCausalLM(config))
-    return [Signature("serving_default", _LogitsOnly(model).eval(), args=(_ids(),))]
-
-
-def _hf_bert() -> list[Signature]:
-    from transformers import BertConfig, BertModel
-
-    _seed()
-    config = BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-        attn_implementation="sdpa",
-    )
-    model = _randomize(BertModel(config, add_pooling_layer=False))
-    mask = torch.ones(1, SEQ, dtype=torch.int32)
-    mask[:, SEQ - 4 :] = 0
-    return [Signature("serving_default", _HiddenWithMask(model).eval(), args=(_ids(), mask))]
-
-
-def _hf_gpt2() -> list[Signature]:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    _seed()
-    config = GPT2Config(
-        vocab_size=VOCAB,
-        n_embd=64,
-        n_layer=2,
-        n_head=4,
-        n_positions=64,
-        attn_implementation="sdpa",
-    )
-    model = _randomize(GPT2LMHeadModel(config))
-    return [Signature("serving_default", _LogitsOnly(model).eval(), args=(_ids(),))]
-
-
 class _PixelsHidden(nn.Module):
     """Export wrapper: an image in, the last hidden state (and the pooled
     output, when the model has one) out."""
@@ -493,17 +419,44 @@ def _hf_class(name: str) -> type:
     return getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"), cls)
 
 
-def _hf_zoo(spec: HFModel) -> Callable[[], list[Signature]]:
-    """Builds one model of scripts/torch_hf_zoo.py from its tiny config."""
+def _hf_model(
+    config: str,
+    model: str,
+    kwargs: dict[str, Any],
+    call: str,
+    model_kwargs: dict[str, Any] | None = None,
+    attention: str = "sdpa",
+) -> Callable[[], list[Signature]]:
+    """Builds a Hugging Face model from a tiny config: ``config`` and
+    ``model`` name classes of ``transformers`` (as scripts/torch_hf_zoo.py's
+    entries do), ``call`` one of ``_CALLS``."""
 
     def build() -> list[Signature]:
         _seed()
-        config = _hf_class(spec.config)(**spec.kwargs, attn_implementation=spec.attention)
-        model = _randomize(_hf_class(spec.model)(config, **spec.model_kwargs))
-        wrapper, inputs = _CALLS[spec.call]
-        return [Signature("serving_default", wrapper(model).eval(), args=inputs(config))]
+        built = _hf_class(config)(**kwargs, attn_implementation=attention)
+        module = _randomize(_hf_class(model)(built, **(model_kwargs or {})))
+        wrapper, inputs = _CALLS[call]
+        return [Signature("serving_default", wrapper(module).eval(), args=inputs(built))]
 
     return build
+
+
+def _hf_zoo(spec: HFModel) -> Callable[[], list[Signature]]:
+    """Builds one model of scripts/torch_hf_zoo.py from its tiny config."""
+    return _hf_model(
+        spec.config, spec.model, spec.kwargs, spec.call, spec.model_kwargs, spec.attention
+    )
+
+
+# The committed Hugging Face fixtures' size: hidden 64, 2 layers, 4 heads.
+_TINY = {
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 64,
+}
 
 
 def _zoo_fixture(spec: HFModel) -> Fixture:
@@ -685,25 +638,40 @@ FIXTURES: list[Fixture] = [
     Fixture(
         "hf_llama",
         "LlamaForCausalLM: hidden 64, 2 layers, 4 query heads, 2 KV heads (GQA), S=16",
-        _hf_llama,
+        _hf_model(
+            "LlamaConfig",
+            "LlamaForCausalLM",
+            _TINY | {"num_key_value_heads": 2, "rms_norm_eps": 1e-6},
+            "logits",
+        ),
         {"rms_norm": 5, "attention": 2, "rotary": 4},
     ),
     Fixture(
         "hf_qwen3",
         "Qwen3ForCausalLM: hidden 64, 2 layers, 4/2 heads, per-head q/k RMS norms, S=16",
-        _hf_qwen3,
+        _hf_model(
+            "Qwen3Config",
+            "Qwen3ForCausalLM",
+            _TINY | {"num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6},
+            "logits",
+        ),
         {"rms_norm": 9, "attention": 2, "rotary": 4},
     ),
     Fixture(
         "hf_bert",
         "BertModel: hidden 64, 2 layers, 4 heads, padding mask input (last 4 tokens padded), S=16",
-        _hf_bert,
+        _hf_model("BertConfig", "BertModel", _TINY, "hidden_mask", {"add_pooling_layer": False}),
         {"layer_norm": 5, "attention": 2},
     ),
     Fixture(
         "hf_gpt2",
         "GPT2LMHeadModel: n_embd 64, 2 layers, 4 heads, causal, S=16",
-        _hf_gpt2,
+        _hf_model(
+            "GPT2Config",
+            "GPT2LMHeadModel",
+            {"vocab_size": VOCAB, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 64},
+            "logits",
+        ),
         {"layer_norm": 5, "attention": 2},
     ),
     Fixture(

@@ -47,8 +47,22 @@ if [ "$SKIP_LLAMA" = 0 ]; then
       "$PEERS/llama.cpp/src"
   fi
   # CPU only, native SIMD, no curl (nothing is downloaded at run time).
+  # Without AMX: where the CPU advertises AMX but the process is not granted
+  # its tile state (some VMs), llama.cpp's repacked AMX matmul segfaults;
+  # its AVX-512 VNNI repacked kernels (the fast path on such CPUs) remain.
+  # -march=native would turn AMX back on, so on such CPUs the instruction
+  # sets are named one by one from what the CPU reports.
+  SIMD=(-DGGML_NATIVE=ON)
+  if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    SIMD=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+    for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI \
+        avx512f:AVX512 avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI \
+        avx512_bf16:AVX512_BF16; do
+      if grep -qw "${pair%%:*}" /proc/cpuinfo; then SIMD+=("-DGGML_${pair#*:}=ON"); fi
+    done
+  fi
   cmake -S "$PEERS/llama.cpp/src" -B "$PEERS/llama.cpp/build" -G "Unix Makefiles" \
-    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF "${SIMD[@]}" \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON
   cmake --build "$PEERS/llama.cpp/build" -j "$JOBS" --target llama-bench llama-quantize

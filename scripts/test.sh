@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The torch environment first: the torch tier below runs in it, and the
+# bench tier's LLM-peers run exports its models with litert-torch.
+if [ "${FUSEKIT_TORCH:-1}" != 0 ]; then
+  bash scripts/setup_torch.sh
+fi
 printf '\n== ruff\n'
 .venv/bin/ruff check fusekit tests examples benchmarks
 printf '\n== pytest (every tier: fast, slow, fuzz, bench)\n'
@@ -12,11 +17,10 @@ printf '\n== pytest (every tier: fast, slow, fuzz, bench)\n'
 # minutes after its setup); FUSEKIT_TORCH=0 leaves it out.
 if [ "${FUSEKIT_TORCH:-1}" != 0 ]; then
   printf '\n== pytest (torch tier, .venv-torch)\n'
-  bash scripts/setup_torch.sh
   .venv-torch/bin/python -m pytest -m torch tests/torch
 fi
 # The kernel tests and a small fuzz corpus again on an ASan/UBSan build of
-# the plugin (about two minutes); FUSEKIT_SANITIZE=0 leaves it out.
+# the plugin (about ten minutes); FUSEKIT_SANITIZE=0 leaves it out.
 if [ "${FUSEKIT_SANITIZE:-1}" != 0 ]; then
   printf '\n== sanitizers\n'
   bash scripts/sanitize.sh --quick

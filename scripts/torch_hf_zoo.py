@@ -54,44 +54,27 @@ class HFModel:
     unfused: dict[str, int] = field(default_factory=dict)
 
 
-def _causal(**extra: Any) -> dict[str, Any]:
-    """The decoder-only size: hidden 32, 2 layers, 2 query heads of 16
-    sharing 1 KV head (multi-query), intermediate 64."""
-    base = {
-        "vocab_size": VOCAB,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "max_position_embeddings": 64,
-    }
-    return base | extra
+# Every model's size: hidden 32, 2 layers of 2 heads, intermediate 64.
+_SIZE = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+}
 
 
 def _encoder(**extra: Any) -> dict[str, Any]:
-    base = {
-        "vocab_size": VOCAB,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "max_position_embeddings": 64,
-    }
-    return base | extra
+    return _SIZE | {"vocab_size": VOCAB, "max_position_embeddings": 64} | extra
+
+
+def _causal(**extra: Any) -> dict[str, Any]:
+    """The decoder-only size: the 2 query heads of 16 share 1 KV head
+    (multi-query)."""
+    return _encoder(num_key_value_heads=1) | extra
 
 
 def _vision(**extra: Any) -> dict[str, Any]:
-    base = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": IMAGE,
-        "patch_size": 4,
-        "num_channels": 3,
-    }
-    return base | extra
+    return _SIZE | {"image_size": IMAGE, "patch_size": 4, "num_channels": 3} | extra
 
 
 DECODER = {"rms_norm": 5, "attention": 2, "rotary": 4}

@@ -289,23 +289,29 @@ def _width(size: Size, small: int, deploy: int) -> int:
     return deploy if size.deploy else small
 
 
+def _seq2seq_size(size: Size) -> dict[str, Any]:
+    """BART's and Whisper's config keywords of their size: 2 encoder and 2
+    decoder layers of width d, 2 heads (4 deployed), sdpa attention."""
+    d = _width(size, 32, 256)
+    heads = 2 if d == 32 else 4
+    return {
+        "vocab_size": VOCAB,
+        "d_model": d,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "encoder_attention_heads": heads,
+        "decoder_attention_heads": heads,
+        "encoder_ffn_dim": 2 * d,
+        "decoder_ffn_dim": 2 * d,
+        "attn_implementation": "sdpa",
+    }
+
+
 def _bart(size: Size) -> list[Signature]:
     from transformers import BartConfig, BartForConditionalGeneration
 
     _seed()
-    d = _width(size, 32, 256)
-    config = BartConfig(
-        vocab_size=VOCAB,
-        d_model=d,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2 if d == 32 else 4,
-        decoder_attention_heads=2 if d == 32 else 4,
-        encoder_ffn_dim=2 * d,
-        decoder_ffn_dim=2 * d,
-        max_position_embeddings=size.seq + 8,
-        attn_implementation="sdpa",
-    )
+    config = BartConfig(**_seq2seq_size(size), max_position_embeddings=size.seq + 8)
     model = _randomize(BartForConditionalGeneration(config))
     args = (_ids(size.seq), _ids(size.seq // 2))
     return [Signature("serving_default", _Seq2Seq(model, "input_ids").eval(), args=args)]
@@ -337,24 +343,15 @@ def _whisper(size: Size) -> list[Signature]:
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
     _seed()
-    d = _width(size, 32, 256)
     config = WhisperConfig(
-        vocab_size=VOCAB,
-        num_mel_bins=8 if d == 32 else 80,
-        d_model=d,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2 if d == 32 else 4,
-        decoder_attention_heads=2 if d == 32 else 4,
-        encoder_ffn_dim=2 * d,
-        decoder_ffn_dim=2 * d,
+        **_seq2seq_size(size),
+        num_mel_bins=8 if _width(size, 32, 256) == 32 else 80,
         max_source_positions=size.seq,
         max_target_positions=size.seq,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=1,
         decoder_start_token_id=1,
-        attn_implementation="sdpa",
     )
     model = _randomize(WhisperForConditionalGeneration(config))
     features = torch.randn(1, config.num_mel_bins, 2 * size.seq)
@@ -434,6 +431,26 @@ def _moe(config_cls: str, model_cls: str, **kwargs: Any):
         return [Signature("serving_default", _CausalLogits(model).eval(), args=(_ids(size.seq),))]
 
     return build
+
+
+def _mpt(size: Size) -> list[Signature]:
+    """MPT in eager attention: ALiBi added to the scores, then torch's
+    masked_fill of the causal mask with finfo.min (SELECT_V2(masked, fill,
+    scores), its condition cast from a folded float mask)."""
+    import transformers
+
+    _seed()
+    d = _width(size, 32, 256)
+    config = transformers.MptConfig(
+        vocab_size=VOCAB,
+        d_model=d,
+        n_layers=2,
+        n_heads=2 if d == 32 else 4,
+        max_seq_len=max(64, size.seq),
+        attn_implementation="eager",
+    )
+    model = _randomize(transformers.MptForCausalLM(config))
+    return [Signature("serving_default", _CausalLogits(model).eval(), args=(_ids(size.seq),))]
 
 
 # --------------------------------------------------------------------------
@@ -773,6 +790,13 @@ MODELS: list[ZooModel] = [
             num_experts_per_tok=2,
             decoder_sparse_step=1,
         ),
+    ),
+    ZooModel(
+        "hf_mpt",
+        "transformers",
+        "MptForCausalLM (eager attention): hidden 32, 2 layers, 2 heads, ALiBi bias, causal "
+        "mask by masked_fill(mask, finfo.min), S=16, logits",
+        _mpt,
     ),
     ZooModel(
         "diffusers_unet",

@@ -43,6 +43,7 @@ from runtimes import (  # noqa: E402
     feed_and_invoke,
     input_order,
     pack_runs,
+    run_jobs,
     tflite_runtime_python,
     unpack_runs,
 )
@@ -83,6 +84,80 @@ def built_models() -> dict[str, list[Model]]:
         workdir.mkdir()
         out[op] = build(workdir)
     return out
+
+
+def modes(runtime: str) -> list[str]:
+    """The ways a runtime loads the plugin: tflite-runtime's registerer too."""
+    return ["delegate", "registerer"] if runtime == "tflite_runtime" else ["delegate"]
+
+
+def outcomes_in_every_mode(cases) -> Callable:
+    """``get(runtime, threads) -> (cases, jobs, outcomes)``: ``cases`` run
+    once in each of the runtime's modes (``cases`` repeated per mode, in the
+    order of ``jobs``), each (runtime, threads) run once and kept."""
+    cache: dict = {}
+
+    def get(runtime: str, threads: int):
+        if (runtime, threads) not in cache:
+            jobs = [
+                c.job(mode=mode, num_threads=threads) for mode in modes(runtime) for c in cases
+            ]
+            every = [c for _ in modes(runtime) for c in cases]
+            cache[runtime, threads] = (every, jobs, run_jobs(runtime, jobs))
+        return cache[runtime, threads]
+
+    return get
+
+
+def rel_to_unit(got: np.ndarray, ref: np.ndarray) -> float:
+    """Largest difference relative to the largest magnitude of ``ref``, or
+    absolute where that is below 1."""
+    got64, ref64 = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    return float(np.abs(got64 - ref64).max() / max(np.abs(ref64).max(), 1.0))
+
+
+def norm_parity_failures(cases, jobs, outcomes, tolerance: float) -> list[str]:
+    """A norm kernel's runs (one float32 output) that are not within
+    ``tolerance`` (``rel_to_unit``) of the float64 truth, or further from
+    TensorFlow than 1e-5 while nearer to the truth than TensorFlow is."""
+    failures = []
+    for case, job, outcome in zip(cases, jobs, outcomes, strict=True):
+        label = f"{case.name} ({job.mode}, {job.num_threads} threads)"
+        if outcome.error:
+            failures.append(f"{label}: {outcome.error}")
+            continue
+        for r, (got, ref, exact) in enumerate(
+            zip(outcome.outputs, case.reference, case.truth, strict=True)
+        ):
+            (y,) = got
+            if y.shape != exact[0].shape or y.dtype != np.float32:
+                failures.append(f"{label} run {r}: {y.dtype}{y.shape} != {exact[0].shape}")
+                continue
+            ours = rel_to_unit(y, exact[0])
+            theirs, apart = rel_to_unit(ref[0], exact[0]), rel_to_unit(y, ref[0])
+            # Within a few roundings of the exact value, and close to
+            # TensorFlow unless TensorFlow is the one further from it (its
+            # float32 moments lose digits on offset data and long groups).
+            if ours > tolerance or (apart > 1e-5 and ours > theirs):
+                failures.append(
+                    f"{label} run {r}: rel err {ours:.2e} vs float64 "
+                    f"(TF: {theirs:.2e}), {apart:.2e} vs TF"
+                )
+    return failures
+
+
+def unclear_errors(op: str, table: dict, outcomes) -> list[str]:
+    """The bad inputs of ``table`` (name -> (..., message)) whose run did
+    not fail, or failed with an error that does not name ``op`` and hold
+    the message."""
+    failures = []
+    for (name, entry), outcome in zip(table.items(), outcomes, strict=True):
+        message = entry[-1]
+        if outcome.error is None:
+            failures.append(f"{name}: no error")
+        elif op not in outcome.error or message not in outcome.error:
+            failures.append(f"{name}: {outcome.error}")
+    return failures
 
 
 def thread_differences(cases, one, two) -> list[str]:
@@ -857,6 +932,21 @@ def env_without_simd_override() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("FUSEKIT_SIMD", None)
     return env
+
+
+def cpu_level() -> str:
+    """The SIMD level a process picks with no FUSEKIT_SIMD (this one may
+    have it)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import fusekit; print(fusekit.simd_target())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env_without_simd_override(),
+        # not the repository root, whose fusekit/ lacks the compiled library
+        cwd=tempfile.gettempdir(),
+    )
+    return proc.stdout.strip()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
+from flatbuffers import flexbuffers
 
 
 def edit(model: bytes, change: Callable[[schema.ModelT], None]) -> bytes:
@@ -23,6 +24,11 @@ def custom_ops(m: schema.ModelT, name: str) -> list[schema.OperatorT]:
         i for i, c in enumerate(m.operatorCodes) if c.customCode and c.customCode.decode() == name
     }
     return [op for op in m.subgraphs[0].operators if op.opcodeIndex in codes]
+
+
+def set_options(op: schema.OperatorT, options: object) -> None:
+    """Gives a custom op ``options`` as its flexbuffer-encoded custom options."""
+    op.customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
 
 
 def set_constant(m: schema.ModelT, tensor_index: int, value: np.ndarray) -> None:

@@ -148,9 +148,18 @@ def test_attention_benchmark_quick_run(tmp_path):
 
 
 def test_fusion_benchmark_quick_run(tmp_path):
-    payload = run_quick("bench_fusion.py", tmp_path, "fusion.json", "fusion.md", "fusion.png")
+    """An encoder, a decoder and ViT (its token count follows its image):
+    tests/passes/test_fuse_keras_hub.py holds the fusion of every family."""
+    payload = run_quick(
+        "bench_fusion.py",
+        tmp_path,
+        "fusion.json",
+        "fusion.md",
+        "fusion.png",
+        args=("--families", "bert,llama,vit"),
+    )
     rows = {r["family"]: r for r in payload["results"]}
-    assert set(rows) == {"bert", "llama", "vit", "gemma", "gpt_neox", "bloom", "falcon"}
+    assert set(rows) == {"bert", "llama", "vit"}
     layers = 4
     attention = {"CUSTOM:fusekit_attention": layers}
     encoder = attention | {"CUSTOM:fusekit_layer_norm": 2 * layers + 1}
@@ -158,16 +167,8 @@ def test_fusion_benchmark_quick_run(tmp_path):
         "CUSTOM:fusekit_rms_norm": 2 * layers + 1,
         "CUSTOM:fusekit_rotary_embedding": 2 * layers,
     }
-    assert rows["bert"]["fused"] == rows["vit"]["fused"] == rows["falcon"]["fused"] == encoder
-    assert rows["llama"]["fused"] == rows["gemma"]["fused"] == decoder
-    # GPT-NeoX's two norms of one x keep Keras' initial weights here (ones,
-    # zeros): the converter merges them into one per layer.
-    assert rows["gpt_neox"]["fused"] == attention | {
-        "CUSTOM:fusekit_layer_norm": layers + 1,
-        "CUSTOM:fusekit_rotary_embedding": 2 * layers,
-    }
-    # Bloom also normalizes its embeddings.
-    assert rows["bloom"]["fused"] == attention | {"CUSTOM:fusekit_layer_norm": 2 * layers + 2}
+    assert rows["bert"]["fused"] == rows["vit"]["fused"] == encoder
+    assert rows["llama"]["fused"] == decoder
     # --quick asks for 32 tokens: ViT gets 5x5 patches of 16 pixels plus its
     # class token, and the table shows those 26.
     assert rows["vit"]["seq"] == 26 and rows["vit"]["input_shapes"] == [[1, 80, 80, 3]]
@@ -363,13 +364,49 @@ def test_user_kernels_benchmark_quick_run(tmp_path):
         assert row["max_abs_diff"] < 1e-4, row
 
 
+# One zoo model per kind of exporter (litert_torch.convert of timm, of
+# transformers and of diffusers, export_hf's two signatures):
+# tests/passes/test_zoo.py holds what fusekit fuses in every zoo model; this
+# run checks the table's rows and the attention share.
+ZOO_QUICK = ("timm_vit", "hf_bart", "diffusers_unet", "export_hf_default")
+
+
 def test_zoo_benchmark_quick_run(tmp_path):
-    """bench_zoo.py --quick: every zoo model in the table, counted, compared
-    with its plain model and timed at its fixture size."""
-    payload = run_quick("bench_zoo.py", tmp_path, "zoo.json", "zoo.md")
+    """bench_zoo.py --quick --only ...: each model in the table, counted,
+    compared with its plain model and timed at its fixture size."""
+    payload = run_quick("bench_zoo.py", tmp_path, "zoo.json", "zoo.md", args=("--only", *ZOO_QUICK))
     zoo = json.loads((ROOT / "tests" / "data" / "torch" / "zoo" / "manifest.json").read_text())
-    assert [r["model"] for r in payload["results"]] == [e["name"] for e in zoo["models"]]
+    # Every one asked for (the manifest names them all), in the manifest's order.
+    in_order = [e["name"] for e in zoo["models"] if e["name"] in ZOO_QUICK]
+    assert len(in_order) == len(ZOO_QUICK)
+    assert [r["model"] for r in payload["results"]] == in_order
     markdown = (tmp_path / "zoo.md").read_text()
     for r in payload["results"]:
         assert f"| {r['model']} |" in markdown
         assert r["timings"] and all(t["plain_us"] > 0 and t["fused_us"] > 0 for t in r["timings"])
+        # The attention share: the regions the attention fusion rewrites are
+        # cut out and timed (not composites an exporter marked).
+        if r["model"] in ("timm_vit", "hf_bart", "diffusers_unet"):
+            assert sum(t["attention_regions"] for t in r["timings"]) >= 1, r["model"]
+        assert all(t["attention_share"] > 0 for t in r["timings"] if t["attention_regions"])
+
+
+@pytest.mark.skipif(
+    not (ROOT / ".venv-torch" / "bin" / "python").exists(),
+    reason="the peers' model is exported with litert-torch (scripts/setup_torch.sh)",
+)
+def test_llm_peers_benchmark_quick_run(tmp_path):
+    """bench_llm_peers.py --quick: the tiny Llama exported in every weight
+    form, plain LiteRT and fusekit timed on each (and the peers set up
+    here), the correctness checks passed, the bar's table written."""
+    payload = run_quick(
+        "bench_llm_peers.py", tmp_path, "llm_peers.json", "llm_peers.md",
+        args=("--models", str(tmp_path / "models"), "--threads", "1"),
+    )  # fmt: skip
+    timed = {(r["contender"], r["weights"]) for r in payload["rows"]}
+    for who in ("LiteRT (plain)", "fusekit"):
+        assert {(who, f) for f in ("f32", "int8", "int4 b32")} <= timed
+    assert all(r["decode_ms"] > 0 and r["prefill_ms"] > 0 for r in payload["rows"])
+    assert [c["weights"] for c in payload["checks"]] == ["f32", "int8", "int4 b32"]
+    assert all(c["ok"] for c in payload["checks"]), payload["checks"]
+    assert "## The bar (1 thread)" in (tmp_path / "llm_peers.md").read_text()

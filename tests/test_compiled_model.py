@@ -14,8 +14,8 @@ from fusekit.model import tflite_schema
 from fusekit.run import aligned_model
 
 
-def interpreter_outputs(model: bytes, runs: list[list[np.ndarray]], threads: int):
-    it = fusekit.Interpreter(model_content=model, num_threads=threads, runtime="litert")
+def interpreter_outputs(model: bytes, runs: list[list[np.ndarray]], threads: int, **kw):
+    it = fusekit.Interpreter(model_content=model, num_threads=threads, runtime="litert", **kw)
     details = it.get_input_details()
     outs = []
     for feeds in runs:
@@ -318,19 +318,7 @@ def test_user_plugin_equals_interpreter(user_plugin_model, threads):
     plugin, model = user_plugin_model
     rng = np.random.default_rng(3)
     runs = [[rng.standard_normal((n, 5, 3)).astype(np.float32) for _ in range(2)] for n in (1, 4)]
-    it = fusekit.Interpreter(
-        model_content=model, num_threads=threads, runtime="litert", plugins=[plugin]
-    )
-    details = it.get_input_details()
-    want = []
-    for feeds in runs:
-        for d, x in zip(details, feeds, strict=True):
-            it.resize_tensor_input(d["index"], x.shape)
-        it.allocate_tensors()
-        for d, x in zip(details, feeds, strict=True):
-            it.set_tensor(d["index"], x)
-        it.invoke()
-        want.append([it.get_tensor(d["index"]) for d in it.get_output_details()])
+    want = interpreter_outputs(model, runs, threads, plugins=[plugin])
     got = compiled_outputs(model, runs, threads, plugins=[plugin])
     assert_same(got, want)
     with pytest.raises(MissingKernelError, match="my_custom_fused_op"):

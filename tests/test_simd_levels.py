@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
-import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -29,6 +26,7 @@ from kernel_cases import (
     BUILDERS,
     JobDir,
     built_models,
+    cpu_level,
     env_without_simd_override,
     rel_err,
     run_worker,
@@ -47,20 +45,6 @@ LEVELS = (
 )
 TOLERANCE = 1e-5  # relative to the largest reference magnitude
 KERNELS = sorted(fusekit.kernel_names())
-
-
-def cpu_level() -> str:
-    """The level a process picks with no FUSEKIT_SIMD (this one may have it)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", "import fusekit; print(fusekit.simd_target())"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env_without_simd_override(),
-        # not the repository root, whose fusekit/ lacks the compiled library
-        cwd=tempfile.gettempdir(),
-    )
-    return proc.stdout.strip()
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,19 @@ SLOW_RUNTIMES = frozenset({"tf", "tflite_runtime"})
 MARKED: dict[str, str] = {
     # Real exports with litert-torch in .venv-torch (2.4 min at load 8).
     "tests/torch/test_torch_composite.py": "torch",  # 85 (plugin builds of 40)
-    "tests/torch/test_torch_ops.py": "torch",  # 30
+    "tests/torch/test_torch_ops.py": "torch",  # 55 (packed_attention.py example: 20)
     "tests/torch/test_pytorch_doc.py": "torch",  # 30: docs/pytorch.md's walkthrough as written
     # Conversions of many or large models, sweeps over shapes.
+    # Packed q, k, v read in place: five conversions run on every runtime,
+    # and the zoo's packed-qkv models optimized and run.
+    "tests/ops/test_attention_packed.py::test_parity_on_every_runtime": "slow",  # 25
+    "tests/ops/test_attention_packed.py::test_parity_in_compiled_model": "slow",  # 8
+    "tests/passes/test_packed_operands.py::test_zoo_packed_qkv_is_read_in_place": "slow",  # 15
     "tests/ops/test_attention.py::test_converts_to_one_fused_op": "slow",  # 35
     "tests/ops/test_attention.py::test_float16_converts_with_float16_tensors": "slow",  # 22
     "tests/ops/test_attention.py::test_float16_at_every_simd_level": "slow",  # 4
     "tests/ops/test_attention.py::test_float16_conversions_are_exact": "slow",  # 4
+    "tests/ops/test_attention.py::test_decode_shapes_match_float64": "slow",  # 6 conversions
     "tests/ops/test_group_norm.py::test_converts_to_one_fused_op": "slow",  # 18
     "tests/ops/test_group_norm.py::test_kernel_shape_sweep": "slow",  # 17
     "tests/ops/test_group_norm.py::test_traced_with_dynamic_batch_and_spatial_dims": "slow",  # 7
@@ -115,6 +121,8 @@ MARKED: dict[str, str] = {
     "tests/test_quantized_convert.py": "slow",  # 20
     # keras-hub causal LMs exported as prefill/decode steps, greedy generation.
     "tests/test_generation.py": "slow",  # 34
+    # Greedy and teacher-forced generation of three weight forms (ai-edge-quantizer).
+    "tests/test_generation_check.py": "slow",  # 5 (CPU time; 54 s of wall at load 12)
     "tests/passes/test_decode_step.py": "slow",
     "tests/passes/test_fuse_composites.py": "slow",
     # bench-generate measuring the memory bandwidth (a ring of about 1 GB).

@@ -10,8 +10,12 @@
 // "bhsd": [B, Hkv, Skv, D]) and v_layout ("bshd", the default; "bhsd":
 // [B, Hkv, Skv, Dv]; "bhds": [B, Hkv, Dv, Skv]), the layouts KV caches
 // keep (litert-torch's Hugging Face exporter: K "bhsd", V "bhds"), read
-// in place through strides.  Output [B, Sq, H, Dv] of q's dtype.  Query
-// head h reads kv head h / (H / Hkv).
+// in place through strides.  q_slice, k_slice, v_slice (ints [axis, begin,
+// size], absent: the whole input): the operand is that part of its input,
+// read in place (one packed qkv tensor given as all three inputs: timm's
+// [B, S, 3, H, D], with the axis dropped from a rank-5 input, or a fused
+// grouped-query projection [B, S, H + 2 Hkv, D]).  Output [B, Sq, H, Dv]
+// of q's dtype.  Query head h reads kv head h / (H / Hkv).
 //
 // float16 is storage only: loads promote to float32, every sum, max and
 // exp is float32, and the output rows are rounded to float16 once.  The
@@ -39,9 +43,12 @@
 // fully dropped key blocks skipped.
 //
 // Decode (AttentionItem, Sq <= 4): an item is every query head of one kv
-// head, so K and V stream from memory once (dot products per key row, with
-// software prefetch); long caches are split into kSplitKeys pieces whose
-// partial results are merged afterwards in a fixed order.
+// head, so K and V stream from memory once, with software prefetch.  The
+// scores are register tiles of 4 keys x up to 4 query rows (one lane
+// reduction per 4 scores of a row, not one per score); a transposed V's
+// rows are read once per tile of rows.  Long caches are split into at most
+// kSplitKeys-key pieces of equal size whose partial results are merged
+// afterwards in a fixed order.
 //
 // Items depend only on the shapes, never on the thread count: every thread
 // count gives the same bits.
@@ -167,6 +174,90 @@ inline void Strides(const Tensor& t, int64_t (&stride)[4]) {
   Strides(dim, stride);
 }
 
+// An operand read in place from part of its input (attrs q_slice, k_slice,
+// v_slice = [axis, begin, size]; absent or empty: none): the elements [begin, begin + size) along
+// `axis` of the input; a rank-5 input (q, k and v packed on an axis of their
+// own, as timm's [B, S, 3, H, D]) loses that axis (size 1).  Absent: the
+// whole rank-4 input.  The operand as a rank-4 tensor: its dims, its
+// elements' strides in the input and the offset of its first element.
+struct Slice {
+  bool present = false;
+  int64_t axis = 0, begin = 0, size = 0;
+};
+struct View {
+  int64_t dim[4] = {0, 0, 0, 0};
+  int64_t stride[4] = {0, 0, 0, 0};
+  int64_t offset = 0;
+  int dim_int(int i) const { return static_cast<int>(dim[i]); }
+};
+
+// The slice attr `key` ([axis, begin, size]); sets *error when malformed.
+inline Slice ParseSlice(const Attrs& attrs, const char* key, std::string* error) {
+  Slice s;
+  if (!attrs.Has(key)) return s;
+  const std::vector<int64_t> v = attrs.Ints(key);
+  if (v.empty()) return s;  // (an empty list is no slice, as absent)
+  if (v.size() != 3 || v[1] < 0 || v[2] < 1) {
+    *error = std::string("attr '") + key +
+             "' must be [axis, begin, size] with begin >= 0 and size >= 1";
+    return s;
+  }
+  s.present = true;
+  s.axis = v[0];
+  s.begin = v[1];
+  s.size = v[2];
+  return s;
+}
+
+// The operand `name` of input `t` under slice `s`; an empty string, or why
+// the input cannot hold it.
+inline std::string MakeView(const Tensor& t, const Slice& s, const char* name, View* view) {
+  const int rank = t.rank();
+  if (!s.present) {
+    if (rank != 4) return "";  // (the caller's rank check names the layout)
+    int64_t dims[4] = {t.dim(0), t.dim(1), t.dim(2), t.dim(3)};
+    for (int i = 0; i < 4; ++i) view->dim[i] = dims[i];
+    Strides(dims, view->stride);
+    view->offset = 0;
+    return "";
+  }
+  const std::string attr = std::string(name) + "_slice";
+  if (rank != 4 && rank != 5) {
+    return "with " + attr + ", " + name + "'s input must have rank 4 or 5, got rank " +
+           std::to_string(rank);
+  }
+  const int64_t axis = s.axis < 0 ? s.axis + rank : s.axis;
+  if (axis < 0 || axis >= rank) {
+    return attr + "'s axis " + std::to_string(s.axis) + " is out of range for " + name +
+           "'s rank-" + std::to_string(rank) + " input";
+  }
+  const int64_t extent = t.dim(static_cast<int>(axis));
+  if (s.begin + s.size > extent) {
+    return attr + " [" + std::to_string(s.axis) + ", " + std::to_string(s.begin) + ", " +
+           std::to_string(s.size) + "] reaches past " + name + "'s input axis " +
+           std::to_string(axis) + " of size " + std::to_string(extent);
+  }
+  if (rank == 5 && s.size != 1) {
+    return attr + "'s size must be 1 on a rank-5 input (the axis is dropped), got " +
+           std::to_string(s.size);
+  }
+  if (rank == 5 && axis == 4) {
+    return attr + " may not slice the last axis of a rank-5 input (the head's columns would "
+           "not be contiguous)";
+  }
+  int64_t stride[5];
+  stride[rank - 1] = 1;
+  for (int i = rank - 2; i >= 0; --i) stride[i] = stride[i + 1] * t.dim(i + 1);
+  view->offset = s.begin * stride[axis];
+  for (int i = 0, o = 0; i < rank; ++i) {
+    if (rank == 5 && i == axis) continue;
+    view->dim[o] = i == axis ? s.size : t.dim(i);
+    view->stride[o] = stride[i];
+    ++o;
+  }
+  return "";
+}
+
 // Everything Invoke needs besides the tensors, decided from the shapes.
 struct Plan {
   att::Layout layout;
@@ -204,6 +295,9 @@ class Attention {
         q_layout_(ParseLayout(attrs, "q_layout", kQLayouts, error)),
         k_layout_(ParseLayout(attrs, "k_layout", kKLayouts, error)),
         v_layout_(ParseLayout(attrs, "v_layout", kVLayouts, error)),
+        q_slice_(ParseSlice(attrs, "q_slice", error)),
+        k_slice_(ParseSlice(attrs, "k_slice", error)),
+        v_slice_(ParseSlice(attrs, "v_slice", error)),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
         query_panel_(FUSEKIT_SIMD_CHOOSE(AttentionQueryPanel)),
         item_(Storage<T>::Item()),
@@ -223,33 +317,40 @@ class Attention {
   TfLiteStatus Prepare(OpContext& ctx, In<T> q, In<T> k, In<T> v, Opt<MaskT> mask,
                        Out<T> out) {
     const KvLayout& ql = q_layout_;
-    FUSEKIT_ENSURE(ctx, q.rank() == 4, "q must have rank 4 %s%s, got rank %d", ql.dims,
-                   std::string(ql.name) == "bshd" ? "" : " (q_layout 'bhsd')", q.rank());
-    const int q_len = q.dim(ql.seq), heads = q.dim(ql.heads), depth = q.dim(ql.depth);
+    View qv, kv, vv;
+    const std::string why = MakeViews(q, k, v, &qv, &kv, &vv);
+    FUSEKIT_ENSURE(ctx, why.empty(), "%s", why.c_str());
+    FUSEKIT_ENSURE(ctx, q_slice_.present || q.rank() == 4, "q must have rank 4 %s%s, got rank %d",
+                   ql.dims, std::string(ql.name) == "bshd" ? "" : " (q_layout 'bhsd')", q.rank());
+    const int q_len = qv.dim_int(ql.seq), heads = qv.dim_int(ql.heads);
+    const int depth = qv.dim_int(ql.depth);
     const KvLayout& kl = k_layout_;
     const KvLayout& vl = v_layout_;
-    FUSEKIT_ENSURE(ctx, k.rank() == 4, "k must have rank 4 %s (k_layout '%s'), got rank %d",
-                   kl.dims, kl.name, k.rank());
-    FUSEKIT_ENSURE(ctx, v.rank() == 4, "v must have rank 4 %s (v_layout '%s'), got rank %d",
-                   vl.dims, vl.name, v.rank());
+    FUSEKIT_ENSURE(ctx, k_slice_.present || k.rank() == 4,
+                   "k must have rank 4 %s (k_layout '%s'), got rank %d", kl.dims, kl.name,
+                   k.rank());
+    FUSEKIT_ENSURE(ctx, v_slice_.present || v.rank() == 4,
+                   "v must have rank 4 %s (v_layout '%s'), got rank %d", vl.dims, vl.name,
+                   v.rank());
     // The layouts' names in the errors below: a k or v of another layout
     // than declared fails one of these checks.
-    const int kv_len = k.dim(kl.seq), kv_heads = k.dim(kl.heads);
-    FUSEKIT_ENSURE(ctx, k.dim(kl.batch) == q.dim(0) && v.dim(vl.batch) == q.dim(0),
-                   "q, k and v must have one batch size, got %d, %d and %d", q.dim(0),
-                   k.dim(kl.batch), v.dim(vl.batch));
-    FUSEKIT_ENSURE(ctx, k.dim(kl.depth) == depth,
+    const int kv_len = kv.dim_int(kl.seq), kv_heads = kv.dim_int(kl.heads);
+    FUSEKIT_ENSURE(ctx,
+                   kv.dim_int(kl.batch) == qv.dim_int(0) && vv.dim_int(vl.batch) == qv.dim_int(0),
+                   "q, k and v must have one batch size, got %d, %d and %d", qv.dim_int(0),
+                   kv.dim_int(kl.batch), vv.dim_int(vl.batch));
+    FUSEKIT_ENSURE(ctx, kv.dim_int(kl.depth) == depth,
                    "k's head_dim (%d) must equal q's (%d) (k is %s: k_layout '%s')",
-                   k.dim(kl.depth), depth, kl.dims, kl.name);
+                   kv.dim_int(kl.depth), depth, kl.dims, kl.name);
     FUSEKIT_ENSURE(ctx, depth >= 1, "head_dim must be >= 1, got %d", depth);
-    FUSEKIT_ENSURE(ctx, v.dim(vl.seq) == kv_len,
+    FUSEKIT_ENSURE(ctx, vv.dim_int(vl.seq) == kv_len,
                    "k and v must have one sequence length, got %d and %d (k is %s: k_layout "
                    "'%s'; v is %s: v_layout '%s')",
-                   kv_len, v.dim(vl.seq), kl.dims, kl.name, vl.dims, vl.name);
-    FUSEKIT_ENSURE(ctx, v.dim(vl.heads) == kv_heads,
+                   kv_len, vv.dim_int(vl.seq), kl.dims, kl.name, vl.dims, vl.name);
+    FUSEKIT_ENSURE(ctx, vv.dim_int(vl.heads) == kv_heads,
                    "k and v must have one number of heads, got %d and %d (k is %s: k_layout "
                    "'%s'; v is %s: v_layout '%s')",
-                   kv_heads, v.dim(vl.heads), kl.dims, kl.name, vl.dims, vl.name);
+                   kv_heads, vv.dim_int(vl.heads), kl.dims, kl.name, vl.dims, vl.name);
     FUSEKIT_ENSURE(ctx, kv_heads >= 1 && heads % kv_heads == 0,
                    "q's heads (%d) must be a multiple of k's and v's heads (%d) (k is %s: "
                    "k_layout '%s')",
@@ -258,7 +359,7 @@ class Attention {
       FUSEKIT_ENSURE(ctx, mask.rank() <= 4,
                      "mask must have rank <= 4 (broadcastable to [B, H, Sq, Skv]), got rank %d",
                      mask.rank());
-      const int scores[4] = {q.dim(0), heads, q_len, kv_len};
+      const int scores[4] = {qv.dim_int(0), heads, q_len, kv_len};
       for (int i = 0; i < mask.rank(); ++i) {
         const int want = scores[4 - mask.rank() + i];
         const int got = mask.dim(i);
@@ -275,8 +376,8 @@ class Attention {
     FUSEKIT_ENSURE(ctx, ctx.Scratch(scratch.layout) != nullptr,
                    "out of memory for %zu bytes of scratch", scratch.layout.bytes());
     // out has q's layout.
-    int out_dims[4] = {q.dim(0), q.dim(1), q.dim(2), q.dim(3)};
-    out_dims[ql.depth] = v.dim(vl.depth);
+    int out_dims[4] = {qv.dim_int(0), qv.dim_int(1), qv.dim_int(2), qv.dim_int(3)};
+    out_dims[ql.depth] = vv.dim_int(vl.depth);
     return ctx.ResizeOutput(out, {out_dims[0], out_dims[1], out_dims[2], out_dims[3]});
   }
 
@@ -296,24 +397,36 @@ class Attention {
   }
 
  private:
+  // The three operands' views of their inputs (q_slice, k_slice, v_slice);
+  // an empty string, or why an input cannot hold its operand.
+  std::string MakeViews(const In<T>& q, const In<T>& k, const In<T>& v, View* qv, View* kv,
+                        View* vv) const {
+    std::string why = MakeView(q, q_slice_, "q", qv);
+    if (why.empty()) why = MakeView(k, k_slice_, "k", kv);
+    if (why.empty()) why = MakeView(v, v_slice_, "v", vv);
+    return why.empty() ? why : "fusekit_attention: " + why;
+  }
+
   Problem Describe(const In<T>& q, const In<T>& k, const In<T>& v, const Opt<MaskT>& mask,
                    const Out<T>& out) const {
     Problem p{};
-    p.batch = q.dim(0);
-    p.q_len = q.dim(q_layout_.seq);
-    p.heads = q.dim(q_layout_.heads);
-    p.depth = q.dim(q_layout_.depth);
-    p.kv_len = k.dim(k_layout_.seq);
-    p.kv_heads = k.dim(k_layout_.heads);
-    p.value_depth = v.dim(v_layout_.depth);
-    int64_t qs[4], os[4], ks[4], vs[4];
-    Strides(q, qs);
-    // out: q's layout with Dv columns.
-    int64_t out_dims[4] = {q.dim(0), q.dim(1), q.dim(2), q.dim(3)};
+    View qv, kv, vv;
+    MakeViews(q, k, v, &qv, &kv, &vv);  // (checked in Prepare)
+    p.batch = qv.dim[0];
+    p.q_len = qv.dim[q_layout_.seq];
+    p.heads = qv.dim[q_layout_.heads];
+    p.depth = qv.dim[q_layout_.depth];
+    p.kv_len = kv.dim[k_layout_.seq];
+    p.kv_heads = kv.dim[k_layout_.heads];
+    p.value_depth = vv.dim[v_layout_.depth];
+    const int64_t* qs = qv.stride;
+    const int64_t* ks = kv.stride;
+    const int64_t* vs = vv.stride;
+    int64_t os[4];
+    // out: q's layout with Dv columns, contiguous.
+    int64_t out_dims[4] = {qv.dim[0], qv.dim[1], qv.dim[2], qv.dim[3]};
     out_dims[q_layout_.depth] = p.value_depth;
     Strides(out_dims, os);
-    Strides(k, ks);
-    Strides(v, vs);
     p.q_batch = qs[0];
     p.q_row = qs[q_layout_.seq];
     p.q_head = qs[q_layout_.heads];
@@ -331,9 +444,9 @@ class Attention {
     p.scale = has_scale_ ? scale_ : static_cast<float>(1.0 / std::sqrt(double(p.depth)));
     p.softcap = softcap_;
     p.causal = causal_;
-    p.q = reinterpret_cast<const S*>(q.data());
-    p.k = reinterpret_cast<const S*>(k.data());
-    p.v = reinterpret_cast<const S*>(v.data());
+    p.q = reinterpret_cast<const S*>(q.data()) + qv.offset;
+    p.k = reinterpret_cast<const S*>(k.data()) + kv.offset;
+    p.v = reinterpret_cast<const S*>(v.data()) + vv.offset;
     p.out = reinterpret_cast<S*>(out.data());
     if (mask.present()) {
       // Strides of the mask seen as [B, H, Sq, Skv]: absent leading dims and
@@ -390,8 +503,14 @@ class Attention {
     return plan;
   }
 
-  TfLiteStatus Prefill(OpContext& ctx, const Problem& p, const ScratchPlan& mem, void* scratch) {
+  TfLiteStatus Prefill(OpContext& ctx, const Problem& full, const ScratchPlan& mem,
+                       void* scratch) {
     const att::Layout& l = plan_.layout;
+    // Keys past the last one any row keeps (a prefill into a longer cache:
+    // 128 tokens of 512) weigh exactly 0 in every row and are not read.
+    // Causal rows see keys up to i + Skv - Sq: their offset needs all of Skv.
+    Problem p = full;
+    if (!p.causal) p.kv_len = LiveKeys(full);
     // Items of one panel of queries (2 or 4 vectors) of one head;
     // consecutive items share the head's K and V in cache.
     const int64_t width = l.query_panel;
@@ -436,6 +555,7 @@ class Attention {
           }
           if (j == live && !RowKeepsBefore(p, row, live)) return p.kv_len;
           live = std::max(live, j);
+          if (live == p.kv_len) return live;  // (no row can change it now)
         }
       }
     }
@@ -461,6 +581,9 @@ class Attention {
     // not the allocated one.  (At most plan_.splits: the scratch fits.)
     const int64_t live = LiveKeys(p);
     const int64_t splits = std::max<int64_t>(1, (live + att::kSplitKeys - 1) / att::kSplitKeys);
+    // The live keys shared evenly between the splits (513 keys: 257 + 256,
+    // not 512 + 1), so that threads taking splits get equal work.
+    const int64_t split_keys = (live + splits - 1) / splits;
     const int64_t per_head = p.group * p.q_len;  // rows of one kv head
     const int64_t group_heads = plan_.decode_heads;  // kv heads per item
     const int64_t groups = (p.kv_heads + group_heads - 1) / group_heads;
@@ -480,8 +603,8 @@ class Attention {
         it.group_count = p.group;
         it.query_begin = 0;
         it.query_count = p.q_len;
-        it.key_begin = split * att::kSplitKeys;
-        it.key_end = std::min(live, it.key_begin + att::kSplitKeys);
+        it.key_begin = std::min(live, split * split_keys);
+        it.key_end = std::min(live, it.key_begin + split_keys);
         if (splits == 1) {
           item_(p, l, it, mine, nullptr);
           continue;
@@ -549,6 +672,9 @@ class Attention {
   KvLayout q_layout_;
   KvLayout k_layout_;
   KvLayout v_layout_;
+  Slice q_slice_;
+  Slice k_slice_;
+  Slice v_slice_;
   PanelFn panel_;
   PanelFn query_panel_;
   typename Storage<T>::ItemFn item_;
@@ -563,7 +689,8 @@ class Attention {
   Inputs("q", "k", "v", "mask"), Outputs("out"), \
       AttrSchema(attr::Bool("causal", false), attr::Float("scale"),    \
                  attr::Float("softcap").Min(0), attr::String("q_layout"),          \
-                 attr::String("k_layout"), attr::String("v_layout"))
+                 attr::String("k_layout"), attr::String("v_layout"),          \
+                 attr::Ints("q_slice"), attr::Ints("k_slice"), attr::Ints("v_slice"))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

@@ -142,11 +142,10 @@ HWY_INLINE void PrefetchHeads(const T* row, int64_t heads, int64_t head_stride, 
 // head in [B, Hkv, Skv, D]), with no transposed copy.  Row r belongs to
 // the item's head r / per_head (K rows of head g start k_head_stride
 // after head 0's); q rows are q_stride apart.  s[r][j] for r < rows,
-// j < n, or s[r][j] += the same with kAccumulate.
-//
-// The transposed V layout's P.V is the same computation: o[r][c] +=
-// P[r] . V^T[c], with the weight rows as q, the V^T rows of the block as
-// K and the value columns as keys.
+// j < n, or s[r][j] += the same with kAccumulate.  One lane reduction per
+// score: the scores of scalable vectors (SVE), whose lanes do not come in
+// a fixed number of 128-bit blocks; DecodeScores below is the fixed-width
+// targets' register-tiled version.
 template <bool kAccumulate, typename T>
 void DotScores(const float* HWY_RESTRICT q, int64_t q_stride, int64_t rows, int64_t per_head,
                int64_t depth, const T* HWY_RESTRICT k, int64_t k_stride, int64_t k_head_stride,
@@ -208,6 +207,276 @@ void DotScores(const float* HWY_RESTRICT q, int64_t q_stride, int64_t rows, int6
           a0 = hn::MulAdd(LoadTail(d, q0 + c, rest), LoadTailF(d, kr + c, rest), a0);
         }
         put(s + r * s_stride + j, a0);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------ decode dot products
+//
+// A decode item has few query rows per kv head (group x queries), so its
+// cost is reading K and V once; the arithmetic must stay below that.  The
+// two kernels below keep several independent accumulators in registers
+// and reduce across lanes once per 4 keys (scores) or once per block of
+// keys (P.V^T), not once per key and row.
+
+// This file is compiled once per SIMD target (foreach_target): the macro
+// must not carry over from an earlier target to one without the kernels.
+#undef FUSEKIT_DECODE_REDUCE4
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+// Fixed-width vectors (x86, NEON): lanes come in 128-bit blocks of 4.
+#define FUSEKIT_DECODE_REDUCE4 1
+using D4 = hn::Full128<float>;
+
+// The 4-lane vector of block-wise partial sums of v (every 128-bit block
+// added up).
+template <class D>
+HWY_INLINE hn::Vec<D4> SumBlocks(D d, hn::Vec<D> v) {
+  if constexpr (hn::MaxLanes(d) > 4) {
+    const hn::Half<D> dh;
+    return SumBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  } else {
+    return v;
+  }
+}
+
+// {sum of a0's lanes, a1's, a2's, a3's} in one 4-lane vector: two rounds of
+// interleave-and-add within 128-bit blocks, then the blocks summed (13
+// vector ops on AVX-512 for 4 sums, where 4 separate reductions take 32).
+HWY_INLINE hn::Vec<D4> Reduce4(VF a0, VF a1, VF a2, VF a3) {
+  const DF d;
+  const hn::Repartition<uint64_t, DF> d64;
+  // Per block: {a0[0]+a0[2], a1[0]+a1[2], a0[1]+a0[3], a1[1]+a1[3]}.
+  const VF t01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+  const VF t23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+  const auto w01 = hn::BitCast(d64, t01), w23 = hn::BitCast(d64, t23);
+  // Per block: {a0, a1, a2, a3} partial sums.
+  const VF sums = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, w01, w23)),
+                          hn::BitCast(d, hn::InterleaveUpper(d64, w01, w23)));
+  return SumBlocks(d, sums);
+}
+
+// Rows of a decode tile: MR rows x 4 keys of accumulators plus MR query
+// vectors fit in 16 vector registers (AVX2) with MR = 3, in 32 with 4.
+#if HWY_TARGET == HWY_AVX3 || HWY_ARCH_ARM_A64
+constexpr int kDecodeRows = 4;
+#else
+constexpr int kDecodeRows = 3;
+#endif
+
+// Scores of MR query rows (q rows q_stride apart) against 4 K rows
+// k0..k3 (the same row repeated past the last key): s[r][x] for x < count.
+template <int MR, typename T>
+HWY_INLINE void ScoreTile(const float* HWY_RESTRICT q, int64_t q_stride, int64_t depth,
+                          const T* HWY_RESTRICT k0, const T* HWY_RESTRICT k1,
+                          const T* HWY_RESTRICT k2, const T* HWY_RESTRICT k3, int64_t count,
+                          float* HWY_RESTRICT s, int64_t s_stride) {
+  static_assert(MR >= 1 && MR <= 4, "a decode tile has 1 to 4 rows");
+  const DF d;
+  const D4 d4;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t full = depth / lanes * lanes;
+  const size_t rest = static_cast<size_t>(depth - full);
+  // Named accumulators (SVE-style sizeless vectors cannot be array
+  // elements); rows past MR are discarded at compile time.
+  VF a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  VF c0 = a0, c1 = a0, c2 = a0, c3 = a0, e0 = a0, e1 = a0, e2 = a0, e3 = a0;
+  auto step = [&](int64_t c, auto load_q, VF x0, VF x1, VF x2, VF x3) {
+    const VF qa = load_q(q + c);
+    a0 = hn::MulAdd(qa, x0, a0);
+    a1 = hn::MulAdd(qa, x1, a1);
+    a2 = hn::MulAdd(qa, x2, a2);
+    a3 = hn::MulAdd(qa, x3, a3);
+    if constexpr (MR > 1) {
+      const VF qb = load_q(q + q_stride + c);
+      b0 = hn::MulAdd(qb, x0, b0);
+      b1 = hn::MulAdd(qb, x1, b1);
+      b2 = hn::MulAdd(qb, x2, b2);
+      b3 = hn::MulAdd(qb, x3, b3);
+    }
+    if constexpr (MR > 2) {
+      const VF qc = load_q(q + 2 * q_stride + c);
+      c0 = hn::MulAdd(qc, x0, c0);
+      c1 = hn::MulAdd(qc, x1, c1);
+      c2 = hn::MulAdd(qc, x2, c2);
+      c3 = hn::MulAdd(qc, x3, c3);
+    }
+    if constexpr (MR > 3) {
+      const VF qe = load_q(q + 3 * q_stride + c);
+      e0 = hn::MulAdd(qe, x0, e0);
+      e1 = hn::MulAdd(qe, x1, e1);
+      e2 = hn::MulAdd(qe, x2, e2);
+      e3 = hn::MulAdd(qe, x3, e3);
+    }
+  };
+  auto load_full = [&](const float* at) { return hn::LoadU(d, at); };
+  for (int64_t c = 0; c < full; c += lanes) {
+    step(c, load_full, LoadF(d, k0 + c), LoadF(d, k1 + c), LoadF(d, k2 + c), LoadF(d, k3 + c));
+  }
+  if (rest != 0) {
+    auto load_rest = [&](const float* at) { return LoadTail(d, at, rest); };
+    step(full, load_rest, LoadTailF(d, k0 + full, rest), LoadTailF(d, k1 + full, rest),
+         LoadTailF(d, k2 + full, rest), LoadTailF(d, k3 + full, rest));
+  }
+  auto put = [&](int r, hn::Vec<D4> sums) {
+    float* HWY_RESTRICT at = s + r * s_stride;
+    if (count == 4) {
+      hn::StoreU(sums, d4, at);
+      return;
+    }
+    HWY_ALIGN float tmp[4];
+    hn::Store(sums, d4, tmp);
+    for (int64_t x = 0; x < count; ++x) at[x] = tmp[x];
+  };
+  put(0, Reduce4(a0, a1, a2, a3));
+  if constexpr (MR > 1) put(1, Reduce4(b0, b1, b2, b3));
+  if constexpr (MR > 2) put(2, Reduce4(c0, c1, c2, c3));
+  if constexpr (MR > 3) put(3, Reduce4(e0, e1, e2, e3));
+}
+
+// s[r][j] = q[r] . k[j] for the item's rows and keys [0, n), K rows read in
+// place (as DotScores<false>).  Register tiles of up to kDecodeRows rows x
+// 4 keys: each K vector loaded feeds every row of the tile, each q vector
+// 4 keys, and one Reduce4 gives 4 scores of a row.  Keys go in address
+// order, every kv head of the item per group of 4 keys.
+template <typename T>
+void DecodeScores(const float* HWY_RESTRICT q, int64_t q_stride, int64_t rows, int64_t per_head,
+                  int64_t depth, const T* HWY_RESTRICT k, int64_t k_stride,
+                  int64_t k_head_stride, int64_t n, float* HWY_RESTRICT s, int64_t s_stride) {
+  const int64_t heads = rows / per_head;
+  // The item's rows are one stretch of memory (one kv head of
+  // [B, Hkv, Skv, D], or every kv head of [B, Skv, Hkv, D]): the 4 rows
+  // kPrefetchRows ahead are one stretch to ask for too.  (Measured: without
+  // software prefetch a long cache streams ~10% slower.)
+  const bool contiguous = k_stride == (heads == 1 ? depth : heads * depth) &&
+                          (heads == 1 || k_head_stride == depth);
+  for (int64_t j = 0; j < n; j += 4) {
+    const int64_t count = n - j < 4 ? n - j : 4;
+    if (contiguous) {
+      PrefetchRow(k + (j + kPrefetchRows) * k_stride, 4 * k_stride);
+    } else {
+      for (int64_t x = 0; x < 4; ++x) {
+        PrefetchHeads(k + (j + x + kPrefetchRows) * k_stride, heads, k_head_stride, depth);
+      }
+    }
+    for (int64_t g = 0; g < heads; ++g) {
+      // Past the last key, the last key again (its scores are not stored).
+      const T* HWY_RESTRICT k0 = k + j * k_stride + g * k_head_stride;
+      const T* HWY_RESTRICT k1 = count > 1 ? k0 + k_stride : k0;
+      const T* HWY_RESTRICT k2 = count > 2 ? k1 + k_stride : k1;
+      const T* HWY_RESTRICT k3 = count > 3 ? k2 + k_stride : k2;
+      int64_t r = g * per_head;
+      const int64_t r_end = r + per_head;
+      for (; r + kDecodeRows <= r_end; r += kDecodeRows) {
+        ScoreTile<kDecodeRows>(q + r * q_stride, q_stride, depth, k0, k1, k2, k3, count,
+                               s + r * s_stride + j, s_stride);
+      }
+      const float* qr = q + r * q_stride;
+      float* sr = s + r * s_stride + j;
+      switch (r_end - r) {
+        case 3:
+          ScoreTile<3>(qr, q_stride, depth, k0, k1, k2, k3, count, sr, s_stride);
+          break;
+        case 2:
+          ScoreTile<2>(qr, q_stride, depth, k0, k1, k2, k3, count, sr, s_stride);
+          break;
+        case 1:
+          ScoreTile<1>(qr, q_stride, depth, k0, k1, k2, k3, count, sr, s_stride);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+#endif  // fixed-width vectors
+
+// o[r][0] += P[r] . v[0, n) for MR weight rows (p_stride apart) and one
+// V^T row v, two key vectors at a time (2 x MR independent accumulators).
+template <int MR, typename T>
+HWY_INLINE void ValuesTile(const float* HWY_RESTRICT p, int64_t p_stride, int64_t n,
+                           const T* HWY_RESTRICT v, float* HWY_RESTRICT o, int64_t o_stride) {
+  static_assert(MR >= 1 && MR <= 4, "a decode tile has 1 to 4 rows");
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t full2 = n / (2 * lanes) * (2 * lanes);
+  VF a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  int64_t j = 0;
+  for (; j < full2; j += 2 * lanes) {
+    const VF x = LoadF(d, v + j);
+    const VF y = LoadF(d, v + j + lanes);
+    a0 = hn::MulAdd(hn::LoadU(d, p + j), x, a0);
+    b0 = hn::MulAdd(hn::LoadU(d, p + j + lanes), y, b0);
+    if constexpr (MR > 1) {
+      a1 = hn::MulAdd(hn::LoadU(d, p + p_stride + j), x, a1);
+      b1 = hn::MulAdd(hn::LoadU(d, p + p_stride + j + lanes), y, b1);
+    }
+    if constexpr (MR > 2) {
+      a2 = hn::MulAdd(hn::LoadU(d, p + 2 * p_stride + j), x, a2);
+      b2 = hn::MulAdd(hn::LoadU(d, p + 2 * p_stride + j + lanes), y, b2);
+    }
+    if constexpr (MR > 3) {
+      a3 = hn::MulAdd(hn::LoadU(d, p + 3 * p_stride + j), x, a3);
+      b3 = hn::MulAdd(hn::LoadU(d, p + 3 * p_stride + j + lanes), y, b3);
+    }
+  }
+  for (; j < n; j += lanes) {
+    const size_t cnt = static_cast<size_t>(n - j < lanes ? n - j : lanes);
+    const VF x = LoadTailF(d, v + j, cnt);
+    a0 = hn::MulAdd(LoadTail(d, p + j, cnt), x, a0);
+    if constexpr (MR > 1) a1 = hn::MulAdd(LoadTail(d, p + p_stride + j, cnt), x, a1);
+    if constexpr (MR > 2) a2 = hn::MulAdd(LoadTail(d, p + 2 * p_stride + j, cnt), x, a2);
+    if constexpr (MR > 3) a3 = hn::MulAdd(LoadTail(d, p + 3 * p_stride + j, cnt), x, a3);
+  }
+  a0 = hn::Add(a0, b0);
+  a1 = hn::Add(a1, b1);
+  a2 = hn::Add(a2, b2);
+  a3 = hn::Add(a3, b3);
+#ifdef FUSEKIT_DECODE_REDUCE4
+  HWY_ALIGN float sums[4];
+  hn::Store(Reduce4(a0, a1, a2, a3), D4(), sums);
+#else
+  const float sums[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), hn::GetLane(hn::SumOfLanes(d, a1)),
+                         hn::GetLane(hn::SumOfLanes(d, a2)), hn::GetLane(hn::SumOfLanes(d, a3))};
+#endif
+  for (int x = 0; x < MR; ++x) o[x * o_stride] += sums[x];
+}
+
+// o[r][c] += P[r] . V^T[c][0, n) for the item's rows and value columns
+// c < dv, V^T rows (n keys each, contiguous) read in place: the transposed
+// [B, Hkv, Dv, Skv] layout's P.V.  Each V^T row of a kv head is read once
+// and feeds up to 4 of its query rows per pass; one reduction per row and
+// column per block of keys.
+template <typename T>
+void DecodeValuesT(const float* HWY_RESTRICT p, int64_t p_stride, int64_t rows,
+                   int64_t per_head, int64_t n, const T* HWY_RESTRICT vt, int64_t vt_stride,
+                   int64_t vt_head_stride, int64_t dv, float* HWY_RESTRICT o, int64_t o_stride) {
+  const int64_t heads = rows / per_head;
+  for (int64_t g = 0; g < heads; ++g) {
+    const T* HWY_RESTRICT head = vt + g * vt_head_stride;
+    for (int64_t c = 0; c < dv; ++c) {
+      const T* HWY_RESTRICT v = head + c * vt_stride;
+      // The V^T row kPrefetchRows columns ahead (each a stretch of its own).
+      PrefetchRow(v + kPrefetchRows * vt_stride, n);
+      int64_t r = g * per_head;
+      const int64_t r_end = r + per_head;
+      for (; r + 4 <= r_end; r += 4) {
+        ValuesTile<4>(p + r * p_stride, p_stride, n, v, o + r * o_stride + c, o_stride);
+      }
+      const float* pr = p + r * p_stride;
+      float* orow = o + r * o_stride + c;
+      switch (r_end - r) {
+        case 3:
+          ValuesTile<3>(pr, p_stride, n, v, orow, o_stride);
+          break;
+        case 2:
+          ValuesTile<2>(pr, p_stride, n, v, orow, o_stride);
+          break;
+        case 1:
+          ValuesTile<1>(pr, p_stride, n, v, orow, o_stride);
+          break;
+        default:
+          break;
       }
     }
   }
@@ -303,11 +572,22 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
   // Otherwise the item has one kv head and packs its K blocks.
   const bool stream = per_head <= att::kStreamRows;
 
-  for (int64_t j0 = it.key_begin; j0 < key_end; j0 += att::kKeys) {
-    const int64_t n = key_end - j0 < att::kKeys ? key_end - j0 : att::kKeys;
+  // Blocks of equal size (257 keys: 129 + 128, not 256 + 1): a block's
+  // fixed costs (a reduction per row and value column of V^T, the softmax
+  // update) are paid for as many keys as possible.
+  const int64_t span = key_end > it.key_begin ? key_end - it.key_begin : 0;
+  const int64_t blocks = (span + att::kKeys - 1) / att::kKeys;
+  const int64_t block = blocks > 0 ? (span + blocks - 1) / blocks : att::kKeys;
+  for (int64_t j0 = it.key_begin; j0 < key_end; j0 += block) {
+    const int64_t n = key_end - j0 < block ? key_end - j0 : block;
     if (stream) {
+#ifdef FUSEKIT_DECODE_REDUCE4
+      DecodeScores(buf.q, depth, rows, per_head, depth, k_head + j0 * k_row, k_row, p.k_head, n,
+                   buf.s, att::kKeys);
+#else
       DotScores<false>(buf.q, depth, rows, per_head, depth, k_head + j0 * k_row, k_row, p.k_head,
                        n, buf.s, att::kKeys);
+#endif
     } else {
       AttentionPackK(p, it.b, it.kv_head, j0, n, buf.kblock);
       const float* kp = buf.kblock;
@@ -353,8 +633,8 @@ void AttentionItemT(const att::Problem<T>& p, const att::Layout& l, const att::I
       // V^T rows in place: o[r][c] += P[r] . V^T[c][j0, j0 + n), each
       // block of a V^T row (n contiguous keys) read once per item and
       // dotted with the rows of its head (the weight rows stay in L1).
-      DotScores<true>(buf.s, att::kKeys, rows, per_head, n, v_head + j0, p.v_col, p.v_head, dv,
-                      buf.o, vpad);
+      DecodeValuesT(buf.s, att::kKeys, rows, per_head, n, v_head + j0, p.v_col, p.v_head, dv,
+                    buf.o, vpad);
       continue;
     }
     if (stream && l.value_direct) {

@@ -257,6 +257,20 @@ KeyRow KeyRowOf(const att::Problem<T>& p, int64_t b, int64_t h) {
   return row;
 }
 
+// Queries of vector `part` of an item of nq queries (0 to lanes).
+HWY_INLINE int64_t PartLanes(int64_t nq, int64_t part, int64_t lanes) {
+  const int64_t rest = nq - part * lanes;
+  return rest <= 0 ? 0 : (rest < lanes ? rest : lanes);
+}
+
+// Gather offsets of lanes 0.. `stride` apart, lanes past `valid` (>= 1)
+// reading lane valid - 1 again: a partial vector gathers only in bounds.
+template <class DI>
+HWY_INLINE hn::Vec<DI> ClampedIndex(DI di, int64_t valid, int64_t stride) {
+  const auto lane = hn::Min(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(valid - 1)));
+  return hn::Mul(lane, hn::Set(di, static_cast<int32_t>(stride)));
+}
+
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
 // most NV (<= kQueryVectors) vectors.  Scratch: see Buffers (q holds Q^T, s holds
 // S^T, o O^T; with float16 storage kblock and vblock hold a block of K and
@@ -307,14 +321,23 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
         for (int64_t c = 0; c < m; ++c) qt[(c0 + c) * width + i] = row[c];
       }
     }
-  } else if (nq == width && width * q_stride <= INT32_MAX) {
-    const auto index = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(q_stride)));
+  } else if (width * q_stride <= INT32_MAX) {
+    // A partial vector of queries (49 of a Swin window in 64 lanes) gathers
+    // its last query again into the lanes past nq, then zeroes them.
     const VF scale = hn::Set(d, p.scale);
     for (int64_t part = 0; part < NV; ++part) {
+      const int64_t valid = PartLanes(nq, part, lanes);
+      float* dst = qt + part * lanes;
+      if (valid == 0) {
+        for (int64_t c = 0; c < depth; ++c) hn::Store(hn::Zero(d), d, dst + c * width);
+        continue;
+      }
+      const auto index = ClampedIndex(di, valid, q_stride);
+      const auto keep = hn::FirstN(d, static_cast<size_t>(valid));
       const float* src = q_rows + part * lanes * q_stride;
       for (int64_t c = 0; c < depth; ++c) {
-        hn::Store(hn::Mul(hn::GatherIndex(d, src + c, index), scale), d,
-                  qt + c * width + part * lanes);
+        const VF x = hn::GatherIndex(d, src + c, index);
+        hn::Store(hn::IfThenElseZero(keep, hn::Mul(x, scale)), d, dst + c * width);
       }
     }
   } else {
@@ -360,6 +383,23 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
     if (p.softcap > 0.0f) SoftcapRow(st, n * width, p.softcap);
     if (row.present()) {
       row.Apply(d, jb, n, st, width);
+    } else if (p.mask_add != nullptr && ms[2] > 0 && width * ms[2] <= INT32_MAX) {
+      // A bias per query (relative positions, a window mask): S^T's lanes
+      // are queries, so each key's values are gathered ms[2] apart, a
+      // vector of queries at a time (a scalar loop over them cost as much
+      // as the block's Q.K^T at Swin's windows).
+      const float* base = p.mask_add + b * ms[0] + h * ms[1] + i0 * ms[2] + jb * ms[3];
+      for (int64_t part = 0; part < NV; ++part) {
+        const int64_t valid = PartLanes(nq, part, lanes);
+        if (valid == 0) break;
+        const auto index = ClampedIndex(di, valid, ms[2]);
+        const float* m = base + part * lanes * ms[2];
+        float* scol = st + part * lanes;
+        for (int64_t j = 0; j < n; ++j) {
+          float* s = scol + j * width;
+          hn::Store(hn::Add(hn::Load(d, s), hn::GatherIndex(d, m + j * ms[3], index)), d, s);
+        }
+      }
     } else if (p.mask_add != nullptr || p.mask_keep != nullptr) {
       const int64_t base = b * ms[0] + h * ms[1] + i0 * ms[2];
       for (int64_t j = 0; j < n; ++j) {

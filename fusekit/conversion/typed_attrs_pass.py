@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from fusekit.model.flatbuffer_edit import (
     set_custom_options,
 )
 from fusekit.model.model_ops import list_ops
+from fusekit.run.op_spec import op_spec
+from fusekit.run.plugin import kernel_names
 
 
 def _read_map(options: bytes) -> dict[str, Any] | None:
@@ -91,21 +94,27 @@ def with_absent(inputs: list[int], absent: tuple[int, ...]) -> list[int]:
     return out
 
 
-def restore_options(options: bytes, bool_keys: set[str]) -> bytes | None:
+def restore_options(
+    options: bytes, bool_keys: set[str], empty_is_absent: frozenset[str] = frozenset()
+) -> bytes | None:
     """New custom options with typed attrs restored (and the absent-input
-    list dropped), or None if unchanged."""
+    list dropped), or None if unchanged.  An attr of ``empty_is_absent``
+    (OpSpec.empty_means_absent) holding an empty list goes."""
     entries = _read_map(options)
     if entries is None:
         return None
     dropped = entries.pop(wire.ABSENT_INPUTS, None) is not None
     typed = {}
-    for key, ref in entries.items():
+    for key, ref in list(entries.items()):
         if ref.IsString:
             try:
                 decoded = wire.decode(ref.AsString)
             except (UnicodeDecodeError, ValueError):
                 decoded = None
-            if decoded is not None:
+            if decoded is not None and key in empty_is_absent and not decoded.values:
+                del entries[key]
+                dropped = True
+            elif decoded is not None:
                 typed[key] = decoded
     bools = {k for k in bool_keys if k in entries and entries[k].IsInt}
     if not typed and not bools and not dropped:
@@ -138,7 +147,8 @@ def restore_typed_attrs(model: bytes, bool_attrs: dict[str, set[str]]) -> tuple[
                 continue
             options = custom_options(model, op)
             absent = absent_inputs(options)
-            new = restore_options(options, bool_attrs.get(code.customCode.decode(), set()))
+            name = code.customCode.decode()
+            new = restore_options(options, bool_attrs.get(name, set()), _empty_is_absent(name))
             if new is None:
                 continue
             set_custom_options(op, new)
@@ -148,6 +158,13 @@ def restore_typed_attrs(model: bytes, bool_attrs: dict[str, set[str]]) -> tuple[
     if not changed:
         return model, 0
     return pack_model(m, model), changed
+
+
+@functools.cache
+def _empty_is_absent(name: str) -> frozenset[str]:
+    """OpSpec.empty_means_absent of one of fusekit's own ops (none for
+    other ops: their empty lists are kept)."""
+    return op_spec(name).empty_means_absent if name in kernel_names() else frozenset()
 
 
 def smuggled_attrs(model: bytes) -> list[tuple[str, str]]:

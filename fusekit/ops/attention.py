@@ -11,21 +11,13 @@ import tensorflow as tf
 
 from fusekit.author.composite import Composite, composite
 from fusekit.ops._affine import composite_attrs
-from fusekit.run.attention_attrs import attention_attrs
+from fusekit.run.attention_attrs import AXES as _AXES
+from fusekit.run.attention_attrs import DIMS as _DIMS
+from fusekit.run.attention_attrs import attention_attrs, check_layouts, check_slice
 from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_attention"
 
-# The layouts k and v may come in (the kernel reads each in place): the
-# axes, in order, as a permutation of the default [B, Skv, Hkv, D].
-#   bshd: [B, Skv, Hkv, D]  (the default; Keras' and most exporters')
-#   bhsd: [B, Hkv, Skv, D]  (a KV cache's: litert-torch's K)
-#   bhds: [B, Hkv, D, Skv]  (V transposed: litert-torch's V cache)
-Q_LAYOUTS = ("bshd", "bhsd")  # q's, and the output's (its Dv columns last)
-K_LAYOUTS = ("bshd", "bhsd")
-V_LAYOUTS = ("bshd", "bhsd", "bhds")
-# Axis of the tensor holding (batch, seq, heads, depth), per layout.
-_AXES = {"bshd": (0, 1, 2, 3), "bhsd": (0, 2, 1, 3), "bhds": (0, 3, 1, 2)}
 # Transposes from each layout to [B, Hkv, Skv, D], the body's matmul form.
 _TO_BHSD = {"bshd": [0, 2, 1, 3], "bhsd": None, "bhds": [0, 1, 3, 2]}
 
@@ -57,6 +49,19 @@ def _admissible(mask: tf.Tensor | None, causal: bool, q_len: Any, kv_len: Any) -
     return allowed
 
 
+def _take(t: Any, part: Any) -> Any:
+    """The operand an input holds under a slice attr ([axis, begin, size]:
+    that part of `axis`; a rank-5 input loses the axis); None: the input."""
+    if part is None or len(part) == 0:
+        return t
+    axis, begin, size = (int(x) for x in part)
+    rank = len(t.shape)
+    axis = axis + rank if axis < 0 else axis
+    if rank == 5:
+        return tf.gather(t, begin, axis=axis)
+    return tf.gather(t, tf.range(begin, begin + size), axis=axis)
+
+
 def _attention_body(
     q: tf.Tensor,
     k: tf.Tensor,
@@ -68,9 +73,13 @@ def _attention_body(
     q_layout: str | None = None,
     k_layout: str | None = None,
     v_layout: str | None = None,
+    q_slice: Any = None,
+    k_slice: Any = None,
+    v_slice: Any = None,
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
+    q, k, v = _take(q, q_slice), _take(k, k_slice), _take(v, v_slice)
     if scale is None:  # the op without a scale attr: the kernel's 1/sqrt(D)
         scale = 1.0 / math.sqrt(q.shape[-1])
     # An absent layout attr is the default layout.
@@ -134,13 +143,6 @@ def _attention() -> Composite:
     return composite(_OP, **composite_attrs(op_spec(_OP)))(_attention_body)
 
 
-_DIMS = {
-    "bshd": "[batch, seq, heads, head_dim]",
-    "bhsd": "[batch, heads, seq, head_dim]",
-    "bhds": "[batch, heads, head_dim, seq]",
-}
-
-
 def _shape(name: str, t: Any, layout: str = "bshd") -> tf.TensorShape:
     shape = tf.TensorShape(getattr(t, "shape", None))
     if name != "mask" and shape.rank != 4:
@@ -150,6 +152,16 @@ def _shape(name: str, t: Any, layout: str = "bshd") -> tf.TensorShape:
             f"{'unknown rank' if shape.rank is None else f'shape {shape.as_list()}'}"
         )
     return shape
+
+
+def _part(name: str, t: Any, part: Any) -> tuple[Any, list[int] | None]:
+    """`t` seen through `name`'s slice attr, checked, and the attr as a list
+    (None: no slice): a stand-in of the operand's shape for the checks."""
+    if part is None:
+        return t, None
+    shape = tf.TensorShape(getattr(t, "shape", None))
+    dims, attr = check_slice(name, part, None if shape.rank is None else shape.as_list())
+    return tf.TensorSpec(dims, _dtype(t)), attr
 
 
 def _as_bshd(shape: tf.TensorShape, layout: str) -> tf.TensorShape:
@@ -179,6 +191,9 @@ def attention(
     k_layout: str = "bshd",
     v_layout: str = "bshd",
     q_layout: str = "bshd",
+    q_slice: tuple[int, int, int] | None = None,
+    k_slice: tuple[int, int, int] | None = None,
+    v_slice: tuple[int, int, int] | None = None,
 ) -> tf.Tensor:
     """``softmax(q @ k^T * scale + mask) @ v`` per head, in one op.
 
@@ -229,6 +244,16 @@ def attention(
     (float), ``q_layout``, ``k_layout`` and ``v_layout`` (str; absent when
     "bshd").
 
+    **Packed q, k, v**: ``q_slice=(axis, begin, size)`` (and ``k_slice``,
+    ``v_slice``) takes q as the part ``[begin, begin + size)`` of `axis` of
+    the tensor given as q; from a rank-5 tensor the axis is dropped (size
+    1).  The kernel reads that part in place.  One tensor may be all three:
+    timm's ``[B, S, 3, H, D]`` is q, k, v with slices ``(2, 0, 1)``,
+    ``(2, 1, 1)``, ``(2, 2, 1)``; a fused grouped-query projection
+    ``[B, S, H + 2 * Hkv, D]`` is ``(2, 0, H)``, ``(2, H, Hkv)``,
+    ``(2, H + Hkv, Hkv)``.  The sliced axis must be static; the slice of a
+    rank-5 tensor may not be its last axis.
+
     Args:
       q: float32 or float16 [B, Sq, H, D]; D must be static.
       k: [B, Skv, Hkv, D] of q's dtype (or as k_layout says); Hkv must be
@@ -244,17 +269,21 @@ def attention(
       k_layout: "bshd" (default) or "bhsd".
       v_layout: "bshd" (default), "bhsd" or "bhds".
       q_layout: "bshd" (default) or "bhsd" (q and the result).
+      q_slice, k_slice, v_slice: None (the input is the operand) or
+        (axis, begin, size): the operand is that part of the input.
 
     Returns:
       [B, Sq, H, Dv] (q_layout "bhsd": [B, H, Sq, Dv]) of q's dtype.
     """
-    layouts = (("q", q_layout, Q_LAYOUTS), ("k", k_layout, K_LAYOUTS), ("v", v_layout, V_LAYOUTS))
-    for name, layout, allowed in layouts:
-        if not isinstance(layout, str) or layout not in allowed:
-            raise ValueError(f"{_OP}: {name}_layout must be one of {allowed}, got {layout!r}")
-    q_shape = _as_bshd(_shape("q", q, q_layout), q_layout)
-    k_shape = _as_bshd(_shape("k", k, k_layout), k_layout)
-    v_shape = _as_bshd(_shape("v", v, v_layout), v_layout)
+    layouts = check_layouts(q_layout, k_layout, v_layout)
+    inputs = (q, k, v)
+    parts = (q_slice, k_slice, v_slice)
+    (qp, q_part), (kp, k_part), (vp, v_part) = (
+        _part(name, t, part) for name, t, part in zip("qkv", inputs, parts, strict=True)
+    )
+    q_shape = _as_bshd(_shape("q", qp, q_layout), q_layout)
+    k_shape = _as_bshd(_shape("k", kp, k_layout), k_layout)
+    v_shape = _as_bshd(_shape("v", vp, v_layout), v_layout)
     dtypes = {name: _dtype(t) for name, t in (("q", q), ("k", k), ("v", v))}
     storage = dtypes["q"]
     if storage not in (tf.float32, tf.float16) or len(set(dtypes.values())) > 1:
@@ -307,6 +336,8 @@ def attention(
                     f"{_OP}: mask {m_shape.as_list()} does not broadcast to the scores "
                     f"[B, H, Sq, Skv] = {target}"
                 )
-    attrs = attention_attrs(causal, scale, softcap, {"q": q_layout, "k": k_layout, "v": v_layout})
-    tensors = (q, k, v) if mask is None else (q, k, v, mask)
+    attrs = attention_attrs(
+        causal, scale, softcap, layouts, {"q": q_part, "k": k_part, "v": v_part}
+    )
+    tensors = inputs if mask is None else (*inputs, mask)
     return _attention()(*tensors, **attrs)

@@ -19,8 +19,8 @@ from fusekit.passes.fusion.quantized import (
     skip_round_trips,
     splice,
 )
+from fusekit.passes.fusion.shared_rules import finish
 from fusekit.passes.fusion.table import units
-from fusekit.passes.fusion.units.norm import finish
 from fusekit.passes.registry import PassOptions, register
 
 NAME = "fuse_quantized"

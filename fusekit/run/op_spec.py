@@ -170,6 +170,11 @@ def python_attr_type(value: Any) -> str:
         return "int"
     if isinstance(value, (float, np.floating)):
         return "float"
+    if isinstance(value, (list, tuple)) and value:
+        # A list of one element type: list[int], ... (as a plan names it).
+        kinds = {python_attr_type(x) for x in value}
+        if len(kinds) == 1:
+            return f"list[{kinds.pop()}]"
     return type(value).__name__
 
 
@@ -245,6 +250,13 @@ class OpSpec:
             if spec.required and spec.name not in given:
                 raise OpSpecError(f"{self.name}: attr {spec.name!r} ({spec.type}) is required")
         return given
+
+    @property
+    def empty_means_absent(self) -> frozenset[str]:
+        """The optional list attrs whose default is the empty list: a node
+        holding [] there carries no such attr (a composite, which declares
+        every attr, passes [] for one its call left out)."""
+        return frozenset(a.name for a in self.attrs if not a.required and a.default == [])
 
     def composite_attrs(self, absent: tuple[int, ...] = ()) -> dict[str, Any]:
         """A composite's attr declaration for this op: each attr with its

@@ -15,27 +15,28 @@ level, exact float16 conversions, and mixed-dtype errors.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from ai_edge_litert import schema_py_generated as schema
-from flatbuffers import flexbuffers
 from kernel_cases import (
     JobDir,
     attention_module,
     attention_reference,
+    cpu_level,
     env_without_simd_override,
     layout_shape,
+    modes,
+    outcomes_in_every_mode,
     run_worker,
     thread_differences,
     to_layout,
+    unclear_errors,
 )
-from model_surgery import custom_ops, edit
+from model_surgery import custom_ops, edit, set_options
 from op_cases import fused_ops
 from runtimes import RUNTIMES, Job, input_order, run_jobs, unpack_runs
 
@@ -68,11 +69,19 @@ def _padding(shape) -> np.ndarray:
 
 def _mask(rng, kind: str | None, shape, keep=0.7):
     """kind: None, "bool" (True keeps), "float" (0, finite or -inf);
-    "pad bool" / "pad float": runs of dropped keys (_padding)."""
+    "pad bool" / "pad float": runs of dropped keys (_padding); "tail bool" /
+    "tail float": a prefill into a cache twice its length (query i keeps
+    keys up to i + max(Sq, Skv // 2) - Sq, the rest of the cache dropped)."""
     if kind is None:
         return None
     if kind.startswith("pad "):
         drop, kind = _padding(shape), kind.removeprefix("pad ")
+    elif kind.startswith("tail "):
+        sq, skv = shape[-2], shape[-1]
+        filled = max(sq, skv // 2)
+        rows, keys = np.arange(sq)[:, None], np.arange(skv)[None, :]
+        drop = np.broadcast_to(keys > rows + filled - sq, shape)
+        kind = kind.removeprefix("tail ")
     else:
         drop = rng.random(shape) > keep
     if kind == "bool":
@@ -387,6 +396,72 @@ PLAN = [
         [(1, 6, 6), (3, 17, 9)],
     ),
     ("mha float [1,H,S,K]", 4, 4, 12, None, "float", [1, 4, "S", "K"], True, 1.0, [(2, 5, 12)]),
+    # A prefill whose mask drops every row's tail of keys (a cache longer
+    # than its filled part): keys past the last one any row keeps are not
+    # read; with rows that keep nothing, all keys are.
+    (
+        "prefill tail float [B,1,S,K]",
+        4,
+        2,
+        32,
+        None,
+        "tail float",
+        ["B", 1, "S", "K"],
+        False,
+        1.0,
+        [(2, 70, 300), (1, 9, 130)],
+    ),
+    (
+        "prefill tail bool [B,1,S,K]",
+        2,
+        2,
+        16,
+        None,
+        "tail bool",
+        ["B", 1, "S", "K"],
+        False,
+        1.0,
+        [(1, 20, 64)],
+    ),
+    (
+        "prefill pad float [B,1,S,K]",
+        2,
+        2,
+        16,
+        None,
+        "pad float",
+        ["B", 1, "S", "K"],
+        False,
+        1.0,
+        [(2, 20, 400), (3, 8, 400)],
+    ),
+    # A bias per query in the prefill path (gathered a vector of queries at
+    # a time): Swin's windows (49 queries, a partial vector) and LeViT's
+    # attention biases (keys 16, values 32).
+    (
+        "windows float bias [B,H,S,K]",
+        3,
+        3,
+        32,
+        None,
+        "float",
+        ["B", 3, "S", "K"],
+        False,
+        1.0,
+        [(5, 49, 49), (2, 17, 33)],
+    ),
+    (
+        "bias [1,H,S,K] dv32",
+        4,
+        4,
+        16,
+        32,
+        "float",
+        [1, 4, "S", "K"],
+        False,
+        1.0,
+        [(1, 196, 196), (1, 49, 196)],
+    ),
     ("mha float [K]", 2, 2, 24, None, "float", ["K"], False, 1.0, [(2, 3, 50)]),
     ("size one", 1, 1, 1, None, None, None, False, 1.0, [(1, 1, 1), (2, 1, 3)]),
     ("mha float scalar mask", 2, 2, 8, None, "float", [], False, 1.0, [(1, 3, 5)]),
@@ -614,27 +689,10 @@ def test_converts_to_one_fused_op(attention_cases):
 # ------------------------------------------------------------ runtime parity
 
 
-def _modes(runtime: str) -> list[str]:
-    return ["delegate", "registerer"] if runtime == "tflite_runtime" else ["delegate"]
-
-
 @pytest.fixture(scope="session")
 def attention_outcomes(attention_cases):
-    """(runtime, threads) -> (cases, outcomes), each mode of the runtime."""
-    cache: dict = {}
-
-    def get(runtime: str, threads: int):
-        if (runtime, threads) not in cache:
-            cases = [c for _ in _modes(runtime) for c in attention_cases]
-            jobs = [
-                c.job(mode=mode, num_threads=threads)
-                for mode in _modes(runtime)
-                for c in attention_cases
-            ]
-            cache[runtime, threads] = (cases, jobs, run_jobs(runtime, jobs))
-        return cache[runtime, threads]
-
-    return get
+    """(runtime, threads) -> (cases, jobs, outcomes), each mode of the runtime."""
+    return outcomes_in_every_mode(attention_cases)
 
 
 def _parity_failures(cases, jobs, outcomes) -> list[str]:
@@ -950,11 +1008,11 @@ def half_outcomes(half_cases):
 
     def get(runtime: str, threads: int):
         if (runtime, threads) not in cache:
-            cases = [c for _ in _modes(runtime) for c in half_cases]
+            cases = [c for _ in modes(runtime) for c in half_cases]
             per_run = runtime == "tflite_runtime"
             jobs, owners = [], []
             for i, case in enumerate(cases):
-                mode = _modes(runtime)[i // len(half_cases)]
+                mode = modes(runtime)[i // len(half_cases)]
                 for runs in [[r] for r in case.runs] if per_run else [case.runs]:
                     jobs.append(Job(case.model, runs, mode=mode, num_threads=threads))
                     owners.append(i)
@@ -1000,14 +1058,7 @@ class _Outcome:
 @pytest.fixture(scope="session")
 def simd_levels() -> tuple[str, ...]:
     """The SIMD levels this CPU runs (the best one and every one below)."""
-    top = subprocess.run(
-        [sys.executable, "-c", "import fusekit; print(fusekit.simd_target())"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env_without_simd_override(),
-        cwd=tempfile.gettempdir(),
-    ).stdout.strip()
+    top = cpu_level()
     return LEVELS[: LEVELS.index(top) + 1]
 
 
@@ -1216,7 +1267,7 @@ def _retype(position: int, type_code: int, output: bool = False):
 
 def _options(options):
     def change(m):
-        _op(m).customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+        set_options(_op(m), options)
 
     return change
 
@@ -1373,14 +1424,7 @@ def test_kernel_bad_layout_gives_clear_error(runtime, bad_layout_model):
     jobs.append(Job(bad_layout_model, [_feeds(bad_layout_model, k=(1, 2, 5, 16), v=(1, 2, 16, 5))]))
     *outcomes, good = run_jobs(runtime, jobs)
     assert good.error is None, good.error
-    failures = []
-    for name, outcome, (_, _, message) in zip(
-        BAD_LAYOUT, outcomes, BAD_LAYOUT.values(), strict=True
-    ):
-        if outcome.error is None:
-            failures.append(f"{name}: no error")
-        elif OP not in outcome.error or message not in outcome.error:
-            failures.append(f"{name}: {outcome.error}")
+    failures = unclear_errors(OP, BAD_LAYOUT, outcomes)
     assert not failures, "\n".join(failures)
 
 
@@ -1391,12 +1435,7 @@ def test_kernel_bad_input_gives_clear_error(runtime, bad_model):
         model = edit(bad_model, change) if change else bad_model
         jobs.append(Job(model, [_feeds(model, **feeds)]))
     outcomes = run_jobs(runtime, jobs)
-    failures = []
-    for name, outcome, (_, _, message) in zip(BAD, outcomes, BAD.values(), strict=True):
-        if outcome.error is None:
-            failures.append(f"{name}: no error")
-        elif OP not in outcome.error or message not in outcome.error:
-            failures.append(f"{name}: {outcome.error}")
+    failures = unclear_errors(OP, BAD, outcomes)
     assert not failures, "\n".join(failures)
 
 
@@ -1448,10 +1487,150 @@ def test_float16_mixed_dtypes_give_clear_error(runtime, bad_model16):
         model = edit(bad_model16, change)
         jobs.append(Job(model, [_feeds(model, dtype=np.float16, **feeds)]))
     outcomes = run_jobs(runtime, jobs)
+    failures = unclear_errors(OP, BAD16, outcomes)
+    assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------ decode shapes
+#
+# The decode path (few query rows per kv head against a long cache, K and V
+# read in place) over the shapes generation runs it at: group sizes 1, 3,
+# 4 and 8, head dims 32 to 256 (ragged ones too), every cache layout, cache
+# lengths from 1 to 4096 (odd ones, splits of the keys), a cache filled
+# only up to the step's position (a padding mask, as exporters feed it),
+# bool masks, causality and soft-capping.  Against float64 at 1e-5 (the
+# path sums in float32 in a fixed order), and 2 threads bitwise equal to 1.
+
+# (name, H, Hkv, D, mask kind, causal, attrs, [(batch, Sq, Skv), ...])
+DECODE_PLAN = [
+    (
+        "smol-shaped: group 3, D64, litert-torch cache layouts, filled prefix",
+        9,
+        3,
+        64,
+        "prefix",
+        False,
+        {"k_layout": "bhsd", "v_layout": "bhds"},
+        [(1, 1, 1), (1, 1, 7), (1, 1, 513), (1, 1, 1280), (1, 2, 4096)],
+    ),
+    (
+        "group 4, D128, bshd, causal",
+        8,
+        2,
+        128,
+        None,
+        True,
+        {},
+        [(1, 1, 1), (1, 4, 333), (2, 1, 1025), (1, 3, 2049)],
+    ),
+    (
+        "group 8, D80, K and V bhsd, bool mask",
+        8,
+        1,
+        80,
+        "bool",
+        False,
+        {"k_layout": "bhsd", "v_layout": "bhsd"},
+        [(1, 1, 5), (1, 2, 999), (2, 1, 1537)],
+    ),
+    (
+        "group 1, D256, V transposed, causal, softcap",
+        4,
+        4,
+        256,
+        None,
+        True,
+        {"v_layout": "bhds", "softcap": 4.0},
+        [(1, 1, 3), (1, 1, 1500), (1, 4, 700)],
+    ),
+    (
+        "group 3, D32, bshd K, V transposed, filled prefix, 8 queries",
+        6,
+        2,
+        32,
+        "prefix",
+        False,
+        {"v_layout": "bhds"},
+        [(1, 1, 4096), (1, 8, 600), (3, 1, 77)],
+    ),
+    (
+        "group 4, D20 (ragged), bshd, float mask",
+        4,
+        1,
+        20,
+        "float",
+        False,
+        {"k_layout": "bhsd"},
+        [(1, 1, 19), (1, 3, 1031)],
+    ),
+]
+
+
+def _decode_mask(rng, kind, b, sq, skv):
+    if kind == "prefix":
+        # The cache filled up to a position (a third of it past it), the
+        # mask value litert-torch's decode feeds.
+        filled = max(1, skv - skv // 3)
+        keep = np.arange(skv) < filled
+        return np.broadcast_to(np.where(keep, 0.0, -1e9), (b, 1, 1, skv)).astype(np.float32)
+    shape = (b, 1, sq, skv)
+    if kind == "bool":
+        keep = rng.random(shape) > 0.3
+        keep[..., 0] = True
+        return keep
+    return np.where(rng.random(shape) > 0.2, rng.standard_normal(shape), -np.inf).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def decode_cases(session_dir) -> list[Case]:
+    rng = np.random.default_rng(29)
+    workdir = session_dir / "attention_decode"
+    workdir.mkdir(exist_ok=True)
+    cases = []
+    for name, h, hkv, d, kind, causal, extra, shapes in DECODE_PLAN:
+        q_layout, k_layout, v_layout = _layouts(extra)
+        dtype = None if kind is None else (np.bool_ if kind == "bool" else np.float32)
+        signature = None if kind is None else [None, 1, None if kind != "prefix" else 1, None]
+        module = attention_module(h, hkv, d, signature, dtype, causal=causal, **extra)
+        path = workdir / re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
+        tf.saved_model.save(module, str(path))
+        result = fusekit.convert(str(path))
+        names = ["q", "k", "v"] + ([] if kind is None else ["mask"])
+        order = input_order(result.model, names)
+        case = Case(name, result.model, result, True)
+        for b, sq, skv in shapes:
+            q, k, v = _qkv(rng, b, sq, skv, h, hkv, d)
+            named = {"q": q, "k": k, "v": v}
+            if kind is not None:
+                named["mask"] = _decode_mask(rng, kind, b, sq, skv)
+            fed = dict(
+                named, q=to_layout(q, q_layout), k=to_layout(k, k_layout), v=to_layout(v, v_layout)
+            )
+            feeds: list[np.ndarray] = [None] * len(names)  # type: ignore[list-item]
+            for key, position in zip(names, order, strict=True):
+                feeds[position] = fed[key]
+            case.runs.append(feeds)
+            want = attention_reference(**named, causal=causal, softcap=extra.get("softcap"))
+            case.truth.append(to_layout(want, q_layout))
+        cases.append(case)
+    return cases
+
+
+def test_decode_shapes_match_float64(decode_cases):
+    runtime = RUNTIMES[0]
+    jobs = [c.job(num_threads=t) for t in (1, 2) for c in decode_cases]
+    outcomes = run_jobs(runtime, jobs)
+    n = len(decode_cases)
     failures = []
-    for name, outcome, (_, _, message) in zip(BAD16, outcomes, BAD16.values(), strict=True):
-        if outcome.error is None:
-            failures.append(f"{name}: no error")
-        elif OP not in outcome.error or message not in outcome.error:
-            failures.append(f"{name}: {outcome.error}")
+    for i, (job, outcome) in enumerate(zip(jobs, outcomes, strict=True)):
+        case = decode_cases[i % n]
+        label = f"{case.name} ({job.num_threads} threads)"
+        if outcome.error:
+            failures.append(f"{label}: {outcome.error}")
+            continue
+        for r, ((out,), exact) in enumerate(zip(outcome.outputs, case.truth, strict=True)):
+            err = float(np.abs(out.astype(np.float64) - exact).max())
+            if out.shape != exact.shape or not err <= 1e-5:
+                failures.append(f"{label} run {r} {case.runs[r][0].shape}: {err:.2e} from float64")
+    failures += thread_differences(decode_cases, outcomes[:n], outcomes[n:])
     assert not failures, "\n".join(failures)

@@ -12,9 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from flatbuffers import flexbuffers
-from kernel_cases import thread_differences
-from model_surgery import custom_ops, edit, set_constant
+from kernel_cases import (
+    norm_parity_failures,
+    outcomes_in_every_mode,
+    rel_to_unit,
+    thread_differences,
+    unclear_errors,
+)
+from model_surgery import custom_ops, edit, set_constant, set_options
 from op_cases import OpCase, convert_op, fused_ops
 from runtimes import RUNTIMES, Job, run_jobs
 
@@ -282,11 +287,6 @@ GROUP_OP = "fusekit_group_norm"
 GROUP_TOLERANCE = 1e-6
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    got64, ref64 = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    return float(np.abs(got64 - ref64).max() / max(np.abs(ref64).max(), 1.0))
-
-
 @pytest.fixture(scope="session")
 def group_kernel_cases(session_dir, group_cases) -> list[OpCase]:
     rng = np.random.default_rng(11)
@@ -373,71 +373,25 @@ def group_kernel_cases(session_dir, group_cases) -> list[OpCase]:
     return list(group_cases) + extra
 
 
-def _modes(runtime: str) -> list[str]:
-    return ["delegate", "registerer"] if runtime == "tflite_runtime" else ["delegate"]
-
-
-def _parity_failures(cases, jobs, outcomes) -> list[str]:
-    failures = []
-    for case, job, outcome in zip(cases, jobs, outcomes, strict=True):
-        label = f"{case.name} ({job.mode}, {job.num_threads} threads)"
-        if outcome.error:
-            failures.append(f"{label}: {outcome.error}")
-            continue
-        for r, (got, ref, exact) in enumerate(
-            zip(outcome.outputs, case.reference, case.truth, strict=True)
-        ):
-            (y,) = got
-            if y.shape != exact[0].shape or y.dtype != np.float32:
-                failures.append(f"{label} run {r}: {y.dtype}{y.shape} != {exact[0].shape}")
-                continue
-            ours, theirs, apart = _rel(y, exact[0]), _rel(ref[0], exact[0]), _rel(y, ref[0])
-            # Within a few roundings of the exact value, and close to
-            # TensorFlow unless TensorFlow is the one further from it (its
-            # float32 moments lose digits on offset data and long groups).
-            if ours > GROUP_TOLERANCE or (apart > 1e-5 and ours > theirs):
-                failures.append(
-                    f"{label} run {r}: rel err {ours:.2e} vs float64 "
-                    f"(TF: {theirs:.2e}), {apart:.2e} vs TF"
-                )
-    return failures
-
-
 @pytest.fixture(scope="session")
 def group_outcomes(group_kernel_cases):
-    """(runtime, threads) -> (jobs, outcomes) of every case per mode; run once."""
-    cache: dict = {}
-
-    def get(runtime: str, threads: int):
-        key = (runtime, threads)
-        if key not in cache:
-            jobs = [
-                c.job(mode=mode, num_threads=threads)
-                for mode in _modes(runtime)
-                for c in group_kernel_cases
-            ]
-            cache[key] = (jobs, run_jobs(runtime, jobs))
-        return cache[key]
-
-    return get
+    """(runtime, threads) -> (cases, jobs, outcomes), each mode of the runtime; run once."""
+    return outcomes_in_every_mode(group_kernel_cases)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_kernel_parity(runtime, group_kernel_cases, group_outcomes):
-    jobs, outcomes = group_outcomes(runtime, 1)
-    cases = group_kernel_cases * len(_modes(runtime))
-    failures = _parity_failures(cases, jobs, outcomes)
+def test_kernel_parity(runtime, group_outcomes):
+    failures = norm_parity_failures(*group_outcomes(runtime, 1), GROUP_TOLERANCE)
     assert not failures, "\n".join(failures)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_two_threads_match_one(runtime, group_kernel_cases, group_outcomes):
+def test_two_threads_match_one(runtime, group_outcomes):
     # The kernel splits work the same way for any thread count and adds
     # partial sums in a fixed order: the bits do not change.
-    _, one = group_outcomes(runtime, 1)
-    jobs, two = group_outcomes(runtime, 2)
-    cases = group_kernel_cases * len(_modes(runtime))
-    failures = _parity_failures(cases, jobs, two)
+    cases, _, one = group_outcomes(runtime, 1)
+    _, jobs, two = group_outcomes(runtime, 2)
+    failures = norm_parity_failures(cases, jobs, two, GROUP_TOLERANCE)
     failures += thread_differences(cases, one, two)
     assert not failures, "\n".join(failures)
 
@@ -483,7 +437,7 @@ def _group_options(**attrs):
     def change(m):
         options = {"epsilon": 1e-5, "groups": 2, "options_version": 2, **attrs}
         options = {k: v for k, v in options.items() if v is not None}
-        _group_op(m).customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+        set_options(_group_op(m), options)
 
     return change
 
@@ -494,7 +448,7 @@ def _group_drop_beta(m):
     # Version-1 options: scale and center (default true) announce gamma and
     # beta packed after x.
     options = {"epsilon": 1e-5, "groups": 2}
-    op.customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+    set_options(op, options)
 
 
 def _group_x_absent(m):
@@ -593,12 +547,7 @@ def test_kernel_bad_input_gives_clear_error(runtime, group_bad_model):
         model = edit(group_bad_model, change) if change else group_bad_model
         jobs.append(Job(model, [[ONES if x is None else x]]))
     outcomes = run_jobs(runtime, jobs)
-    failures = []
-    for name, outcome, (_, _, message) in zip(GROUP_BAD, outcomes, GROUP_BAD.values(), strict=True):
-        if outcome.error is None:
-            failures.append(f"{name}: no error")
-        elif GROUP_OP not in outcome.error or message not in outcome.error:
-            failures.append(f"{name}: {outcome.error}")
+    failures = unclear_errors(GROUP_OP, GROUP_BAD, outcomes)
     assert not failures, "\n".join(failures)
 
 
@@ -666,7 +615,7 @@ def test_kernel_shape_sweep(group_sweep_cases):
         for (x,), (a,), (b,), (exact,) in zip(
             case.runs, one.outputs, two.outputs, case.truth, strict=True
         ):
-            err = _rel(a, exact)
+            err = rel_to_unit(a, exact)
             if err > GROUP_TOLERANCE:
                 failures.append(f"{case.name} x{list(x.shape)}: rel err {err:.2e} vs float64")
             if not np.array_equal(a, b):

@@ -11,9 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from flatbuffers import flexbuffers
-from kernel_cases import thread_differences
-from model_surgery import custom_ops, edit, set_constant
+from kernel_cases import (
+    norm_parity_failures,
+    outcomes_in_every_mode,
+    rel_to_unit,
+    thread_differences,
+    unclear_errors,
+)
+from model_surgery import custom_ops, edit, set_constant, set_options
 from op_cases import OpCase, convert_op, fused_ops
 from runtimes import RUNTIMES, Job, run_jobs
 
@@ -191,11 +196,6 @@ RMS_OP = "fusekit_rms_norm"
 RMS_TOLERANCE = 1e-6
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    got64, ref64 = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    return float(np.abs(got64 - ref64).max() / max(np.abs(ref64).max(), 1.0))
-
-
 @pytest.fixture(scope="session")
 def rms_kernel_cases(session_dir, rms_cases) -> list[OpCase]:
     rng = np.random.default_rng(7)
@@ -231,69 +231,24 @@ def rms_kernel_cases(session_dir, rms_cases) -> list[OpCase]:
     return list(rms_cases) + extra
 
 
-def _modes(runtime: str) -> list[str]:
-    return ["delegate", "registerer"] if runtime == "tflite_runtime" else ["delegate"]
-
-
-def _parity_failures(cases, jobs, outcomes) -> list[str]:
-    failures = []
-    for case, job, outcome in zip(cases, jobs, outcomes, strict=True):
-        label = f"{case.name} ({job.mode}, {job.num_threads} threads)"
-        if outcome.error:
-            failures.append(f"{label}: {outcome.error}")
-            continue
-        for r, (got, ref, exact) in enumerate(
-            zip(outcome.outputs, case.reference, case.truth, strict=True)
-        ):
-            (y,) = got
-            if y.shape != exact[0].shape or y.dtype != np.float32:
-                failures.append(f"{label} run {r}: {y.dtype}{y.shape} != {exact[0].shape}")
-                continue
-            ours, theirs, apart = _rel(y, exact[0]), _rel(ref[0], exact[0]), _rel(y, ref[0])
-            # Within a few roundings of the exact value, and close to
-            # TensorFlow unless TensorFlow is the one further from it.
-            if ours > RMS_TOLERANCE or (apart > 1e-5 and ours > theirs):
-                failures.append(
-                    f"{label} run {r}: rel err {ours:.2e} vs float64 "
-                    f"(TF: {theirs:.2e}), {apart:.2e} vs TF"
-                )
-    return failures
-
-
 @pytest.fixture(scope="session")
 def rms_outcomes(rms_kernel_cases):
-    """runtime -> threads -> outcomes of every case, per mode; run once."""
-    cache: dict = {}
-
-    def get(runtime: str, threads: int):
-        key = (runtime, threads)
-        if key not in cache:
-            jobs = [
-                c.job(mode=mode, num_threads=threads)
-                for mode in _modes(runtime)
-                for c in rms_kernel_cases
-            ]
-            cache[key] = (jobs, run_jobs(runtime, jobs))
-        return cache[key]
-
-    return get
+    """(runtime, threads) -> (cases, jobs, outcomes), each mode of the runtime; run once."""
+    return outcomes_in_every_mode(rms_kernel_cases)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_kernel_parity(runtime, rms_kernel_cases, rms_outcomes):
-    jobs, outcomes = rms_outcomes(runtime, 1)
-    cases = rms_kernel_cases * len(_modes(runtime))
-    failures = _parity_failures(cases, jobs, outcomes)
+def test_kernel_parity(runtime, rms_outcomes):
+    failures = norm_parity_failures(*rms_outcomes(runtime, 1), RMS_TOLERANCE)
     assert not failures, "\n".join(failures)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_two_threads_match_one(runtime, rms_kernel_cases, rms_outcomes):
+def test_two_threads_match_one(runtime, rms_outcomes):
     # Rows are independent: any split between threads gives the same bits.
-    _, one = rms_outcomes(runtime, 1)
-    jobs, two = rms_outcomes(runtime, 2)
-    cases = rms_kernel_cases * len(_modes(runtime))
-    failures = _parity_failures(cases, jobs, two)
+    cases, _, one = rms_outcomes(runtime, 1)
+    _, jobs, two = rms_outcomes(runtime, 2)
+    failures = norm_parity_failures(cases, jobs, two, RMS_TOLERANCE)
     failures += thread_differences(cases, one, two)
     assert not failures, "\n".join(failures)
 
@@ -337,7 +292,7 @@ def _rms_gamma(value, type_code=None):
 
 def _rms_options(options):
     def change(m):
-        _rms_op(m).customOptions = np.frombuffer(bytes(flexbuffers.Dumps(options)), np.uint8)
+        set_options(_rms_op(m), options)
 
     return change
 
@@ -401,12 +356,7 @@ def test_kernel_bad_input_gives_clear_error(runtime, rms_bad_model):
         model = edit(rms_bad_model, change) if change else rms_bad_model
         jobs.append(Job(model, [[np.ones((2, 3, 16), np.float32) if x is None else x]]))
     outcomes = run_jobs(runtime, jobs)
-    failures = []
-    for name, outcome, (_, _, message) in zip(RMS_BAD, outcomes, RMS_BAD.values(), strict=True):
-        if outcome.error is None:
-            failures.append(f"{name}: no error")
-        elif RMS_OP not in outcome.error or message not in outcome.error:
-            failures.append(f"{name}: {outcome.error}")
+    failures = unclear_errors(RMS_OP, RMS_BAD, outcomes)
     assert not failures, "\n".join(failures)
 
 
@@ -455,7 +405,7 @@ def test_kernel_depth_sweep(rms_sweep_cases):
         for (x,), (a,), (b,), (exact,) in zip(
             case.runs, one.outputs, two.outputs, case.truth, strict=True
         ):
-            err = _rel(a, exact)
+            err = rel_to_unit(a, exact)
             if err > RMS_TOLERANCE:
                 failures.append(f"{case.name} x{list(x.shape)}: rel err {err:.2e} vs float64")
             if not np.array_equal(a, b):

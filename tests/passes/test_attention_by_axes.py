@@ -85,8 +85,51 @@ def test_fused_forms_are_stable():
 def test_talking_heads_are_noted_with_the_reason():
     (note,) = _notes(_optimize("talking_heads"))
     assert "CONV_2D between Q.K^T and the softmax" in note
-    assert "talking-head" in note
+    assert "learned weights across 4 entries of another axis, its heads " in note
+    assert "(talking-head attention)" in note
     assert ".py" not in note
+
+
+def _changes(result) -> list[str]:
+    return [c for line in result.report.passes for c in line.changes]
+
+
+def test_masked_fill_is_the_mask_it_is():
+    """torch's masked_fill(mask, finfo.min) after an ALiBi bias (MPT) is
+    SELECT_V2(masked, fill, scores): a constant causal mask makes the op
+    causal with the bias as its float mask; a runtime bool mask is selected
+    over the bias (masked keys get the op's mask value)."""
+    (line,) = _changes(_optimize("masked_fill_alibi"))
+    assert "causal=True" in line and "float mask" in line, line
+    (line,) = _changes(_optimize("masked_fill_runtime"))
+    assert "float mask (bias and keep)" in line, line
+
+
+def test_a_select_that_is_no_mask_is_noted_as_what_it_is():
+    """A SELECT_V2 choosing between the scores and another activation is no
+    mask: its note says so, with no word of talking heads (which only a
+    learned map across the heads is)."""
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    @tf.function
+    def attend(q, k, v, other, choose):
+        scores = tf.where(choose, tf.matmul(q, k, transpose_b=True), other)
+        return tf.matmul(tf.nn.softmax(scores), v)
+
+    spec = tf.TensorSpec([1, 2, 8, 4])
+    original = convert_function(
+        attend,
+        spec,
+        spec,
+        spec,
+        tf.TensorSpec([1, 2, 8, 8]),
+        tf.TensorSpec([1, 1, 8, 8], tf.bool),
+    )
+    result = fusekit.optimize(original, ["fuse_attention"])
+    (note,) = _notes(result)
+    assert "the scores pass through SELECT_V2 between Q.K^T and the softmax" in note, note
+    assert "no mask the fused op can take" in note and "talking" not in note, note
 
 
 def test_transposed_caches_are_read_in_place():
@@ -367,6 +410,122 @@ def test_random_layouts_fuse_exactly(seed):
         interpreter = Interpreter(model_content=model, num_threads=1)
         interpreter.allocate_tensors()
         interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("merge", ["minimum", "add"])
+def test_float_band_merged_with_a_runtime_mask_is_causal(merge):
+    """A constant causal band merged with a runtime float padding mask
+    (MINIMUM of the two, or their sum with -inf above the diagonal) keeps
+    every key above the diagonal masked whatever the padding is: the op is
+    causal and reads the merged mask as its float mask."""
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    heads, depth, seq = 2, 8, 6
+    lower = np.tril(np.ones((seq, seq), bool))
+    fill = -1e9 if merge == "minimum" else -np.inf
+    band = np.where(lower, 0.0, fill).astype(np.float32)
+
+    @tf.function
+    def attend(q, k, v, padding):
+        merged = tf.minimum(band, padding) if merge == "minimum" else band + padding
+        scores = tf.matmul(q, k, transpose_b=True) * depth**-0.5 + merged
+        return tf.matmul(tf.nn.softmax(scores), v)
+
+    spec = tf.TensorSpec([2, heads, seq, depth])
+    original = convert_function(attend, spec, spec, spec, tf.TensorSpec([2, 1, 1, seq]))
+    result = fusekit.optimize(original, ["fuse_attention"])
+    (line,) = _changes(result)
+    assert "causal=True" in line and "float mask" in line, line
+    rng = np.random.default_rng(7)
+    feeds = [rng.standard_normal([2, heads, seq, depth]).astype(np.float32) for _ in range(3)]
+    padding = np.zeros([2, 1, 1, seq], np.float32)
+    padding[1, ..., 4:] = -1e9
+    outputs = []
+    for model in (original, result.model):
+        interpreter = Interpreter(model_content=model, num_threads=1)
+        interpreter.allocate_tensors()
+        details = sorted(interpreter.get_input_details(), key=lambda d: d["index"])
+        for detail, value in zip(details, [*feeds, padding], strict=True):
+            interpreter.set_tensor(detail["index"], value)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)
+
+
+def _heads_and_queries(graph, op) -> tuple[int, int]:
+    """The fused op's query heads and query rows, from its result's shape
+    ([B, Sq, H, Dv], or [B, H, Sq, Dv] with q_layout "bhsd")."""
+    attrs = flexbuffers.Loads(bytes(np.asarray(op.customOptions, np.uint8)))
+    _, a, b, _ = graph.signature(int(op.outputs[0]))
+    return (a, b) if attrs.get("q_layout") == "bhsd" else (b, a)
+
+
+def test_efficientformer_queries_stay_the_ops_queries():
+    """EfficientFormerV2's attention (q from a [B, 2, 2, C] map, 4 heads of
+    4 queries): the query rows are split in two by the map's own axes, and
+    nothing needs either part read as heads, so the op has 4 heads of 4
+    queries, not 8 of 2 (the kernel works on one head's rows together)."""
+    model = (DATA.parent / "zoo" / "timm_efficientformerv2.tflite").read_bytes()
+    result = fusekit.optimize(model, ["fuse_attention"])
+    ((graph, op),) = _fused_ops(result.model)
+    assert _heads_and_queries(graph, op) == (4, 4)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_spatial_queries_are_not_folded_into_heads(masked):
+    """Attention over a feature map, written as vision models write it: q
+    from a [B, 7, 7, C] map, k and v from a [B, 14, 14, C] one, each
+    reshaped to [B, H, S, D].  The map cuts the 49 query rows into 7 x 7;
+    without a mask, or with a key padding mask (the same for every row),
+    the op reads 8 heads of 49 queries -- not 56 heads of 7 -- and
+    computes what the plain model does."""
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    heads, depth = 8, 16
+    width = heads * depth
+
+    def split(x, side):
+        t = tf.reshape(x, [1, side * side, heads, depth])
+        return tf.transpose(t, [0, 2, 1, 3])
+
+    @tf.function
+    def attend(fq, fk, fv, padding):
+        q, k, v = split(fq, 7), split(fk, 14), split(fv, 14)
+        scores = tf.matmul(q, k, transpose_b=True) * depth**-0.5
+        if masked:
+            scores = scores + padding
+        out = tf.matmul(tf.nn.softmax(scores), v)
+        return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [1, 7, 7, width])
+
+    original = convert_function(
+        attend,
+        tf.TensorSpec([1, 7, 7, width]),
+        tf.TensorSpec([1, 14, 14, width]),
+        tf.TensorSpec([1, 14, 14, width]),
+        tf.TensorSpec([1, 1, 1, 196]),
+    )
+    result = fusekit.optimize(original, ["fuse_attention"])
+    ((graph, op),) = _fused_ops(result.model)
+    assert _heads_and_queries(graph, op) == (heads, 49)
+    rng = np.random.default_rng(9)
+    feeds = {
+        "fq": rng.standard_normal([1, 7, 7, width]).astype(np.float32),
+        "fk": rng.standard_normal([1, 14, 14, width]).astype(np.float32),
+        "fv": rng.standard_normal([1, 14, 14, width]).astype(np.float32),
+        "padding": np.where(rng.random([1, 1, 1, 196]) < 0.2, -1e9, 0.0).astype(np.float32),
+    }
+    outputs = []
+    for model in (original, result.model):
+        interpreter = Interpreter(model_content=model, num_threads=1)
+        interpreter.allocate_tensors()
+        for detail in interpreter.get_input_details():
+            (name,) = [n for n in feeds if n in detail["name"]]
+            interpreter.set_tensor(detail["index"], feeds[name])
         interpreter.invoke()
         outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
     np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)

@@ -232,6 +232,38 @@ def test_keras_transformer_with_a_dynamic_batch():
     assert_same_outputs(original, result.model, runs=runs)
 
 
+def test_dynamic_batch_with_the_band_and_padding_merged():
+    """Batch unknown until run time (every -1 that the operators say is the
+    same size read as one symbol), a keep-mask that is the causal band AND
+    a runtime padding row (LOGICAL_AND with a constant), the masked
+    probabilities zeroed: causal=True with the padding as the bool mask;
+    outputs equal at batch 1 and 3, rows without keys included."""
+    band = tf.constant(np.tril(np.ones((16, 16), bool)))
+
+    @tf.function
+    def decoder(q, k, v, padding):
+        qh, kh, vh = (tf.transpose(t, [0, 2, 1, 3]) for t in (q, k, v))
+        keep = tf.logical_and(band, padding[:, None, None, :])
+        scores = tf.where(keep, tf.matmul(qh, kh, transpose_b=True) * 0.3, -1e9)
+        probs = tf.where(keep, tf.nn.softmax(scores), 0.0)
+        return tf.transpose(tf.matmul(probs, vh), [0, 2, 1, 3])
+
+    specs = [tf.TensorSpec([None, 16, 4, 8])] * 3 + [tf.TensorSpec([None, 16], tf.bool)]
+    original = convert_function(decoder, *specs)
+    result = optimize_twice(original, fusekit.passes.DEFAULT_PASSES)
+    line = result.report.line("fuse")
+    assert len(custom_ops(result.model, ATTENTION)) == 1, line.notes
+    assert "causal=True" in line.changes[0] and "bool mask" in line.changes[0], line.changes
+    rng = np.random.default_rng(0)
+    runs = []
+    for b in (1, 3):
+        q, k, v = (rng.standard_normal((b, 16, 4, 8)).astype(np.float32) for _ in range(3))
+        padding = rng.random((b, 16)) < 0.7
+        padding[:, 0] = False  # the first query has no key
+        runs.append([q, k, v, padding])
+    assert_same_outputs(original, result.model, runs=runs)
+
+
 def test_softmax_of_two_activations_is_never_left_silently():
     """A SOFTMAX over q.k^T whose probabilities are not multiplied by v gets
     a note; a classifier's SOFTMAX after a dense layer gets none."""

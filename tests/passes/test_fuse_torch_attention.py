@@ -94,13 +94,28 @@ def test_soft_capping_alibi_and_multi_query_keep_their_meaning(optimized):
     for name in ("hf_mistral", "hf_falcon"):
         attrs = _attention_attrs(optimized[name].model)
         for (op, graph), found in zip(_attention_ops(optimized[name].model), attrs, strict=True):
-            q, k, v = (graph.signature(int(t)) for t in op.inputs[:3])
+            q, k, v = (
+                _sliced(graph.signature(int(t)), found.get(f"{x}_slice"))
+                for x, t in zip("qkv", op.inputs[:3], strict=True)
+            )
             # The heads axis of each operand in the layout the op reads it.
             q_heads, k_heads, v_heads = (
                 shape[1 if found.get(f"{x}_layout", "bshd").startswith("bh") else 2]
                 for x, shape in zip("qkv", (q, k, v), strict=True)
             )
             assert (q_heads, k_heads, v_heads) == (2, 1, 1), (name, q, k, v, found)
+
+
+def _sliced(shape: list[int], piece: list[int] | None) -> list[int]:
+    """An operand's shape as the op reads it: a packed input's slice
+    (docs/attention.md) drops its axis from a rank-5 input, or narrows it
+    in a rank-4 one."""
+    if not piece:
+        return shape
+    axis, _, size = piece
+    if len(shape) == 5:
+        return shape[:axis] + shape[axis + 1 :]
+    return shape[:axis] + [size] + shape[axis + 1 :]
 
 
 def _attention_ops(model: bytes) -> list:

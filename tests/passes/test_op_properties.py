@@ -22,7 +22,7 @@ from fusekit.model.op_properties import (
 from fusekit.model.tflite_schema import BUILTIN_CODES, BUILTIN_OPERATORS
 from fusekit.passes.fusion import poly
 from fusekit.passes.fusion.norm_formula import evaluate
-from fusekit.passes.fusion.units.norm import finish as fusion_finish
+from fusekit.passes.fusion.shared_rules import finish as fusion_finish
 
 OP = schema.BuiltinOperator
 

@@ -47,6 +47,7 @@ TODAY: dict[str, dict[str, tuple[int, int]]] = {
     "hf_beit": {"attention": (2, 0), "layer_norm": (5, 0)},
     "hf_mixtral": {"attention": (2, 0), "rms_norm": (5, 0), "rotary": (4, 0)},
     "hf_qwen3_moe": {"attention": (2, 0), "rms_norm": (9, 0), "rotary": (4, 0)},
+    "hf_mpt": {"attention": (2, 0), "layer_norm": (5, 0)},
     "diffusers_unet": {"attention": (8, 0), "layer_norm": (12, 0), "group_norm": (15, 0)},
     "diffusers_unet_classic": {"attention": (8, 0), "layer_norm": (12, 0), "group_norm": (15, 0)},
     "diffusers_vae_decoder": {"attention": (1, 0), "group_norm": (14, 0)},

@@ -15,6 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 litert_torch = pytest.importorskip("litert_torch")
 
+from torch_modules import TwoOps  # noqa: E402
+from torch_modules import my_custom_fused_op as my_op  # noqa: E402
+
 import fusekit  # noqa: E402
 import fusekit.torch  # noqa: E402
 from fusekit.errors import CompositeDefinitionError  # noqa: E402
@@ -39,33 +42,9 @@ def plugin(tmp_path_factory) -> list[str]:
 
 
 @fusekit.torch.composite("my_custom_fused_op", example_option=10)
-def my_op(input_1, input_2, example_option):
-    gated = input_1 * torch.sigmoid(input_2)
-    limit = float(example_option)
-    return gated, torch.clamp(input_1 + input_2, -limit, limit)
-
-
-@fusekit.torch.composite("weighted_sum", weights=[1.0, 2.0, 3.0], enabled=[True] * 3, bias=0.0)
-def weighted_sum(x, weights, enabled, bias):
-    mask = torch.tensor([w if e else 0.0 for w, e in zip(weights, enabled, strict=True)])
-    return torch.sum(x * mask, dim=-1) + bias
-
-
-@fusekit.torch.composite("my_custom_fused_op", example_option=10)
 def wrong_op(input_1, input_2, example_option):
     # Claims the kernel's name but computes something else.
     return input_1 * torch.sigmoid(input_2) * 1.01, torch.clamp(input_1 + input_2, -1.0, 1.0)
-
-
-class TwoOps(torch.nn.Module):
-    def __init__(self, op=my_op):
-        super().__init__()
-        self.op = op
-
-    def forward(self, a, b):
-        gated, clipped = self.op(a * 2.0, b, example_option=1)
-        s = weighted_sum(gated, weights=[0.5, -2.0, 4.25], enabled=[True, False, True], bias=0.25)
-        return gated + 1.0, clipped, s
 
 
 ARGS = (torch.randn(2, 5, 3), torch.randn(2, 5, 3))

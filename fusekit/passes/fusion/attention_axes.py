@@ -51,18 +51,22 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
-from fusekit.passes.fusion import axis_map, key_mask
-from fusekit.passes.fusion.attention_match import AttentionMatch, padding_and_band
+from fusekit.passes.fusion import axis_map, key_mask, packed_operands, symbolic_dims
+from fusekit.passes.fusion.attention_match import (
+    MASK_VALUE,
+    MAX_FILL,
+    AttentionMatch,
+    band_split,
+)
 from fusekit.passes.fusion.axis_map import BROADCAST, Atom, View
 from fusekit.passes.fusion.pattern import NearMiss, only_reader
 from fusekit.passes.fusion.softmax_forms import Softmax, softmax_at
+from fusekit.passes.fusion.symbolic_dims import SymbolicGraph
 from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
+from fusekit.run.attention_attrs import K_LAYOUTS as _K_LAYOUTS
+from fusekit.run.attention_attrs import Q_LAYOUTS as _Q_LAYOUTS
+from fusekit.run.attention_attrs import V_LAYOUTS as _V_LAYOUTS
 
-# The largest masked value a keep-mask may set (fusion/attention.py's
-# reasoning: kept scores unchanged, masked ones -1e38 in the op) and the
-# op's additive value for masked keys.
-MAX_FILL = -1e4
-MASK_VALUE = -1e38
 _VIEW_OPS = frozenset({OP.RESHAPE, OP.TRANSPOSE, OP.SQUEEZE, OP.EXPAND_DIMS})
 _MAX_PATH = 24
 
@@ -79,6 +83,9 @@ class _Term:
     tensor: int
     at: View
     factor: float = 1.0
+    # A keep-mask read the other way round: SELECT_V2(masked, fill, s), as
+    # torch's masked_fill exports (True where the key is dropped).
+    negated: bool = False
 
 
 @dataclass
@@ -140,9 +147,10 @@ def _walk_back(
         if c is None or c == 0.0 or not np.isfinite(c):
             return None
         return _walk_back(graph, inputs[0], [op], [(op, 0), *path])
-    if code == OP.SELECT_V2 and len(inputs) == 3 and scalar(graph, inputs[2]) is not None:
-        if graph.tensor(inputs[0]).type == schema.TensorType.BOOL:
-            return _walk_back(graph, inputs[1], [op], [(op, 1), *path])
+    if code == OP.SELECT_V2 and len(inputs) == 3:
+        position = _select_scores(graph, inputs)
+        if position is not None:
+            return _walk_back(graph, inputs[position], [op], [(op, position), *path])
     if code == OP.ADD and no_activation(op) and len(inputs) == 2:
         for position in (0, 1):
             if graph.is_constant(inputs[position]):
@@ -153,11 +161,37 @@ def _walk_back(
     return None
 
 
+def _select_scores(graph: Graph, inputs: list[int]) -> int | None:
+    """Where the scores come into a SELECT_V2 that masks them: 1 for
+    SELECT_V2(keep, s, fill), 2 for SELECT_V2(masked, fill, s); None when
+    neither value is one constant (broadcast, cast, filled or reshaped)."""
+    if graph.tensor(inputs[0]).type != schema.TensorType.BOOL:
+        return None
+    for position in (1, 2):
+        if _uniform(graph, inputs[3 - position]) is not None:
+            return position
+    return None
+
+
+def _uniform(graph: Graph, tensor: int) -> float | None:
+    """The one value of a float tensor computed from constants whose
+    elements are all equal, else None."""
+    if graph.tensor(tensor).type != FLOAT32:
+        return None
+    value = _constant_of(graph, tensor)
+    if value is None or value.size == 0:
+        return None
+    first = value.reshape(-1)[0]
+    if not (value == first).all() and not np.isnan(first):
+        return None
+    return float(first)
+
+
 def blocker(graph: Graph, tensor: int) -> schema.OperatorT | None:
     """The first operator above the scores ``tensor`` that is none of what
-    the walk back to Q.K^T goes through (a view, a scale, an addition),
-    following the scores' own operand; None when the walk reaches no such
-    operator or a matmul of activations first."""
+    the walk back to Q.K^T goes through (a view, a scale, an addition, a
+    mask's select), following the scores' own operand; None when the walk
+    reaches no such operator or a matmul of activations first."""
     for _ in range(_MAX_PATH):
         op = graph.producer(tensor)
         if op is None or _is_activation_matmul(graph, op):
@@ -168,6 +202,8 @@ def blocker(graph: Graph, tensor: int) -> schema.OperatorT | None:
             tensor = inputs[0]
         elif code == OP.ADD:
             tensor = next((t for t in inputs if not graph.is_constant(t)), inputs[0])
+        elif code == OP.SELECT_V2 and (position := _select_scores(graph, inputs)) is not None:
+            tensor = inputs[position]
         else:
             return op
     return None
@@ -238,7 +274,8 @@ def _scores(graph: Graph, softmax: Softmax) -> _Scores | NearMiss | None:
                     return _miss("bias_shape", "a tensor added to the scores widens them")
                 view = widened
             if code == OP.SELECT_V2:
-                keep, fill = _Term(other, view), float(scalar(graph, int(op.inputs[2])))
+                keep = _Term(other, view, negated=position == 2)
+                fill = float(_uniform(graph, int(op.inputs[3 - position])))
             else:
                 terms.append(_Term(other, view))
     beta = softmax.beta
@@ -318,6 +355,35 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     softmax = softmax_at(graph, anchor)
     if softmax is None:
         return None
+    if all(d >= 0 for d in graph.signature(softmax.input)):
+        return _by_axes(graph, softmax)
+    # Dims known only at run time: read as symbols (fusion/symbolic_dims.py).
+    symbolic = SymbolicGraph(graph)
+    found = _by_axes(symbolic, softmax)
+    if not isinstance(found, AttentionMatch):
+        return found
+    reason = None
+    if symbolic.unsafe:
+        reason = "a static dim the reading of unknown dims could mistake for one"
+    for name in ("mask_reshape", "keep_reshape", "result_shape"):
+        shape = getattr(found, name)
+        if shape is not None and reason is None:
+            fixed = symbolic_dims.written(shape)
+            if fixed is None:
+                reason = "two dims known only at run time in one shape the op would write"
+            setattr(found, name, fixed)
+    if reason is None and len(symbolic.used) > 1:
+        reason = "more than one dim known only at run time (a batch and a sequence length)"
+    if reason is not None:
+        return _miss(
+            "dynamic_shape",
+            f"the attention has {reason}",
+            "export with static shapes (a fixed batch and sequence length)",
+        )
+    return found
+
+
+def _by_axes(graph: Graph, softmax: Softmax):
     scores = _scores(graph, softmax)
     if not isinstance(scores, _Scores):
         return scores
@@ -359,6 +425,7 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         zeroing = (
             code == OP.SELECT_V2
             and scores.keep is not None
+            and not scores.keep.negated
             and not zeroed
             and [int(t) for t in reader.inputs[:2]] == [scores.keep.tensor, tensor]
             and scalar(graph, int(reader.inputs[2])) == 0.0
@@ -370,7 +437,10 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             forward.append(reader)
             tensor = int(reader.outputs[0])
             continue
-        if code == OP.BATCH_MATMUL and int(reader.inputs[0]) == tensor:
+        pv_like = code == OP.BATCH_MATMUL or _is_activation_matmul(graph, reader)
+        if pv_like and int(reader.inputs[0]) == tensor:
+            # A FULLY_CONNECTED whose weights are an activation is P . W^T:
+            # v read as [Dv, Skv] (adj_y), as on the Q.K^T side.
             pv = reader
             break
         return _miss(
@@ -410,7 +480,9 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     q_view, k_view = (second, first) if swapped else (first, second)
     q_roles, k_roles = (second_roles, first_roles) if swapped else (first_roles, second_roles)
     p_batch = p_view.shape[:-2]
-    v_adj = bool(getattr(pv.builtinOptions, "adjY", False))
+    v_adj = graph.builtin(pv) == OP.FULLY_CONNECTED or bool(
+        getattr(pv.builtinOptions, "adjY", False)
+    )
     v_roles = _operand_axes(v_view, p_batch, -1 if v_adj else -2, -2 if v_adj else -1)
     if q_roles is None or k_roles is None or v_roles is None:
         return _miss("operand_rank", "q, k or v has more batch axes than the scores")
@@ -479,110 +551,65 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
             query_like.append(atom)
         else:
             batch_like.append(atom)
-    # Batch: the kv-like atoms q reads along another source axis than its
-    # depth (the tokens' axis); heads: the rest.
-    # Leading rows that every mask repeats over are query heads of a group
-    # folded into the rows (litert-torch's packed grouped-query attention:
-    # [B, Hkv, G*Sq, D]): read as heads, the masks keep one row per query.
-    terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
-    # So is a last row that q reads along its kv heads' axis (the grouped
-    # form in a decode step: q [B, 1, Hkv*G, D] read as [B, Hkv, G, D]).
-    head_axes = {where[a]["q"].axis for a in batch_like}
-    while rows and all(_repeats_over(graph, t, rows[0]) for t in terms):
-        if len(rows) == 1 and where[rows[0]]["q"].axis not in head_axes:
-            break
-        query_like.append(rows.pop(0))
-    # Batch: the kv-like atoms up to the first that q reads along its depth
-    # axis, or along an axis of its own (q [B, S, H, D] or [B, H, S, D]);
-    # heads: the rest.
-    depth_axes = {a.axis for a in q_roles["inner"]}
-    row_axes = {where[rows[-1]]["q"].axis} if rows else set()
-    split = 0
-    for atom in batch_like:
-        q_axis = where[atom]["q"].axis
-        own = split and q_axis != where[batch_like[0]]["q"].axis and q_axis not in row_axes
-        if q_axis in depth_axes or own:
-            break
-        split += 1
-    # The op's mask is [B|1, H|1, ..]: where the operands leave the cut
-    # between batch and heads open (q with its heads on an axis of their
-    # own), it falls where every mask is whole or repeated on each side.
-    # Of those cuts, the one that reads most operands without a copy.
-    runtime = [t for t in terms if _constant_of(graph, t.tensor) is None]
-
-    def copies(cut: int) -> int:
-        b, kvh = batch_like[:cut], batch_like[cut:]
-        operands = (
-            (q_view, "q", q_roles["outer"], q_roles["inner"], rows, kvh + query_like, 2),
-            (k_view, "k", k_roles["outer"], k_roles["inner"], None, kvh, 2),
-            (v_view, "v", v_roles["inner"], v_roles["outer"], None, kvh, 3),
-        )
-        count = 0
-        for view, sink, seq, depth, own_rows, hs, n in operands:
-            axes = {
-                "b": [where[a][sink] for a in b],
-                "s": seq if own_rows is None else [where[a][sink] for a in own_rows],
-                "h": [where[a][sink] for a in hs],
-                "d": depth,
-            }
-            layouts = ("bshd", "bhsd", "bhds")[:n]
-            found = (
-                View(view.source, view.source_shape, [axes[c] for c in lay], view.offset)
-                for lay in layouts
-            )
-            count += not any(axis_map.in_place(f) for f in found)
-        return count
-
-    best = None
-    for cut in [split, *reversed(range(len(batch_like) + 1))]:
-        sides = (batch_like[:cut], batch_like[cut:] + query_like)
-        if all(_whole_or_repeated(graph, t, side) for t in runtime for side in sides):
-            cost = copies(cut)
-            if best is None or cost < best[0]:
-                best = (cost, cut)
-    split = split if best is None else best[1]
-    batch, kv_heads = batch_like[:split], batch_like[split:]
-    heads = kv_heads + query_like
     d_q, d_k = q_roles["inner"], k_roles["inner"]
     keys_k, keys_v, dv = k_roles["outer"], v_roles["inner"], v_roles["outer"]
     if _size(d_q) != _size(d_k) or _size(keys_k) != kv_len or _size(keys_v) != kv_len:
         return _miss("shapes", "q, k and v do not agree on the depth or the keys")
     if any(a.axis == BROADCAST for a in d_q + d_k + keys_k + keys_v + dv):
         return _miss("repeated_axis", "q, k or v repeats along its depth or its keys")
+    terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
+    runtime = [t for t in terms if _constant_of(graph, t.tensor) is None]
+
+    # Leading rows every mask repeats over may be read as query heads of a
+    # group folded into the rows (litert-torch's packed grouped-query
+    # attention: [B, Hkv, G*Sq, D]); so may a last row q reads along its kv
+    # heads' axis (the grouped form in a decode step: q [B, 1, Hkv*G, D]
+    # read as [B, Hkv, G, D]).
+    head_axes = {where[a]["q"].axis for a in batch_like}
+    foldable = 0
+    while foldable < len(rows) and all(_repeats_over(graph, t, rows[foldable]) for t in terms):
+        if foldable == len(rows) - 1 and where[rows[foldable]]["q"].axis not in head_axes:
+            break
+        foldable += 1
+    # They must be where a mask repeats over them but not over the rest:
+    # read as heads, the mask keeps one row per query (and its causal band).
+    required = next(
+        (
+            f
+            for f in range(foldable + 1)
+            if all(_whole_or_repeated(graph, t, rows[f:]) for t in terms)
+        ),
+        foldable,
+    )
+    # Otherwise they are folded only where that reads the operands with
+    # fewer copies.  Of equals, the natural reading: the scores' rows as
+    # the graph writes them are the op's queries (the kernel works on one
+    # head's rows together: 8 heads of 49 queries, not 56 heads of 7), but
+    # a lone row q reads along the same axis as its innermost kv-like atom
+    # is a group of query heads (q [B, 1, Hkv*G, D] of a decode step).
+    lone = len(rows) == 1 and foldable == 1 and batch_like
+    natural = int(bool(lone) and where[rows[0]]["q"].axis == where[batch_like[-1]]["q"].axis)
+    roles = {"q": (q_view, q_roles), "k": (k_view, k_roles), "v": (v_view, v_roles)}
+    readings = [
+        _reading(graph, fold, batch_like, query_like, rows, where, runtime, roles, pv, p_view)
+        for fold in range(required, foldable + 1)
+    ]
+    found = [r for r in readings if r is not None]
+    if not found:
+        return _miss("output_axes", "the attention result's axes cannot be mapped back")
+    reading = min(found, key=lambda r: (r.cost, abs(r.fold - natural)))
+    batch, kv_heads, heads, rows = reading.batch, reading.kv_heads, reading.heads, reading.rows
+    q_layout, (end_tensor, end_view), absorbed = reading.q_layout, reading.end, reading.absorbed
 
     def pick(sink: str, atoms: list[Atom]) -> list[Atom]:
         return [where[a][sink] for a in atoms]
 
-    def make(source: View, axes: list[list[Atom]]) -> View:
-        return View(source.source, source.source_shape, axes, list(source.offset))
-
     q_axes = {"b": pick("q", batch), "s": pick("q", rows), "h": pick("q", heads), "d": d_q}
     k_axes = {"b": pick("k", batch), "s": keys_k, "h": pick("k", kv_heads), "d": d_k}
     v_axes = {"b": pick("v", batch), "s": keys_v, "h": pick("v", kv_heads), "d": dv}
-    k_layout = _layout(k_view, k_axes, ("bshd", "bhsd"), make)
-    v_layout = _layout(v_view, v_axes, ("bshd", "bhsd", "bhds"), make)
-    sizes = {
-        "b": _size(batch),
-        "s": _size(rows),
-        "h": _size(heads),
-        "d": _size(dv),
-    }
-    # The op's result [B, Sq, H, Dv] (or [B, H, Sq, Dv]) as the source of
-    # what the graph reads after P.V: R = P.V's output is P's batch axes,
-    # its rows and Dv.
-    choice = None
-    for q_layout in ("bshd", "bhsd"):
-        out_view = _result_view(p_view, q_layout, sizes, batch, rows, heads)
-        if out_view is None:
-            continue
-        q_place = axis_map.in_place(make(q_view, [q_axes[c] for c in q_layout]))
-        end, absorbed, out_place = _output_end(graph, pv, out_view)
-        cost = (not q_place) + (not out_place)
-        if choice is None or cost < choice[0]:
-            choice = (cost, q_layout, end, absorbed)
-    if choice is None:
-        return _miss("output_axes", "the attention result's axes cannot be mapped back")
-    _, q_layout, (end_tensor, end_view), absorbed = choice
+    k_layout = _layout(graph, k_view, k_axes, _K_LAYOUTS)
+    v_layout = _layout(graph, v_view, v_axes, _V_LAYOUTS)
+    sizes = reading.sizes
     region = [*scores.ops, *forward, pv, *absorbed]
     if graph.read_outside(region, {end_tensor}) is not None:
         return _miss("shared_scores", "an intermediate of the attention is also read elsewhere")
@@ -594,19 +621,25 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     scale = scores.scale * q_view.scale * k_view.scale
     if not np.isfinite(scale):
         return _miss("scale", "a scale that is not finite")
-    # The runtimes take at most 6 dims: a view needing more factors to be
-    # written is left to the forms.
+    # The runtimes take at most 6 dims (emit writes as few as it can).
     for view, axes, layout in (
         (q_view, q_axes, q_layout),
         (k_view, k_axes, k_layout),
         (v_view, v_axes, v_layout),
     ):
-        planned = axis_map._plan(make(view, [axes[c] for c in layout]))
-        if planned is None or len(planned[0]) > 6:
-            return None
+        dims = axis_map.written_dims(_make(view, [axes[c] for c in layout]))
+        if dims is None or dims > 6:
+            return _miss(
+                "operand_dims",
+                f"q, k or v would need a view of {dims or 'more'} dims to be read in the "
+                "fused op's layout; the runtimes take six",
+                "nothing to change: this attention runs as plain operators",
+            )
     match = AttentionMatch(q_view.source, k_view.source, v_view.source, end_tensor, scale)
+    symbolic = isinstance(graph, SymbolicGraph)
     match.ops = region
     match.causal = plan.causal
+    match.mask_kind = plan.kind
     match.softcap = scores.softcap
     # A mask given as it is (a runtime tensor already [B|1, H|1, Sq|1,
     # Skv], or a constant keep plane): the op reads it in place, a padding
@@ -617,12 +650,11 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
         match.mask, match.mask_scale = plan.mask, plan.mask_scale
         match.mask_reshape = plan.mask_reshape
         if plan.mask_reshape is None:
-            match.mask_row = key_mask.narrowed(graph, plan.mask)
+            match.mask_row = None if symbolic else key_mask.narrowed(graph, plan.mask)
     if plan.keep is not None:
         match.keep, match.keep_reshape = plan.keep, plan.keep_reshape
         if plan.keep_reshape is None:
-            match.keep_row = key_mask.narrowed(graph, plan.keep)
-        _split_padding(graph, match, sizes["s"], kv_len)
+            match.keep_row = None if symbolic else key_mask.narrowed(graph, plan.keep)
     terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
     match.region_inputs = [q_view.source, k_view.source, v_view.source] + [
         t.tensor for t in terms if _constant_of(graph, t.tensor) is None
@@ -633,9 +665,12 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
 
     def prepare(graph: Graph) -> None:
         name = graph.name(end_tensor)
-        match.q = axis_map.emit(graph, make(q_view, [q_axes[c] for c in q_layout]), name + "/q")
-        match.k = axis_map.emit(graph, make(k_view, [k_axes[c] for c in k_layout]), name + "/k")
-        match.v = axis_map.emit(graph, make(v_view, [v_axes[c] for c in v_layout]), name + "/v")
+        views = {
+            "q": _make(q_view, [q_axes[c] for c in q_layout]),
+            "k": _make(k_view, [k_axes[c] for c in k_layout]),
+            "v": _make(v_view, [v_axes[c] for c in v_layout]),
+        }
+        match.q, match.k, match.v = packed_operands.operands(graph, views, match, name)
         match.q_perm = match.k_perm = match.v_perm = None
         match.k_reshape = match.v_reshape = None
         if plan.write is not None:
@@ -650,13 +685,129 @@ def attention_by_axes(graph: Graph, anchor: schema.OperatorT):
     return match
 
 
-def _layout(source: View, axes: dict[str, list[Atom]], layouts, make) -> str:
-    """The first of ``layouts`` the operand is in already (no copy), else
-    the first."""
-    for layout in layouts:
-        if axis_map.in_place(make(source, [axes[c] for c in layout])):
-            return layout
-    return layouts[0]
+@dataclass
+class _Reading:
+    """One way to read the problem atoms as the op's axes: the first
+    ``fold`` rows read as query heads; its cost in copies (operands read
+    through a view, the result not given in place)."""
+
+    fold: int
+    cost: int
+    batch: list[Atom]
+    kv_heads: list[Atom]
+    heads: list[Atom]
+    rows: list[Atom]
+    sizes: dict[str, int]
+    q_layout: str
+    end: tuple[int, View]
+    absorbed: list[schema.OperatorT]
+
+
+def _make(source: View, axes: list[list[Atom]]) -> View:
+    return View(source.source, source.source_shape, axes, list(source.offset))
+
+
+def _reading(graph, fold, batch_like, query_like, rows, where, runtime, roles, pv, p_view):
+    """The reading with the first ``fold`` rows as query heads, its cut
+    between batch and kv heads and q's layout the ones that copy least;
+    None when its result cannot be mapped back onto the graph."""
+    query_like, rows = query_like + rows[:fold], rows[fold:]
+    q_view, q_roles = roles["q"]
+    # Batch: the kv-like atoms up to the first that q reads along its depth
+    # axis, or along an axis of its own (q [B, S, H, D] or [B, H, S, D]);
+    # heads: the rest.
+    depth_axes = {a.axis for a in q_roles["inner"]}
+    row_axes = {where[rows[-1]]["q"].axis} if rows else set()
+    split = 0
+    for atom in batch_like:
+        q_axis = where[atom]["q"].axis
+        own = split and q_axis != where[batch_like[0]]["q"].axis and q_axis not in row_axes
+        if q_axis in depth_axes or own:
+            break
+        split += 1
+
+    def axes_of(sink: str, cut: int, heads: list[Atom]) -> dict[str, list[Atom]]:
+        view_roles = roles[sink][1]
+        seq, depth = (
+            (view_roles["inner"], view_roles["outer"])
+            if sink == "v"
+            else (view_roles["outer"], view_roles["inner"])
+        )
+        return {
+            "b": [where[a][sink] for a in batch_like[:cut]],
+            "s": [where[a][sink] for a in rows] if sink == "q" else seq,
+            "h": [where[a][sink] for a in heads],
+            "d": depth,
+        }
+
+    def copies(sink: str, cut: int, heads: list[Atom], layouts) -> int:
+        axes = axes_of(sink, cut, heads)
+        view = roles[sink][0]
+        return min(_view_cost(graph, _make(view, [axes[c] for c in la])) for la in layouts)
+
+    def kv_copies(cut: int) -> int:
+        kvh = batch_like[cut:]
+        return copies("k", cut, kvh, _K_LAYOUTS) + copies("v", cut, kvh, _V_LAYOUTS)
+
+    # The op's mask is [B|1, H|1, ..]: where the operands leave the cut
+    # between batch and heads open (q with its heads on an axis of their
+    # own), it falls where every mask is whole or repeated on each side.
+    # Of those cuts, the one that reads most operands without a copy.
+    best = None
+    for cut in [split, *reversed(range(len(batch_like) + 1))]:
+        sides = (batch_like[:cut], batch_like[cut:] + query_like)
+        if all(_whole_or_repeated(graph, t, side) for t in runtime for side in sides):
+            cost = copies("q", cut, batch_like[cut:] + query_like, _Q_LAYOUTS) + kv_copies(cut)
+            if best is None or cost < best[0]:
+                best = (cost, cut)
+    split = split if best is None else best[1]
+    batch, kv_heads = batch_like[:split], batch_like[split:]
+    heads = kv_heads + query_like
+    sizes = {
+        "b": _size(batch),
+        "s": _size(rows),
+        "h": _size(heads),
+        "d": _size(roles["v"][1]["outer"]),
+    }
+    q_axes = axes_of("q", split, heads)
+    # The op's result [B, Sq, H, Dv] (or [B, H, Sq, Dv]) as the source of
+    # what the graph reads after P.V: R = P.V's output is P's batch axes,
+    # its rows and Dv.
+    choice = None
+    for q_layout in _Q_LAYOUTS:
+        out_view = _result_view(p_view, q_layout, sizes, batch, rows, heads)
+        if out_view is None:
+            continue
+        q_cost = _view_cost(graph, _make(q_view, [q_axes[c] for c in q_layout]))
+        end, absorbed, out_place = _output_end(graph, pv, out_view)
+        cost = q_cost + 2 * (not out_place)
+        if choice is None or cost < choice[0]:
+            choice = (cost, q_layout, end, absorbed)
+    if choice is None:
+        return None
+    cost, q_layout, end, absorbed = choice
+    return _Reading(
+        fold, cost + kv_copies(split), batch, kv_heads, heads, rows, sizes, q_layout, end, absorbed
+    )
+
+
+def _view_cost(graph: Graph, view: View) -> int:
+    """What reading an operand through ``view`` costs the op: 0 when it is
+    the source tensor itself (axis_map.emit writes nothing), 1 when only a
+    RESHAPE (which the runtimes run as a copy of the whole tensor: a KV
+    cache read through one is no longer read in place), 2 when it needs a
+    transpose, slice or repeat."""
+    if axis_map.is_source(graph, view):
+        return 0
+    return 1 if axis_map.in_place(view) else 2
+
+
+def _layout(graph: Graph, source: View, axes: dict[str, list[Atom]], layouts) -> str:
+    """Of ``layouts``, the one the operand is read in most cheaply (the
+    first of equals)."""
+    return min(
+        layouts, key=lambda layout: _view_cost(graph, _make(source, [axes[c] for c in layout]))
+    )
 
 
 def _op_atoms(q_layout: str, sizes: dict[str, int], groups: dict[str, list[Atom]]):
@@ -732,10 +883,13 @@ def _repeats_over(graph: Graph, term: _Term, atom: Atom) -> bool:
     return False
 
 
-def _same_along(graph: Graph, tensor: int, dim: int, at: int, size: int) -> bool:
-    """``tensor`` is the same at the ``size`` indices ``at`` apart along
-    ``dim``: that dim is 1, or a constant repeats there."""
-    shape = graph.signature(tensor)
+def _same_along(
+    graph: Graph, tensor: int, dim: int, at: int, size: int, shape: list[int] | None = None
+) -> bool:
+    """``tensor`` (of ``shape``, its signature by default) is the same at
+    the ``size`` indices ``at`` apart along ``dim``: that dim is 1, or a
+    constant repeats there."""
+    shape = graph.signature(tensor) if shape is None else shape
     if shape[dim] == 1:
         return True
     value = _constant_of(graph, tensor)
@@ -746,10 +900,13 @@ def _same_along(graph: Graph, tensor: int, dim: int, at: int, size: int) -> bool
     return bool((value == value.take([0], axis=dim + 1)).all())
 
 
-def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | NearMiss:
+def _term_view(
+    graph: Graph, term: _Term, groups: list[list[Atom]], shape: list[int] | None = None
+) -> View | NearMiss:
     """A tensor met on the scores' path as a view [B|1, H|1, Sq|1, Skv|1]
-    (repeats where it broadcasts)."""
-    shape = graph.signature(term.tensor)
+    (repeats where it broadcasts); ``shape``: the tensor's as it broadcasts
+    there, when that is its signature with unit dims added."""
+    shape = graph.signature(term.tensor) if shape is None else shape
     at_shape = term.at.shape
     if len(shape) > len(at_shape):
         return _miss("bias_shape", f"a tensor of shape {shape} added to the scores")
@@ -763,7 +920,7 @@ def _term_view(graph: Graph, term: _Term, groups: list[list[Atom]]) -> View | Ne
                 if at is None:
                     continue
                 dim = j - lead
-                if dim < 0 or _same_along(graph, term.tensor, dim, at, p.size):
+                if dim < 0 or _same_along(graph, term.tensor, dim, at, p.size, shape):
                     atoms.append(Atom(BROADCAST, 0, p.size))
                 else:
                     atoms.append(Atom(dim, at, p.size))
@@ -790,7 +947,11 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
             return keep_view
     constant: np.ndarray | None = None
     keep_plane: np.ndarray | None = None
+    causal = False
     keep_value = None if keep_view is None else _constant_of(graph, scores.keep.tensor)
+    negated = scores.keep is not None and scores.keep.negated
+    if keep_value is not None and negated:
+        keep_value = ~keep_value.astype(bool)
     if keep_view is not None and keep_value is not None:
         # A constant keep-mask is the constant 0 / masked value added to the
         # scores (causal when its masked keys are the kernel's band).
@@ -801,7 +962,17 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
         masked = -np.inf if zeroed else MASK_VALUE
         constant = np.where(plane, np.float32(0), np.float32(masked)).astype(np.float32)
         keep_plane, keep_view = plane, None
-    elif keep_view is not None and any(
+    elif keep_view is not None and zeroed:
+        # A runtime keep-mask that is the causal band AND a runtime rest
+        # (decoders merge padding and band so): causal in the op, which
+        # skips the masked half, and the rest as its keep-mask -- the same
+        # keys kept, rows left without keys zeros either way.
+        split = band_split(graph, scores.keep.tensor, _size(rows), kv_len)
+        if split is not None:
+            rest = _term_view(graph, _Term(split[0], scores.keep.at), groups, split[1])
+            if not isinstance(rest, NearMiss):
+                keep_view, causal = rest, True
+    if keep_view is not None and any(
         len({a.axis == BROADCAST for a in atoms}) > 1 for atoms in keep_view.axes
     ):
         return _miss("keep_mask", "a keep-mask repeating over part of the batch or head axes")
@@ -828,9 +999,11 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
                         "head axes only",
                     )
             runtime.append((view, term.factor))
+            # A runtime mask merged with the constant causal band keeps the
+            # band's masked keys masked: the op may skip them too.
+            causal = causal or _merged_band(graph, term, view)
     if constant is not None and not np.isfinite(constant).all() and runtime:
         return _miss("bias_inf", "a constant mask with infinities besides a runtime one")
-    causal = False
     if constant is not None and not runtime and keep_view is None:
         band = _causal_band(constant)
         if band is not None:
@@ -848,22 +1021,23 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
                 return _MaskPlan(None)
             return _MaskPlan(None, constant_keep=keep_plane[0, 0])
     # A runtime mask and keep-mask the op reads as the graph has them.
-    keep_as_is = keep_view is None or axis_map.in_place(keep_view)
+    keep_as_is = keep_view is None or (axis_map.in_place(keep_view) and not negated)
     keep = None if keep_view is None else keep_view.source
-    keep_reshape = None if keep_view is None else _reshape_to(keep_view)
+    keep_reshape = None if keep_view is None else _reshape_to(graph, keep_view)
     if len(runtime) == 1 and constant is None and keep_as_is:
         view, factor = runtime[0]
         if axis_map.in_place(view):
             return _MaskPlan(
                 None,
+                causal,
                 mask=view.source,
                 mask_scale=factor,
-                mask_reshape=_reshape_to(view),
+                mask_reshape=_reshape_to(graph, view),
                 keep=keep,
                 keep_reshape=keep_reshape,
             )
     if not runtime and constant is None and keep_view is not None and keep_as_is:
-        return _MaskPlan(None, keep=keep, keep_reshape=keep_reshape)
+        return _MaskPlan(None, causal, keep=keep, keep_reshape=keep_reshape)
 
     def write(graph: Graph, name: str) -> int:
         if zeroed and not runtime and constant is None:
@@ -899,7 +1073,7 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
             out = graph.add_tensor(shape, FLOAT32, f"{name}/mask")
             graph.add_op(
                 OP.SELECT_V2,
-                [keep, total, fill],
+                [keep, fill, total] if negated else [keep, total, fill],
                 [out],
                 OPTIONS.SelectV2Options,
                 schema.SelectV2OptionsT(),
@@ -907,7 +1081,13 @@ def _mask_plan(graph, scores, batch, heads, rows, key_axis, kv_len, zeroed) -> _
             total = out
         return total
 
-    return _MaskPlan(write, causal)
+    if zeroed and not runtime and constant is None:
+        kind = "bool mask"
+    elif keep_view is not None:
+        kind = "float mask (bias and keep)"
+    else:
+        kind = "float mask"
+    return _MaskPlan(write, causal, kind=kind)
 
 
 @dataclass
@@ -925,13 +1105,46 @@ class _MaskPlan:
     keep: int | None = None
     keep_reshape: list[int] | None = None
     constant_keep: np.ndarray | None = None
+    # What ``write`` gives, in the report's words.
+    kind: str | None = None
 
 
-def _reshape_to(view: View) -> list[int] | None:
+def _merged_band(graph: Graph, term: _Term, view: View) -> bool:
+    """The runtime ``term`` is MINIMUM(band, r) or ADD(band, r) of a
+    constant causal band (masked <= MAX_FILL outside the kernel's band,
+    finite in it) and a runtime r (a padding mask): every key outside the
+    band stays masked -- min(c, r) <= c whatever r is; for the ADD the
+    band's masked value must be at most MASK_VALUE (-inf, or torch's
+    finfo.min as converters write it), which any |r| < 1e30 leaves below
+    -1e37 (the bound fusion/attention.py assumes of scores) -- so the op can
+    be causal with the whole term still its float mask."""
+    op = graph.producer(term.tensor)
+    if op is None or term.factor <= 0.0 or graph.builtin(op) not in (OP.MINIMUM, OP.ADD):
+        return False
+    if graph.builtin(op) == OP.ADD and not no_activation(op):
+        return False
+    shape = graph.signature(term.tensor)
+    inputs = [int(t) for t in op.inputs]
+    for constant, rest in ((inputs[0], inputs[1]), (inputs[1], inputs[0])):
+        value = _constant_of(graph, constant)
+        if value is None or _constant_of(graph, rest) is not None:
+            continue
+        if value.dtype != np.float32 or not _broadcasts(value.shape, shape):
+            continue
+        plane = _constant_term(graph, view, np.broadcast_to(value, shape), term.factor)
+        band = None if plane is None else _causal_band(plane)
+        if band is None:
+            continue
+        if graph.builtin(op) == OP.MINIMUM or (plane[..., ~band] <= MASK_VALUE).all():
+            return True
+    return False
+
+
+def _reshape_to(graph: Graph, view: View) -> list[int] | None:
     """The 4-D shape an in-place view's source is reshaped to (None: it is
     that shape already)."""
     shape = axis_map.emitted_shape(view)
-    return None if shape == view.source_shape else shape
+    return None if shape == graph.signature(view.source) else shape
 
 
 def _constant_term(graph: Graph, view: View, value: np.ndarray, factor: float):
@@ -980,27 +1193,44 @@ def _constant_of(graph: Graph, tensor: int, depth: int = 0) -> np.ndarray | None
     if op is None or depth > 4 or not graph.is_static(tensor):
         return None
     code = graph.builtin(op)
-    if code == OP.RESHAPE:
+    shape = graph.signature(tensor)
+    if code in (OP.RESHAPE, OP.SQUEEZE, OP.EXPAND_DIMS, OP.CAST, OP.BROADCAST_TO):
         inner = _constant_of(graph, int(op.inputs[0]), depth + 1)
-        return None if inner is None else inner.reshape(graph.signature(tensor))
+        if inner is None:
+            return None
+        if code == OP.BROADCAST_TO:
+            if not _broadcasts(inner.shape, shape):
+                return None
+            inner = np.broadcast_to(inner, shape)
+        elif inner.size != int(np.prod(shape, dtype=np.int64)):
+            return None
+        return _as_type(graph, tensor, inner.reshape(shape))
+    if code == OP.FILL:
+        inner = _constant_of(graph, int(op.inputs[1]), depth + 1)
+        if inner is None or inner.size != 1:
+            return None
+        return _as_type(graph, tensor, np.broadcast_to(inner.reshape(-1)[0], shape))
     if code != OP.SELECT_V2:
         return None
     keep = _constant_of(graph, int(op.inputs[0]), depth + 1)
-    a, b = (constant_value(graph, int(t)) for t in op.inputs[1:3])
+    a, b = (_constant_of(graph, int(t), depth + 1) for t in op.inputs[1:3])
     if keep is None or a is None or b is None:
         return None
-    return np.broadcast_to(np.where(keep, a, b), graph.signature(tensor)).astype(np.float32)
+    return _as_type(graph, tensor, np.broadcast_to(np.where(keep, a, b), shape))
 
 
-def _split_padding(graph: Graph, match, q_len: int, kv_len: int) -> None:
-    """A runtime keep-mask that is a padding row AND the kernel's causal band
-    (keras-hub's decoders merge them so), with masked probabilities zeroed:
-    causal in the op (it skips the masked half) and the padding as its bool
-    mask -- the same keys kept, rows left without keys zeros either way."""
-    if not match.zero_masked_rows or q_len <= 0 or kv_len < q_len:
-        return
-    padding = padding_and_band(graph, match.keep, q_len, kv_len)
-    if padding is not None:
-        match.causal = True
-        match.keep, match.keep_row = padding, None
-        match.keep_reshape = [graph.signature(padding)[0], 1, 1, kv_len]
+def _broadcasts(source: tuple[int, ...], shape: list[int]) -> bool:
+    if len(source) > len(shape):
+        return False
+    return all(s in (1, d) for s, d in zip(source[::-1], shape[::-1], strict=False))
+
+
+def _as_type(graph: Graph, tensor: int, value: np.ndarray) -> np.ndarray | None:
+    """``value`` as the tensor's element type (a CAST to bool keeps what is
+    non-zero, as TFLite's does)."""
+    kind = graph.tensor(tensor).type
+    if kind == schema.TensorType.BOOL:
+        return np.ascontiguousarray(value != 0)
+    if kind == FLOAT32:
+        return np.ascontiguousarray(value, dtype=np.float32)
+    return None

@@ -1,8 +1,8 @@
 """What an attention match records (the fused op's operands, attrs and the
-ops it replaces) and the few graph readings that both the axis map
-(fusion/attention_axes.py) and the forms it falls back to
-(fusion/attention.py) use; fuse_quantized reads ``reaches_activation_matmul``
-too.  Kept apart so that no matcher imports another."""
+ops it replaces) and the graph readings shared by the axis map
+(fusion/attention_axes.py), the entry point's notes (fusion/attention.py)
+and fuse_quantized (``reaches_activation_matmul``).  Kept apart so that no
+matcher imports another."""
 
 from __future__ import annotations
 
@@ -17,13 +17,8 @@ from fusekit.passes.fusion.key_mask import KeyRow
 from fusekit.passes.fusion.softmax_forms import ANCHORS, softmax_at
 from fusekit.passes.fusion.values import FLOAT32, no_activation
 
-HEADS_FIRST = [0, 2, 1, 3]
-KEYS_LAST = [0, 2, 3, 1]
-SWAP_LAST = [0, 1, 3, 2]
-
-
-# The largest masked value accepted (see the module docstring), and the
-# additive mask value the fused op gets.
+# The largest masked value a keep-mask may set (fusion/attention.py says why
+# that is exact), and the additive value the fused op gets for masked keys.
 MAX_FILL = -1e4
 MASK_VALUE = -1e38
 
@@ -76,11 +71,17 @@ class AttentionMatch:
     # the mask) called before the op is added, and the ones that map its
     # result onto ``output`` (None: the result is ``output``).
     layouts: dict[str, str] = field(default_factory=dict)
+    # Operands read in place from a part of a packed tensor
+    # (fusion/packed_operands.py): "q", "k", "v" -> [axis, begin, size].
+    slices: dict[str, list[int]] = field(default_factory=dict)
     prepare: Callable[[Graph], None] | None = None
     finish_output: Callable[[Graph, int], None] | None = None
     # The tensors the region reads besides constants (its proof by
     # execution feeds them random draws).
     region_inputs: list[int] = field(default_factory=list)
+    # How the mask ``prepare`` writes is named in the report (None: read
+    # off the fields above).
+    mask_kind: str | None = None
 
 
 def band(q_len: int, kv_len: int) -> np.ndarray:
@@ -158,6 +159,43 @@ def padding_and_band(graph: Graph, keep: int, q_len: int, kv_len: int) -> int | 
         if graph.signature(padding) != [graph.signature(runtime)[0], kv_len]:
             return None
         return padding
+    return None
+
+
+def band_split(graph: Graph, keep: int, q_len: int, kv_len: int) -> tuple[int, list[int]] | None:
+    """(rest, its shape aligned with ``keep``'s) when the runtime keep-mask
+    ``keep`` [.., Sq, Skv] is the kernel's causal band AND a runtime
+    ``rest``: LOGICAL_AND with a constant whose every [Sq, Skv] plane is
+    the band (either operand), or keras-hub's MINIMUM(CAST(p), band) > 0
+    (``padding_and_band``).  The op then computes causal=True with ``rest``
+    as its keep-mask."""
+    if q_len <= 0 or kv_len < q_len:
+        return None
+    rank = len(graph.signature(keep))
+    padding = padding_and_band(graph, keep, q_len, kv_len)
+    if padding is not None:
+        return padding, [graph.signature(padding)[0], *[1] * (rank - 2), kv_len]
+    tensor = through_views(graph, keep)
+    op = graph.producer(tensor)
+    shape = graph.signature(tensor)
+    if op is None or graph.builtin(op) != OP.LOGICAL_AND or shape != graph.signature(keep):
+        return None
+    a, b = (int(t) for t in op.inputs)
+    for rest, constant in ((a, b), (b, a)):
+        if not graph.is_constant(constant) or graph.is_constant(rest):
+            continue
+        value = graph.constant(constant)
+        if value.ndim < 2 or value.shape[-2:] != (q_len, kv_len):
+            continue
+        planes = value.reshape((-1, q_len, kv_len))
+        if not all((plane == band(q_len, kv_len)).all() for plane in planes):
+            continue
+        have = graph.signature(rest)
+        if len(have) > rank:
+            continue
+        aligned = [1] * (rank - len(have)) + have
+        if all(d in (1, want) for d, want in zip(aligned, shape, strict=True)):
+            return rest, aligned
     return None
 
 

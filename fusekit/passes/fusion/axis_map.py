@@ -32,6 +32,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
+from fusekit.passes.fusion import symbolic_dims
 from fusekit.passes.fusion.values import no_activation, scalar
 
 BROADCAST = -1
@@ -494,7 +495,9 @@ def emitted_shape(view: View) -> list[int]:
     ]
 
 
-def _plan(view: View) -> tuple[list[_Factor], list[int]] | None:
+def _plan(view: View, coalesce: bool = True) -> tuple[list[_Factor], list[int]] | None:
+    """The source's factors and the view's order of them (one per atom of
+    the view, or, ``coalesce``d, as few as write it)."""
     factors = _factors(view)
     if factors is None:
         return None
@@ -506,7 +509,51 @@ def _plan(view: View) -> tuple[list[_Factor], list[int]] | None:
                 if not matches:
                     return None
                 order.append(matches[0])
+    return _coalesced(factors, order) if coalesce else (factors, order)
+
+
+def _coalesced(factors: list[_Factor], order: list[int]) -> tuple[list[_Factor], list[int]]:
+    """Neighbouring factors merged into one where the minor one is taken
+    whole and the view reads them in the same order (or reads only the
+    minor one): one contiguous run of the source either way, so that what
+    is written has as few dims as it can (the runtimes take six)."""
+    factors, order = list(factors), list(order)
+    i = len(factors) - 2
+    while i >= 0:
+        major, minor = factors[i], factors[i + 1]
+        at_major = order.index(i) if i in order else None
+        at_minor = order.index(i + 1) if i + 1 in order else None
+        whole = minor.take == minor.size
+        adjacent = at_major is None or at_minor is None or at_minor == at_major + 1
+        if not whole or not adjacent:
+            i -= 1
+            continue
+        # (A factor the view does not read is one index: take 1.)
+        merged = _Factor(
+            major.axis,
+            minor.stride,
+            major.size * minor.size,
+            major.begin * minor.size,
+            major.take * minor.size,
+            major.atom,
+        )
+        if at_major is None and at_minor is not None:
+            order[at_minor] = i
+        elif at_minor is not None:
+            order.pop(at_minor)
+        factors[i : i + 2] = [merged]
+        order = [j - 1 if j > i + 1 else j for j in order]
+        i = min(i, len(factors) - 2)
     return factors, order
+
+
+def written_dims(view: View) -> int | None:
+    """The most dims an operator ``emit`` writes for the view has (None:
+    the view cannot be written)."""
+    plan = _plan(view)
+    if plan is None:
+        return None
+    return max(len(plan[0]), len(view.axes))
 
 
 def in_place(view: View) -> bool:
@@ -527,6 +574,13 @@ def is_identity(view: View) -> bool:
     return in_place(view) and emitted_shape(view) == view.source_shape
 
 
+def is_source(graph: Graph, view: View) -> bool:
+    """Reading the view needs no operator: it is its source tensor as the
+    graph holds it, shape and all (a RESHAPE to its own shape would still
+    be a copy in the runtimes)."""
+    return in_place(view) and symbolic_dims.same(graph.signature(view.source), emitted_shape(view))
+
+
 def emit(graph: Graph, view: View, name: str, into: int | None = None) -> int | None:
     """New operators giving the view (repeats as size-1 dims, see
     emitted_shape) from its source, the last one writing ``into`` when
@@ -534,12 +588,12 @@ def emit(graph: Graph, view: View, name: str, into: int | None = None) -> int | 
     plan = _plan(view)
     if plan is None:
         return None
-    tensor = _emit(graph, view, name, plan)
+    tensor = view.source if is_source(graph, view) else _emit(graph, view, name, plan)
     if into is None:
         return tensor
     producer = graph.producer(tensor) if tensor != view.source else None
     if producer is None:
-        shape = graph.shape(into)
+        shape = graph.signature(into)
         options = schema.ReshapeOptionsT()
         options.newShape = list(shape)
         constant = graph.add_constant(np.array(shape, np.int32), name + "/into")
@@ -555,12 +609,14 @@ def _emit(graph: Graph, view: View, name: str, plan: tuple[list[_Factor], list[i
     tensor = view.source
     source_type = graph.tensor(tensor).type
     split = [f.size for f in factors]
-    if split != view.source_shape:
+    if not symbolic_dims.same(graph.signature(tensor), split):
         tensor = _reshape(graph, tensor, split, name + "/factors")
     if any(f.take != f.size for f in factors):
         begin = np.array([f.begin for f in factors], np.int32)
-        size = np.array([f.take for f in factors], np.int32)
-        out = graph.add_tensor([int(s) for s in size], source_type, name + "/slice")
+        takes = [f.take for f in factors]
+        size = np.array(symbolic_dims.written(takes), np.int32)
+        shape, signature = symbolic_dims.runtime(takes)
+        out = graph.add_tensor(shape, source_type, name + "/slice", signature=signature)
         graph.add_op(
             OP.SLICE,
             [
@@ -586,18 +642,22 @@ def _emit(graph: Graph, view: View, name: str, plan: tuple[list[_Factor], list[i
     if len(groups) > 1:
         by_source = sorted(groups, key=lambda g: g[0])
         dims = [int(np.prod([factors[i].take for i in g])) for g in by_source]
-        if graph.shape(tensor) != dims:
+        if not symbolic_dims.same(graph.signature(tensor), dims):
             tensor = _reshape(graph, tensor, dims, name + "/runs")
         perm = [by_source.index(g) for g in groups]
         tensor = graph.add_transpose(tensor, perm)
     final = emitted_shape(view)
-    if graph.shape(tensor) != final:
+    if not symbolic_dims.same(graph.signature(tensor), final):
         tensor = _reshape(graph, tensor, final, name + "/axes")
     return tensor
 
 
 def _reshape(graph: Graph, tensor: int, shape: list[int], name: str) -> int:
-    out = graph.add_tensor(list(shape), graph.tensor(tensor).type, name)
+    # A symbol (fusion/symbolic_dims.py) is written -1; the planner made
+    # sure there is at most one.
+    dims, signature = symbolic_dims.runtime(list(shape))
+    shape = symbolic_dims.written(list(shape))
+    out = graph.add_tensor(dims, graph.tensor(tensor).type, name, signature=signature)
     options = schema.ReshapeOptionsT()
     options.newShape = list(shape)
     graph.add_op(
@@ -614,7 +674,7 @@ def evaluate(view: View, value: np.ndarray) -> np.ndarray | None:
     """The view of a constant ``value`` (the source's), one dim per atom of
     the view in order, repeats as size-1 dims; None when the factors do
     not exist."""
-    plan = _plan(view)
+    plan = _plan(view, coalesce=False)
     if plan is None:
         return None
     factors, order = plan

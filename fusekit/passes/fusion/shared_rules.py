@@ -16,11 +16,19 @@ from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.errors import PassError
 from fusekit.model.graph import OP, Graph
+from fusekit.model.op_properties import DEAD_AFTER_FUSION
 from fusekit.model.tflite_schema import TENSOR_TYPES
 from fusekit.passes.fusion.values import no_activation
 from fusekit.run.op_spec import op_spec
 
 ROOTS = (OP.RSQRT, OP.SQRT)
+
+
+def finish(graph: Graph) -> None:
+    """``graph.finish()``, also dropping the dead operators a fused pattern
+    leaves behind (``op_properties.Dead.BY_FUSION``); every fusion unit ends
+    with it."""
+    graph.finish(also_pure=DEAD_AFTER_FUSION)
 
 
 @dataclass

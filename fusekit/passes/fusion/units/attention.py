@@ -138,13 +138,15 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
         mask_kind = "float mask"
     else:
         mask_kind = "no mask"
+    if match.mask_kind is not None and len(inputs) > 3:
+        mask_kind = match.mask_kind
     if rows is not None and (match.mask_row or match.keep_row):
         mask_kind += " as one key row for every query"
     attrs = AttentionFusion.attrs(match)
     output = match.output
     if match.finish_output is not None:
         shape = match.result_shape
-        output = graph.like(match.output, shape, "/attention", signature=shape)
+        output = graph.like(match.output, [max(d, 1) for d in shape], "/attention", signature=shape)
     elif match.output_perm is not None:
         shape = match.result_shape or _permuted(graph.signature(match.output))
         output = graph.like(
@@ -176,13 +178,18 @@ class AttentionFusion(Fusion[AttentionMatch]):
     anchors = SOFTMAX_ANCHORS
 
     @staticmethod
-    def attrs(match: AttentionMatch) -> dict[str, bool | float]:
+    def attrs(match: AttentionMatch) -> dict[str, bool | float | str | list[int]]:
         """The op's attrs: causal, the scale and a softcap when there is one."""
-        attrs: dict[str, bool | float | str] = {"causal": match.causal, "scale": match.scale}
+        attrs: dict[str, bool | float | str | list[int]] = {
+            "causal": match.causal,
+            "scale": match.scale,
+        }
         if match.softcap is not None:
             attrs["softcap"] = match.softcap
         # The operands' layouts the kernel reads in place (bshd: its default).
         attrs.update({k: v for k, v in match.layouts.items() if v != "bshd"})
+        # Operands read in place from a part of a packed tensor.
+        attrs.update({f"{x}_slice": part for x, part in match.slices.items()})
         return attrs
 
     def __init__(self) -> None:

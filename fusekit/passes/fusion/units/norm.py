@@ -8,18 +8,11 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
-from fusekit.model.op_properties import DEAD_AFTER_FUSION
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.norms import NormMatch, find_norms
 from fusekit.passes.fusion.pattern import Fusion
 from fusekit.passes.fusion.quantized import QUANTIZED_NORM
-from fusekit.passes.fusion.shared_rules import operand_list
-
-
-def finish(graph: Graph) -> None:
-    """``graph.finish()``, also dropping the dead operators a fused pattern
-    leaves behind (``op_properties.Dead.BY_FUSION``)."""
-    graph.finish(also_pure=DEAD_AFTER_FUSION)
+from fusekit.passes.fusion.shared_rules import finish, operand_list
 
 
 def vector_view(graph: Graph, tensor: int) -> int:

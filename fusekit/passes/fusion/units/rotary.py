@@ -12,14 +12,14 @@ from fusekit.model.graph import OP, OPTIONS, Graph
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.pattern import Fusion
 from fusekit.passes.fusion.rotary import RotaryMatch, find_rotary
-from fusekit.passes.fusion.units.norm import finish
+from fusekit.passes.fusion.shared_rules import finish
 
 
 def reshaped(graph: Graph, tensor: int, shape: list[int] | None) -> int:
     """``tensor``, or a new RESHAPE of it to the static ``shape``."""
     if shape is None:
         return tensor
-    out = graph.like(tensor, shape, "/heads")
+    out = graph.like(tensor, [max(d, 1) for d in shape], "/heads", signature=shape)
     new_shape = graph.add_constant(np.array(shape, np.int32), graph.name(out) + "/shape")
     options = schema.ReshapeOptionsT()
     options.newShape = list(shape)
