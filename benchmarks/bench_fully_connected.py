@@ -12,9 +12,11 @@ floor reads as many bytes with a vectorized read loop (memory_floor.
 ReadFloor, warm: one buffer read every call).  All three are timed in the
 same interleaved rounds, 1 thread.
 
-    .venv/bin/python benchmarks/bench_fully_connected.py [--rounds 15]
+    .venv/bin/python benchmarks/bench_fully_connected.py [--rounds 15] [--float32]
 
-Writes fully_connected.md into --out (default benchmarks/results).
+Writes fully_connected.md (fully_connected_f32.md with --float32: float32
+weights, XNNPACK's f32 GEMM against ``fusekit_fully_connected_f32``) into
+--out (default benchmarks/results).
 """
 
 from __future__ import annotations
@@ -44,14 +46,16 @@ SHAPES = {
 TOTAL_BYTES = 128 << 20
 
 
-def _row(label: str, n: int, k: int, rounds: int) -> dict[str, float]:
-    layers = max(1, -(-TOTAL_BYTES // (n * k)))
-    case = fc_model([1, k], n, layers=layers)
-    fused = fusekit.optimize(case.model, passes=["fuse_fully_connected"]).model
+def _row(label: str, n: int, k: int, rounds: int, float_weights: bool) -> dict[str, float]:
+    size = 4 if float_weights else 1
+    layers = max(1, -(-TOTAL_BYTES // (n * k * size)))
+    case = fc_model([1, k], n, layers=layers, float_weights=float_weights)
+    unit = "fuse_fully_connected_f32" if float_weights else "fuse_fully_connected"
+    fused = fusekit.optimize(case.model, passes=[unit]).model
     x = np.random.default_rng(0).standard_normal([1, k]).astype(np.float32)
     plain_i = fusekit.Interpreter(model_content=case.model, num_threads=1)
     fused_i = fusekit.Interpreter(model_content=fused, num_threads=1)
-    weight_bytes = layers * n * k
+    weight_bytes = layers * n * k * size
     floor = memory_floor.ReadFloor(weight_bytes, 1, evicted=False)
     times = compare(
         {
@@ -64,18 +68,25 @@ def _row(label: str, n: int, k: int, rounds: int) -> dict[str, float]:
         warmup=2,
     )
     per = {name: t.median_us / layers for name, t in times.items()}
-    return {"layers": layers, "bytes": n * k, **per}
+    return {"layers": layers, "bytes": n * k * size, **per}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument(
+        "--float32",
+        action="store_true",
+        help="float32 weights (fusekit_fully_connected_f32); writes fully_connected_f32.md",
+    )
     args = parser.parse_args()
+    op = "fusekit_fully_connected_f32" if args.float32 else "fusekit_fully_connected"
+    kind = "float32" if args.float32 else "int8 per-channel"
     lines = [
-        "# The decode step's weight matmuls: XNNPACK vs fusekit_fully_connected",
+        f"# The decode step's weight matmuls: XNNPACK vs {op}",
         "",
-        f"{datetime.date.today()}, 1 thread, one activation row, int8 per-channel weights "
+        f"{datetime.date.today()}, 1 thread, one activation row, {kind} weights "
         f"(about {TOTAL_BYTES >> 20} MB of them per model, as a decode step reads); "
         "medians of interleaved rounds, per matmul. Floor: reading the same bytes "
         "with a vectorized loop in the same rounds.",
@@ -85,7 +96,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     for label, (n, k) in SHAPES.items():
-        r = _row(label, n, k, args.rounds)
+        r = _row(label, n, k, args.rounds, args.float32)
         line = (
             f"| {n} x {k} | {label} | {r['xnnpack']:.1f} | {r['fused']:.1f} | "
             f"{r['floor']:.1f} | {r['xnnpack'] / r['fused']:.2f}x | "
@@ -94,7 +105,8 @@ def main() -> None:
         print(line, flush=True)
         lines.append(line)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fully_connected.md").write_text("\n".join(lines) + "\n")
+    name = "fully_connected_f32.md" if args.float32 else "fully_connected.md"
+    (args.out / name).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

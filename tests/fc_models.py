@@ -63,11 +63,14 @@ def fc_model(
     keep_num_dims: bool = True,
     layers: int = 1,
     seed: int = 0,
+    float_weights: bool = False,
 ) -> FcModel:
     """A model of ``layers`` FULLY_CONNECTED ops over the same input x of
     ``x_shape`` (each with its own int8 [n, K] weights; every output a
     graph output), so a benchmark can read more weight bytes than the
-    caches hold.  ``reference`` computes the first op's output."""
+    caches hold.  ``reference`` computes the first op's output.
+    ``float_weights``: plain float32 weights instead (``q`` holds them,
+    ``scales`` are ones)."""
     rng = np.random.default_rng(seed)
     k = int(x_shape[-1])
     rows = int(np.prod(x_shape[:-1], dtype=np.int64))
@@ -107,14 +110,20 @@ def fc_model(
     graph.operators, outputs = [], []
     first = None
     for _ in range(layers):
-        q = rng.integers(-127, 128, (n, k)).astype(np.int8)
-        scales = (
-            rng.uniform(0.002, 0.02, n).astype(np.float32)
-            if per_channel
-            else np.full(1, 0.01, np.float32)
-        )
+        if float_weights:
+            q = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+            scales = np.ones(n, np.float32)
+            weights = tensor([n, k], f32, q)
+        else:
+            q = rng.integers(-127, 128, (n, k)).astype(np.int8)
+            scales = (
+                rng.uniform(0.002, 0.02, n).astype(np.float32)
+                if per_channel
+                else np.full(1, 0.01, np.float32)
+            )
+            weights = tensor([n, k], i8, q, scales)
         b = rng.standard_normal(n).astype(np.float32) if bias else None
-        inputs = [x, tensor([n, k], i8, q, scales)]
+        inputs = [x, weights]
         if b is not None:
             inputs.append(tensor([n], f32, b))
         out = tensor(out_shape, f32)
@@ -129,7 +138,7 @@ def fc_model(
         graph.operators.append(op)
         outputs.append(out)
         if first is None:
-            full = scales if per_channel else np.repeat(scales, n)
+            full = scales if per_channel or float_weights else np.repeat(scales, n)
             first = (q, full, b)
     graph.inputs = np.asarray([x], np.int32)
     graph.outputs = np.asarray(outputs, np.int32)

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from fusekit.passes.fusion.pattern import Fusion
 from fusekit.passes.fusion.units.attention import AttentionFusion
-from fusekit.passes.fusion.units.fully_connected import FullyConnectedFusion
+from fusekit.passes.fusion.units.fully_connected import (
+    FullyConnectedF32Fusion,
+    FullyConnectedFusion,
+)
 from fusekit.passes.fusion.units.group_norm import GroupNormFusion
 from fusekit.passes.fusion.units.layer_norm import LayerNormFusion
 from fusekit.passes.fusion.units.rms_norm import RmsNormFusion
@@ -27,6 +30,7 @@ FUSIONS: tuple[type[Fusion], ...] = (
     RotaryFusion,
     AttentionFusion,
     FullyConnectedFusion,
+    FullyConnectedF32Fusion,
 )
 
 

@@ -39,6 +39,8 @@ from fusekit.run.interpreter import Interpreter
 MAX_ROWS = 8
 #: Allowed distance of the fused op from the float64 product.
 TOLERANCE = 1e-5
+#: The fused op of float32 weights.
+F32_OP = "fusekit_fully_connected_f32"
 
 _ACT = schema.ActivationFunctionType
 _ACTIVATIONS = {
@@ -63,6 +65,8 @@ class FcMatch:
     rows: int
     #: x reshaped to [rows, K] first (keep_num_dims=False over rank > 2).
     flatten: bool
+    #: float32 weights (``fusekit_fully_connected_f32``), else symmetric int8.
+    float_weights: bool = False
 
     @property
     def ops(self) -> list[schema.OperatorT]:
@@ -87,8 +91,19 @@ def _int8_scales(graph: Graph, weights: int, rows: int) -> np.ndarray | None:
     return scale
 
 
-def match_fc(graph: Graph, op: schema.OperatorT) -> FcMatch | None:
-    """A FULLY_CONNECTED the fused op computes, or None."""
+def _plain_float(graph: Graph, weights: int) -> bool:
+    """Whether ``weights`` is a plain (not quantized) float32 tensor."""
+    t = graph.tensor(weights)
+    q = t.quantization
+    quantized = q is not None and (
+        (q.scale is not None and len(q.scale) > 0) or q.details is not None
+    )
+    return t.type == schema.TensorType.FLOAT32 and not quantized
+
+
+def match_fc(graph: Graph, op: schema.OperatorT, float_weights: bool = False) -> FcMatch | None:
+    """A FULLY_CONNECTED the fused op computes (hybrid int8 weights, or
+    float32 ones when ``float_weights``), or None."""
     inputs = [int(t) for t in op.inputs]
     if len(inputs) < 2 or len(op.outputs) != 1:
         return None
@@ -108,7 +123,10 @@ def match_fc(graph: Graph, op: schema.OperatorT) -> FcMatch | None:
     w_shape, x_shape = graph.shape(weights), graph.shape(x)
     if len(w_shape) != 2 or not x_shape or x_shape[-1] != w_shape[1] or w_shape[1] == 0:
         return None
-    if _int8_scales(graph, weights, w_shape[0]) is None:
+    if float_weights:
+        if not _plain_float(graph, weights):
+            return None
+    elif _int8_scales(graph, weights, w_shape[0]) is None:
         return None
     if bias >= 0 and (graph.tensor(bias).type != float32 or graph.shape(bias) != [w_shape[0]]):
         return None
@@ -123,7 +141,7 @@ def match_fc(graph: Graph, op: schema.OperatorT) -> FcMatch | None:
         flatten = True
     else:
         return None
-    return FcMatch(op, x, weights, bias, output, activation, rows, flatten)
+    return FcMatch(op, x, weights, bias, output, activation, rows, flatten, float_weights)
 
 
 def fuse_fc(graph: Graph, found: FcMatch) -> str:
@@ -138,6 +156,15 @@ def fuse_fc(graph: Graph, found: FcMatch) -> str:
         options.newShape = shape
         graph.add_op(OP.RESHAPE, [found.x, new_shape], [x], OPTIONS.ReshapeOptions, options)
     n = graph.shape(found.weights)[0]
+    k = graph.shape(found.weights)[1]
+    if found.float_weights:
+        attrs = {"activation": found.activation}
+        inputs = [x, found.weights, found.bias]
+        replace_with_custom(graph, F32_OP, inputs, found.output, attrs, found.ops)
+        return (
+            f"{F32_OP} at {graph.name(found.output)!r} (1 op; {found.rows} x {k} by float32 "
+            f"{n} x {k}, activation={found.activation}; within 1e-5 of the FULLY_CONNECTED)"
+        )
     scales = _int8_scales(graph, found.weights, n)
     assert scales is not None
     # The scales as an operand: LiteRT's CompiledModel gives a custom op its
@@ -146,7 +173,6 @@ def fuse_fc(graph: Graph, found: FcMatch) -> str:
     inputs = [x, found.weights, table, found.bias]
     attrs = {"activation": found.activation}
     replace_with_custom(graph, "fusekit_fully_connected", inputs, found.output, attrs, found.ops)
-    k = graph.shape(found.weights)[1]
     return (
         f"fusekit_fully_connected at {graph.name(found.output)!r} (1 op; {found.rows} x {k} "
         f"by int8 {n} x {k}, activation={found.activation}; the hybrid op's arithmetic "
@@ -202,12 +228,14 @@ def measured_difference(graph: Graph, found: FcMatch) -> str | None:
     view = ModelView(reference)
     sub = next(view.graphs())
     fc = next(op for op in sub.ops if sub.builtin(op) == OP.FULLY_CONNECTED)
-    sub_found = match_fc(sub, fc)
+    sub_found = match_fc(sub, fc, found.float_weights)
     if sub_found is None:
         return "the operator, cut out alone, is not found again"
     fuse_fc(sub, sub_found)
     finish(sub)
     fused = view.pack()
+    if found.float_weights:
+        return _float_difference(graph, found, reference, fused)
     n = graph.shape(found.weights)[0]
     scales = _int8_scales(graph, found.weights, n)
     assert scales is not None
@@ -239,6 +267,33 @@ def measured_difference(graph: Graph, found: FcMatch) -> str | None:
     return None
 
 
+def _float_difference(graph: Graph, found: FcMatch, reference: bytes, fused: bytes) -> str | None:
+    """The float32 form's proof: the fused op within ``TOLERANCE`` (relative
+    to the largest sum of |x| |w|) of the FULLY_CONNECTED alone and of the
+    float64 product, on random rows."""
+    w = graph.constant(found.weights).astype(np.float64)
+    bias = graph.constant(found.bias).astype(np.float64) if found.bias >= 0 else 0.0
+    lo, hi = _CLAMPS[found.activation]
+    rng = np.random.default_rng(0)
+    for scale in (1.0, 30.0):
+        x = (rng.standard_normal(graph.shape(found.x)) * scale).astype(np.float32)
+        exact = np.clip(x.reshape(found.rows, -1).astype(np.float64) @ w.T + bias, lo, hi)
+        try:
+            got = _run(fused, x).reshape(exact.shape)
+            plain = _run(reference, x).reshape(exact.shape)
+        except Exception as error:  # noqa: BLE001 - the runtime's own error is the reason
+            return f"the check could not run ({type(error).__name__}: {error})"
+        # Relative to the dots' own scale (sum |x| |w|): float32 dots of
+        # the same terms summed in another order differ by that much.
+        magnitude = np.abs(x.reshape(found.rows, -1)).astype(np.float64) @ np.abs(w).T
+        bound = TOLERANCE * max(1.0, float(np.max(magnitude)))
+        for name, other in (("FULLY_CONNECTED", plain), ("float64 product", exact)):
+            diff = float(np.max(np.abs(got - other)))
+            if not diff <= bound:
+                return f"the fused op differs from the {name} by {diff:.3g} ({bound:.3g})"
+    return None
+
+
 class FullyConnectedFusion(Fusion[FcMatch]):
     """Hybrid int8 FULLY_CONNECTED over a few rows (decode steps)."""
 
@@ -252,13 +307,16 @@ class FullyConnectedFusion(Fusion[FcMatch]):
     # measured no faster (benchmarks/results/fully_connected.md).
     opt_in = True
 
+    #: Which weights this unit takes.
+    float_weights = False
+
     def __init__(self) -> None:
         # Proven once per shape, bias presence and activation: the kernel's
         # arithmetic does not depend on the weights' values.
         self._proven: dict[tuple, str | None] = {}
 
     def match(self, graph: Graph, anchor: schema.OperatorT) -> FcMatch | NearMiss | None:
-        found = match_fc(graph, anchor)
+        found = match_fc(graph, anchor, self.float_weights)
         if found is None:
             return None
         key = (
@@ -272,7 +330,7 @@ class FullyConnectedFusion(Fusion[FcMatch]):
             self._proven[key] = measured_difference(graph, found)
         reason = self._proven[key]
         if reason:
-            return NearMiss("fully_connected.check", f"not fused: {reason}")
+            return NearMiss(f"{self.kind}.check", f"not fused: {reason}")
         return found
 
     def rewrite(self, graph: Graph, found: FcMatch) -> str:
@@ -280,3 +338,13 @@ class FullyConnectedFusion(Fusion[FcMatch]):
 
     def finish(self, graph: Graph) -> None:
         finish(graph)
+
+
+class FullyConnectedF32Fusion(FullyConnectedFusion):
+    """float32 FULLY_CONNECTED over a few rows (decode steps)."""
+
+    kind = "fully_connected_f32"
+    op = F32_OP
+    pass_name = "fuse_fully_connected_f32"
+    opt_in = True
+    float_weights = True
