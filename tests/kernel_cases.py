@@ -706,6 +706,31 @@ def fully_connected_models(workdir: Path) -> list[Model]:
     return models
 
 
+@kernel_cases("fusekit_fully_connected_f32")
+def fully_connected_f32_models(workdir: Path) -> list[Model]:
+    """The decode step's float32 matmul (fused from a FULLY_CONNECTED with
+    float32 weights): one row over K = 576, rows 1..8 with K and N off every
+    vector width and row group, bias and activations, one case large
+    enough for two threads."""
+    from fc_models import fc_model
+
+    plan = [
+        ([1, 576], 192, False, "none"),
+        ([3, 1, 70], 13, True, "relu"),
+        ([8, 33], 7, True, "relu6"),
+        ([2, 1000], 515, True, "relu_n1_to_1"),
+    ]
+    models = []
+    for shape, n, bias, act in plan:
+        case = fc_model(shape, n, bias=bias, activation=act, seed=n, float_weights=True)
+        fused = fusekit.optimize(case.model, passes=["fuse_fully_connected_f32"]).model
+        x = np.random.default_rng(n).standard_normal(shape).astype(np.float32)
+        want = case.reference(x).astype(np.float32).reshape(*shape[:-1], n)
+        name = f"fully connected f32 x={shape} N={n} bias={bias} {act}"
+        models.append(Model(name, fused, [[x]], [[want]]))
+    return models
+
+
 @functools.cache
 def control_model() -> bytes:
     """A builtin-only model (x * 2 + 1): runs on any runtime without fusekit."""

@@ -69,6 +69,7 @@ MARKED: dict[str, str] = {
     "tests/passes/test_fuse_group_norm.py::test_options_are_the_composites_bytes": "slow",  # 8
     "tests/passes/test_fuse_rotary.py::test_options_are_the_composites_bytes": "slow",  # 8
     "tests/passes/test_fully_connected.py::test_bad_inputs_and_fuzz_never_crash": "slow",  # 10
+    "tests/passes/test_fully_connected_f32.py::test_bad_inputs_and_fuzz_never_crash": "slow",
     "tests/test_convert_multi_output.py": "slow",  # 67: a model per output count and runtime
     "tests/test_calibration.py": "slow",  # 66: int8 calibration against TensorFlow's
     "tests/test_simd_levels.py::test_kernel_at_every_simd_level": "slow",  # 60

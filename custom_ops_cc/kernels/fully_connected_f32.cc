@@ -30,7 +30,8 @@ struct FcF32Args {
   const float* bias;  // nullptr: none
   float* y;           // m rows of n
   int64_t m, k, n;
-  float lo, hi;  // the activation as a clamp (-inf, inf: none)
+  float lo, hi;
+  int64_t pf_groups; int pf_hint;  // TUNING  // the activation as a clamp (-inf, inf: none)
 };
 }  // namespace fusekit
 #endif
@@ -45,7 +46,7 @@ void FullyConnectedF32Rows(const FcF32Args& a, int64_t begin, int64_t end) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t k = a.k;
   // The same column of the next group: kRowsF32 rows further on.
-  const int64_t ahead = kRowsF32 * k;
+  const int64_t ahead = kRowsF32 * k * a.pf_groups;
   const float* const w_end = a.w + a.n * k;
   for (int64_t n0 = begin; n0 < end; n0 += kRowsF32) {
     const int rows = static_cast<int>(end - n0 < kRowsF32 ? end - n0 : kRowsF32);
@@ -59,7 +60,9 @@ void FullyConnectedF32Rows(const FcF32Args& a, int64_t begin, int64_t end) {
       int64_t j = 0;
       for (; j + lanes <= k; j += lanes) {
         if (i == 0 && prefetch) {
-          for (int r = 0; r < kRowsF32; ++r) hwy::Prefetch(w[r] + j + ahead);
+          if (a.pf_hint == 3) for (int r = 0; r < kRowsF32; ++r) __builtin_prefetch(w[r] + j + ahead, 0, 3);
+          else if (a.pf_hint == 2) for (int r = 0; r < kRowsF32; ++r) __builtin_prefetch(w[r] + j + ahead, 0, 2);
+          else if (a.pf_hint == 1) for (int r = 0; r < kRowsF32; ++r) __builtin_prefetch(w[r] + j + ahead, 0, 1);
         }
         const auto u = hn::LoadU(d, x + j);
         s0 = hn::MulAdd(u, hn::LoadU(d, w[0] + j), s0);
@@ -103,6 +106,7 @@ void FullyConnectedF32Rows(const FcF32Args& a, int64_t begin, int64_t end) {
 
 #if HWY_ONCE
 
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -155,7 +159,7 @@ class FullyConnectedF32 {
     const int64_t n = w.dim(0);
     if (n == 0 || x.num_elements() == 0) return kTfLiteOk;
     const FcF32Args a{x.data(), w.data(), bias.data(), y.data(),
-                      x.num_elements() / k, k, n, lo_, hi_};
+                      x.num_elements() / k, k, n, lo_, hi_, pf_groups_, pf_hint_};
     // Chunks of whole row groups with at least ~64 KB of weights each.
     const int64_t groups = (n + kRowsF32 - 1) / kRowsF32;
     const int64_t grain = 1 + (1 << 14) / (kRowsF32 * k);
@@ -167,6 +171,8 @@ class FullyConnectedF32 {
   }
 
  private:
+  int64_t pf_groups_ = getenv("FCPF_G") ? atoi(getenv("FCPF_G")) : 1;
+  int pf_hint_ = getenv("FCPF_H") ? atoi(getenv("FCPF_H")) : 3;
   RowsF32Fn compute_;
   float lo_ = 0.0f, hi_ = 0.0f;
 };
