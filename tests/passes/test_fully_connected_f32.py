@@ -36,6 +36,7 @@ CASES = [
     ([4, 1], 3, False, "none", True),
     ([1, 1537], 66, True, "none", True),
     ([6, 1536], 10, False, "none", True),
+    ([1, 600], 1001, True, "none", True),  # 2.4 MB: read from the huge-page copy
 ]
 
 
@@ -182,3 +183,24 @@ def test_bad_inputs_and_fuzz_never_crash():
         fuzz_mutants=60,
     )
     assert all(check.passed for check in result.checks.values()), str(result)
+
+
+def test_default_in_decode_signatures_only():
+    """``fuse`` (the default passes) takes decode signatures' matmuls, not
+    a model's few-row Dense layers elsewhere; the pass alone takes both."""
+    data = Path(__file__).resolve().parents[1] / "data" / "torch" / "zoo"
+    model = (data / "export_hf_default.tflite").read_bytes()
+    fused = fusekit.optimize(model).model
+    view = ModelView(fused)
+    decode = {int(s.subgraphIndex) for s in view.m.signatureDefs if b"decode" in s.signatureKey}
+    where = {
+        g.index
+        for g in view.graphs()
+        for op in g.ops
+        if (code := view.m.operatorCodes[op.opcodeIndex]).customCode is not None
+        and code.customCode.decode() == OP
+    }
+    assert where and where <= decode
+    case = _case([1, 64], 32)
+    assert _custom_count(fusekit.optimize(case.model).model) == 0
+    assert _custom_count(_fused(case)) == 1

@@ -233,6 +233,12 @@ class Fusion(ABC, Generic[M]):
     #: quantization error rather than proving equality to 1e-5).
     opt_in: bool = False
 
+    @classmethod
+    def in_fuse(cls) -> Fusion:
+        """The instance ``fuse`` runs: a unit may take less there than as
+        its own pass."""
+        return cls()
+
     def match(self, graph: Graph, anchor: Operator) -> M | NearMiss | None:
         raise NotImplementedError
 

@@ -7,8 +7,9 @@ The order matters: group norms first (their statistics over [B, G, C/G]
 would otherwise look like a layer norm's), then layer norms (an RMS norm
 of a centered x would otherwise match inside them), RMS norms, rotary
 embeddings (before attention: they sit on its q and k), attention, and
-last the decode-step weight matmuls (opt-in: ``fuse_fully_connected``
-alone; the other matchers read through the projections they replace)."""
+last the decode-step weight matmuls (int8: opt-in, ``fuse_fully_connected``
+alone; float32: in ``fuse`` for decode signatures only; the other matchers
+read through the projections they replace)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ FUSIONS: tuple[type[Fusion], ...] = (
 def units() -> list[Fusion]:
     """A fresh instance of every fusion ``fuse`` runs (all but the opt-in
     ones), in the table's order."""
-    return [fusion() for fusion in FUSIONS if not fusion.opt_in]
+    return [fusion.in_fuse() for fusion in FUSIONS if not fusion.opt_in]
 
 
 def unit(pass_name: str) -> Fusion:

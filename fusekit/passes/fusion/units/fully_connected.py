@@ -340,11 +340,40 @@ class FullyConnectedFusion(Fusion[FcMatch]):
         finish(graph)
 
 
+def decode_subgraph(graph: Graph) -> bool:
+    """Whether a signature whose key names a decode step (``decode``,
+    ``decode_step``...) runs ``graph``."""
+    return any(
+        s.subgraphIndex == graph.index and b"decode" in (s.signatureKey or b"").lower()
+        for s in graph.model.m.signatureDefs or []
+    )
+
+
 class FullyConnectedF32Fusion(FullyConnectedFusion):
-    """float32 FULLY_CONNECTED over a few rows (decode steps)."""
+    """float32 FULLY_CONNECTED over a few rows (decode steps).
+
+    In ``fuse`` (the default passes) only in decode signatures' subgraphs:
+    there it measured 1.1-1.2x faster over a whole step than XNNPACK's GEMM
+    (benchmarks/results/fully_connected_f32.md); elsewhere, a model's few
+    small Dense layers would only trade XNNPACK's one delegate node for
+    several nodes.  As its own pass (``fuse_fully_connected_f32``) in every
+    subgraph."""
 
     kind = "fully_connected_f32"
     op = F32_OP
     pass_name = "fuse_fully_connected_f32"
-    opt_in = True
+    opt_in = False
     float_weights = True
+
+    def __init__(self, decode_only: bool = False) -> None:
+        super().__init__()
+        self.decode_only = decode_only
+
+    @classmethod
+    def in_fuse(cls) -> FullyConnectedF32Fusion:
+        return cls(decode_only=True)
+
+    def match(self, graph: Graph, anchor: schema.OperatorT) -> FcMatch | NearMiss | None:
+        if self.decode_only and not decode_subgraph(graph):
+            return None
+        return super().match(graph, anchor)
