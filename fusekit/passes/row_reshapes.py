@@ -1,4 +1,4 @@
-"""``row_reshapes``: reshapes that only regroup the leading axes around
+"""Reshapes that only regroup the leading axes around
 row-wise operators are removed, the operators running on the tensor's
 original shape instead.
 
@@ -18,7 +18,7 @@ region tensors, or outputs of reshapes from ``A``) takes leading axes ``A``
 instead of ``B``.  Its entry reshapes disappear; a reader that needs
 ``B`` gets one reshape back; readers that are reshapes themselves read the
 region directly (then often to their own input's shape: identities, dropped
-by cleanup).  A region is rewritten only when the bytes its entry reshapes
+by the pass).  A region is rewritten only when the bytes its entry reshapes
 copy outweigh those of the reshapes it adds.  Every value is computed by the
 same operator on the same row: outputs are bit-identical.
 """
@@ -31,9 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from fusekit.model.graph import OP, OPTIONS, Graph, ModelView
-from fusekit.passes.cleanup import remove_identity_reshapes
-from fusekit.passes.registry import PassOptions, register
+from fusekit.model.graph import OP, OPTIONS, Graph
 
 # Operators computing each element from the element at the same place
 # (a second operand broadcast along the last axis at most).
@@ -262,18 +260,4 @@ def drop_row_reshapes(graph: Graph) -> int:
             removed += len(region.entries)
             again = True
             break
-    if removed:
-        remove_identity_reshapes(graph)
     return removed
-
-
-@register("row_reshapes")
-def row_reshapes(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]]:
-    """Removes reshapes around row-wise operators: see the module docstring."""
-    total = 0
-    for graph in model.graphs():
-        n = drop_row_reshapes(graph)
-        if n:
-            graph.finish()
-        total += n
-    return model, [f"reshapes around row-wise ops removed: {total}"] if total else []

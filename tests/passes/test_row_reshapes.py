@@ -1,4 +1,4 @@
-"""The row_reshapes pass: reshapes that only regroup the leading axes
+"""The reshapes pass's first rule (row_reshapes.py): reshapes that only regroup the leading axes
 around row-wise operators (a Swin block's [1, H, W, C] <-> [1, H*W, C]
 around its norms and MLP) are removed, the operators running on the
 original shape; results are bit-identical."""
@@ -56,11 +56,11 @@ def test_reshapes_around_a_row_wise_block_go():
     x = b.input([1, 4, 6, 8])
     y = _block(b, _block(b, x, 4, 6, 8), 4, 6, 8)
     model = b.build([b.transpose(y, (0, 2, 1, 3))])
-    result = fusekit.optimize(model, passes=["row_reshapes", "cleanup"])
+    result = fusekit.optimize(model, passes=["reshapes", "cleanup"])
     assert count(model, "RESHAPE") == 4
     assert count(result.model, "RESHAPE") == 0
     _same(model, result.model)
-    assert "removed: 2" in result.report.line("row_reshapes").changes[0]
+    assert "removed: 2" in result.report.line("reshapes").changes[0]
 
 
 def test_a_reader_needing_the_flat_shape_keeps_one_reshape():
@@ -69,7 +69,7 @@ def test_a_reader_needing_the_flat_shape_keeps_one_reshape():
     rows = b.reshape(x, [1, 24, 8])
     y = b.unary(OP.TANH, b.unary(OP.RELU, rows))
     model = b.build([b.softmax(y), b.reshape(y, [1, 4, 6, 8])])  # SOFTMAX is no row op here
-    result = fusekit.optimize(model, passes=["row_reshapes", "cleanup"])
+    result = fusekit.optimize(model, passes=["reshapes", "cleanup"])
     # The entry reshape moves to the SOFTMAX's side; the exit one cancels.
     assert count(result.model, "RESHAPE") == 1
     _same(model, result.model)
@@ -82,7 +82,7 @@ def test_a_reshape_of_the_last_axis_or_a_broadcast_over_rows_stays():
     rows = b.reshape(x, [1, 24, 8])
     per_row = b.binary(OP.MUL, rows, b.const(np.ones([1, 24, 1], np.float32)))  # per row
     model = b.build([merged, per_row])
-    result = fusekit.optimize(model, passes=["row_reshapes"])
+    result = fusekit.optimize(model, passes=["reshapes"])
     assert result.model is model or count(result.model, "RESHAPE") == 2
     _same(model, result.model)
 
@@ -92,7 +92,7 @@ def test_a_graph_output_keeps_its_shape():
     x = b.input([1, 4, 6, 8])
     y = b.unary(OP.RELU, b.reshape(x, [1, 24, 8]))
     model = b.build([y])
-    result = fusekit.optimize(model, passes=["row_reshapes"])
+    result = fusekit.optimize(model, passes=["reshapes"])
     assert run(result.model, random_inputs(model))[0].shape == (1, 24, 8)
     _same(model, result.model)
 
