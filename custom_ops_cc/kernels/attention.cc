@@ -72,6 +72,7 @@
 #include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/declared_dims.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention.cc"
@@ -215,20 +216,6 @@ inline Slice ParseSlice(const Attrs& attrs, const char* key, std::string* error)
   return s;
 }
 
-// The dims attr `key` (q_shape, k_shape, v_shape, out_shape; absent or
-// empty: none); sets *error when malformed.
-inline std::vector<int64_t> ParseDims(const Attrs& attrs, const char* key, std::string* error) {
-  if (!attrs.Has(key)) return {};
-  std::vector<int64_t> v = attrs.Ints(key);
-  bool ok = v.size() <= 8;
-  for (int64_t d : v) ok = ok && d >= 0 && d <= INT32_MAX;
-  if (!ok) {
-    *error = std::string("attr '") + key + "' must be at most 8 dims, each in [0, 2^31)";
-    return {};
-  }
-  return v;
-}
-
 // The dims an input is read as: its shape attr, else its own; an empty
 // string, or why the attr does not fit the input.
 inline std::string InputDims(const Tensor& t, const std::vector<int64_t>& shape, const char* name,
@@ -342,10 +329,10 @@ class Attention {
         q_slice_(ParseSlice(attrs, "q_slice", error)),
         k_slice_(ParseSlice(attrs, "k_slice", error)),
         v_slice_(ParseSlice(attrs, "v_slice", error)),
-        q_shape_(ParseDims(attrs, "q_shape", error)),
-        k_shape_(ParseDims(attrs, "k_shape", error)),
-        v_shape_(ParseDims(attrs, "v_shape", error)),
-        out_shape_(ParseDims(attrs, "out_shape", error)),
+        q_shape_(ParseDeclaredDims(attrs, "q_shape", error)),
+        k_shape_(ParseDeclaredDims(attrs, "k_shape", error)),
+        v_shape_(ParseDeclaredDims(attrs, "v_shape", error)),
+        out_shape_(ParseDeclaredDims(attrs, "out_shape", error)),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
         query_panel_(FUSEKIT_SIMD_CHOOSE(AttentionQueryPanel)),
         item_(Storage<T>::Item()),
@@ -427,17 +414,8 @@ class Attention {
     // out has q's layout.
     int out_dims[4] = {qv.dim_int(0), qv.dim_int(1), qv.dim_int(2), qv.dim_int(3)};
     out_dims[ql.depth] = vv.dim_int(vl.depth);
-    if (!out_shape_.empty()) {
-      int64_t want = 1, got = 1;
-      for (int d : out_dims) want *= d;
-      for (int64_t d : out_shape_) got *= d;
-      FUSEKIT_ENSURE(ctx, got == want,
-                     "out_shape holds %lld elements, the result [%d, %d, %d, %d] %lld",
-                     static_cast<long long>(got), out_dims[0], out_dims[1], out_dims[2],
-                     out_dims[3], static_cast<long long>(want));
-      return ctx.ResizeOutput(out, std::vector<int>(out_shape_.begin(), out_shape_.end()));
-    }
-    return ctx.ResizeOutput(out, {out_dims[0], out_dims[1], out_dims[2], out_dims[3]});
+    return ResizeDeclared(ctx, out, {out_dims[0], out_dims[1], out_dims[2], out_dims[3]},
+                          out_shape_, "out_shape");
   }
 
   TfLiteStatus Invoke(OpContext& ctx, In<T> q, In<T> k, In<T> v, Opt<MaskT> mask,

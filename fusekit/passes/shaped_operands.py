@@ -4,7 +4,7 @@
 tensor of those dims (row-major, the same elements), so a RESHAPE between
 it and its producer or its consumer is dropped: the op reads the
 reshape's input and declares the dims it stood for, or writes the
-reshape's output and declares that tensor's dims.
+reshape's output and declares that tensor's dims (OpSpec.declared_dims).
 
 The reshape was a copy at run time (a fused op's operand leaves the
 delegated partition, where a reshape always copies); reading through dims
@@ -60,11 +60,11 @@ def absorb_reshapes(graph: Graph) -> int:
         spec = _spec(graph, op)
         if spec is None:
             continue
-        declared = {a.name for a in spec.attrs}
+        declared = {operand: key for key, operand in spec.declared_dims.items()}
         attrs: dict | None = None
         for position, operand in enumerate(spec.inputs):
-            key = f"{operand.name}_shape"
-            if key not in declared or position >= len(op.inputs) or int(op.inputs[position]) < 0:
+            key = declared.get(operand.name)
+            if key is None or position >= len(op.inputs) or int(op.inputs[position]) < 0:
                 continue
             t = int(op.inputs[position])
             producer = graph.producer(t)
@@ -78,10 +78,10 @@ def absorb_reshapes(graph: Graph) -> int:
             graph.set_input(op, position, int(producer.inputs[0]))
             absorbed += 1
         for position, operand in enumerate(spec.outputs):
-            key = f"{operand.name}_shape"
+            key = declared.get(operand.name)
             out = int(op.outputs[position])
             readers = graph.consumers(out)
-            if key not in declared or graph.is_output(out) or len(readers) != 1:
+            if key is None or graph.is_output(out) or len(readers) != 1:
                 continue
             reader = readers[0]
             if not _reshape(graph, reader) or int(reader.inputs[0]) != out:
