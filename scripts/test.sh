@@ -20,7 +20,7 @@ if [ "${FUSEKIT_TORCH:-1}" != 0 ]; then
   .venv-torch/bin/python -m pytest -m torch tests/torch
 fi
 # The kernel tests and a small fuzz corpus again on an ASan/UBSan build of
-# the plugin (about two minutes); FUSEKIT_SANITIZE=0 leaves it out.
+# the plugin (about ten minutes); FUSEKIT_SANITIZE=0 leaves it out.
 if [ "${FUSEKIT_SANITIZE:-1}" != 0 ]; then
   printf '\n== sanitizers\n'
   bash scripts/sanitize.sh --quick
