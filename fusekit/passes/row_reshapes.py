@@ -180,6 +180,12 @@ def _grow(graph: Graph, start: schema.OperatorT) -> _Region | None:
                 region.back.append((reader, t))
                 continue
             operands = [int(u) for u in reader.inputs if int(u) >= 0]
+            if graph.builtin(reader) not in _BINARY and any(
+                not graph.is_constant(u) for u in operands[1:]
+            ):
+                # Weights, gamma, beta: per-channel operands, never rows.
+                region.back.append((reader, t))
+                continue
             if not all(graph.is_constant(u) or admit(u) for u in operands):
                 # An operand from outside, perhaps reached later through
                 # the region (a residual add's other branch).

@@ -118,3 +118,22 @@ def _run_fused(model: bytes, inputs: list[np.ndarray]) -> np.ndarray:
         interp.set_tensor(detail["index"], value)
     interp.invoke()
     return interp.get_tensor(interp.get_output_details()[0]["index"])
+
+
+def test_a_region_tensor_read_as_weights_keeps_its_shape():
+    b = Builder()
+    x = b.input([1, 2, 3, 4])
+    rows = b.reshape(x, [6, 4])
+    options = schema.FullyConnectedOptionsT()
+    options.keepNumDims = True
+    product = b.op(
+        OP.FULLY_CONNECTED,
+        [rows, rows, b.const(np.zeros(6, np.float32))],
+        lambda a, w, _bias: (a @ w.T).astype(np.float32),
+        OPT.FullyConnectedOptions,
+        options,
+    )
+    back = b.reshape(b.unary(OP.RELU, rows), [1, 2, 3, 4])
+    model = b.build([b.softmax(product), back])
+    result = fusekit.optimize(model, passes=["reshapes"])
+    _same(model, result.model)
