@@ -21,7 +21,11 @@
 // [N, 3 H D] rows as timm's [B, S, 3, H, D]) is no copy.  Output
 // [B, Sq, H, Dv] of q's dtype, written row-major into an output tensor of
 // dims out_shape when given (the same number of elements: the reshape a
-// consumer wanted, for free).  Query head h reads kv head h / (H / Hkv).
+// consumer wanted, for free).  mask_layout ("bhqk", the default: the mask
+// broadcasts to [B, H, Sq, Skv]; "bhkq": to [B, H, Skv, Sq], its last two
+// axes swapped, so that a bias differing per query is read a vector of
+// queries at a time rather than gathered; the fusion stores a constant
+// bias so).  Query head h reads kv head h / (H / Hkv).
 //
 // float16 is storage only: loads promote to float32, every sum, max and
 // exp is float32, and the output rows are rounded to float16 once.  The
@@ -70,6 +74,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/attention.h"
 #include "kernels/declared_dims.h"
@@ -289,6 +294,18 @@ inline std::string MakeView(const std::vector<int64_t>& dims_in, const Slice& s,
   return "";
 }
 
+// Attr mask_layout: true for "bhkq" (keys before queries), false for
+// "bhqk" or absent; sets *error otherwise.
+inline bool ParseMaskLayout(const Attrs& attrs, std::string* error) {
+  if (!attrs.Has("mask_layout")) return false;
+  const std::string name = attrs.String("mask_layout");
+  if (name.empty() || name == "bhqk") return false;
+  if (name == "bhkq") return true;
+  *error = "attr 'mask_layout' must be 'bhqk' [B, H, Sq, Skv] or 'bhkq' [B, H, Skv, Sq], got '" +
+           name + "'";
+  return false;
+}
+
 // Everything Invoke needs besides the tensors, decided from the shapes.
 struct Plan {
   att::Layout layout;
@@ -333,6 +350,7 @@ class Attention {
         k_shape_(ParseDeclaredDims(attrs, "k_shape", error)),
         v_shape_(ParseDeclaredDims(attrs, "v_shape", error)),
         out_shape_(ParseDeclaredDims(attrs, "out_shape", error)),
+        mask_keys_major_(ParseMaskLayout(attrs, error)),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
         query_panel_(FUSEKIT_SIMD_CHOOSE(AttentionQueryPanel)),
         item_(Storage<T>::Item()),
@@ -395,14 +413,17 @@ class Attention {
       FUSEKIT_ENSURE(ctx, mask.rank() <= 4,
                      "mask must have rank <= 4 (broadcastable to [B, H, Sq, Skv]), got rank %d",
                      mask.rank());
-      const int scores[4] = {qv.dim_int(0), heads, q_len, kv_len};
+      // The scores' dims in the mask's axis order.
+      int scores[4] = {qv.dim_int(0), heads, q_len, kv_len};
+      if (mask_keys_major_) std::swap(scores[2], scores[3]);
       for (int i = 0; i < mask.rank(); ++i) {
         const int want = scores[4 - mask.rank() + i];
         const int got = mask.dim(i);
         FUSEKIT_ENSURE(ctx, got == 1 || got == want,
                        "mask dim %d is %d, must be 1 or %d to broadcast to the scores "
-                       "[B, H, Sq, Skv] = [%d, %d, %d, %d]",
-                       i, got, want, scores[0], scores[1], scores[2], scores[3]);
+                       "%s = [%d, %d, %d, %d]",
+                       i, got, want, mask_keys_major_ ? "[B, H, Skv, Sq]" : "[B, H, Sq, Skv]",
+                       scores[0], scores[1], scores[2], scores[3]);
       }
     }
     const Problem p = Describe(q, k, v, mask, out);
@@ -505,6 +526,8 @@ class Attention {
         p.mask_stride[i] = dim == 1 ? 0 : stride;
         stride *= dim;
       }
+      // Key-major: memory axis 2 is the keys', 3 the queries'.
+      if (mask_keys_major_) std::swap(p.mask_stride[2], p.mask_stride[3]);
       if constexpr (std::is_same_v<MaskT, bool>) {
         p.mask_keep = reinterpret_cast<const uint8_t*>(mask.data());
       } else {
@@ -726,6 +749,7 @@ class Attention {
   std::vector<int64_t> k_shape_;
   std::vector<int64_t> v_shape_;
   std::vector<int64_t> out_shape_;
+  bool mask_keys_major_;  // mask_layout 'bhkq'
   PanelFn panel_;
   PanelFn query_panel_;
   typename Storage<T>::ItemFn item_;
@@ -743,7 +767,7 @@ class Attention {
                  attr::String("k_layout"), attr::String("v_layout"),          \
                  attr::Ints("q_slice"), attr::Ints("k_slice"), attr::Ints("v_slice"), \
                  attr::Ints("q_shape"), attr::Ints("k_shape"), attr::Ints("v_shape"), \
-                 attr::Ints("out_shape"))
+                 attr::Ints("out_shape"), attr::String("mask_layout"))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

@@ -6,6 +6,8 @@ The reshapes pass writes these attrs; every runtime reads them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -110,3 +112,53 @@ def test_dims_that_do_not_fit_are_named(model):
         if outcome.error is None or OP not in outcome.error or message not in outcome.error:
             failures.append(f"{name}: {outcome.error}")
     assert not failures, "\n".join(failures)
+
+
+ZOO = Path(__file__).resolve().parents[1] / "data" / "torch" / "zoo"
+
+
+def test_a_constant_per_query_bias_is_stored_key_major():
+    """Swin's relative-position bias and shift mask (per query): the fusion
+    stores them [.., Skv, Sq] (mask_layout 'bhkq'), read a vector of queries
+    at a time; every runtime gives the plain model's outputs."""
+    plain = (ZOO / "timm_swin.tflite").read_bytes()
+    fused = fusekit.optimize(plain).model
+    layouts = []
+
+    def read(m):
+        for op in custom_ops(m, OP):
+            layouts.append(
+                flexbuffers.Loads(bytes(np.asarray(op.customOptions))).get("mask_layout")
+            )
+
+    edit(fused, read)
+    assert layouts and set(layouts) == {"bhkq"}
+    x = np.random.default_rng(5).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    (want,) = run_jobs("litert", [Job(plain, [[x]])])
+    failures = []
+    for runtime in RUNTIMES:
+        (outcome,) = run_jobs(runtime, [Job(fused, [[x]])])
+        if outcome.error is not None:
+            failures.append(f"{runtime}: {outcome.error}")
+        elif not np.allclose(outcome.outputs[0][0], want.ok()[0][0], atol=1e-5):
+            failures.append(
+                f"{runtime}: max diff {np.abs(outcome.outputs[0][0] - want.ok()[0][0]).max()}"
+            )
+    assert not failures, "\n".join(failures)
+
+
+def test_the_body_reads_a_key_major_mask():
+    from fusekit.ops.attention import _attention_body
+
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((1, 6, 2, 8)).astype(np.float32) for _ in range(3))
+    bias = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    want = attention_reference(q, k, v, bias)
+    got = _attention_body(q, k, v, np.swapaxes(bias, -1, -2).copy(), mask_layout="bhkq")
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+
+
+def test_a_bad_mask_layout_is_named(model):
+    rows = np.zeros((B * S, 3 * H * D), np.float32)
+    (outcome,) = run_jobs("litert", [Job(_with(model, {"mask_layout": "bqhk"}), [[rows]])])
+    assert outcome.error is not None and "attr 'mask_layout' must be 'bhqk'" in outcome.error
