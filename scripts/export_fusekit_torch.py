@@ -5,6 +5,8 @@ downloads: seeded random weights).
 * ``ops``: a block marked with every ``fusekit.torch.ops`` op;
 * ``user``: a user's composites (``my_custom_fused_op``, ``weighted_sum``)
   no fusekit kernel serves;
+* ``packed``: attention reading q, k and v from one packed projection
+  through ``q_slice``/``k_slice``/``v_slice``;
 * ``refusals``: composites whose attrs or body do not fit the kernel they
   name (a wrong epsilon, an undeclared attr, a newer options version), and
   a ``litert_custom_op.fusekit_rms_norm`` custom op.
@@ -29,7 +31,13 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "data" / "torch" / "fusekit_ops"
 # The modules the torch tier's tests check too.
 sys.path.insert(0, str(REPO / "tests" / "torch"))
-from torch_modules import OpsBlock, TwoOps, ops_block_args  # noqa: E402
+from torch_modules import (  # noqa: E402
+    OpsBlock,
+    PackedAttention,
+    TwoOps,
+    ops_block_args,
+    packed_attention_args,
+)
 
 
 def _rms(x, gamma, epsilon):
@@ -99,6 +107,7 @@ def main(out_dir: Path) -> None:
     _export(out_dir, "ops", OpsBlock(), ops_block_args())
     _export(out_dir, "user", TwoOps(), (torch.randn(2, 5, 3), torch.randn(2, 5, 3)))
     _export(out_dir, "refusals", Refusals(), (torch.randn(2, 16),))
+    _export(out_dir, "packed", PackedAttention(), packed_attention_args())
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ SLOW_RUNTIMES = frozenset({"tf", "tflite_runtime"})
 MARKED: dict[str, str] = {
     # Real exports with litert-torch in .venv-torch (2.4 min at load 8).
     "tests/torch/test_torch_composite.py": "torch",  # 85 (plugin builds of 40)
-    "tests/torch/test_torch_ops.py": "torch",  # 30
+    "tests/torch/test_torch_ops.py": "torch",  # 55 (packed_attention.py example: 20)
     "tests/torch/test_pytorch_doc.py": "torch",  # 30: docs/pytorch.md's walkthrough as written
     # Conversions of many or large models, sweeps over shapes.
     # Packed q, k, v read in place: five conversions run on every runtime,

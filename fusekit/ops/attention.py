@@ -13,7 +13,7 @@ from fusekit.author.composite import Composite, composite
 from fusekit.ops._affine import composite_attrs
 from fusekit.run.attention_attrs import AXES as _AXES
 from fusekit.run.attention_attrs import DIMS as _DIMS
-from fusekit.run.attention_attrs import attention_attrs, check_layouts
+from fusekit.run.attention_attrs import attention_attrs, check_layouts, check_slice
 from fusekit.run.op_spec import op_spec
 
 _OP = "fusekit_attention"
@@ -164,41 +164,9 @@ def _part(name: str, t: Any, part: Any) -> tuple[Any, list[int] | None]:
     (None: no slice): a stand-in of the operand's shape for the checks."""
     if part is None:
         return t, None
-    attr = f"{name}_slice"
-    if len(part) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) for x in part):
-        raise ValueError(f"{_OP}: {attr} must be (axis, begin, size) ints, got {part!r}")
-    axis, begin, size = part
     shape = tf.TensorShape(getattr(t, "shape", None))
-    if shape.rank not in (4, 5):
-        raise ValueError(
-            f"{_OP}: with {attr}, {name} must have rank 4 or 5, got "
-            f"{'unknown rank' if shape.rank is None else f'shape {shape.as_list()}'}"
-        )
-    rank = shape.rank
-    at = axis + rank if axis < 0 else axis
-    if not 0 <= at < rank or (rank == 5 and at == 4):
-        raise ValueError(
-            f"{_OP}: {attr} axis {axis} must name an axis of {name}'s rank-{rank} input"
-            + (" other than the last" if rank == 5 else "")
-        )
-    extent = shape[at]
-    if begin < 0 or size < 1 or (rank == 5 and size != 1):
-        raise ValueError(
-            f"{_OP}: {attr} must have begin >= 0 and size >= 1 (1 on a rank-5 input), "
-            f"got {list(part)}"
-        )
-    if extent is None:
-        raise ValueError(f"{_OP}: {name}'s axis {at} that {attr} slices must be static")
-    if begin + size > extent:
-        raise ValueError(
-            f"{_OP}: {attr} {list(part)} reaches past axis {at} of {name} (size {extent})"
-        )
-    dims = shape.as_list()
-    if rank == 5:
-        del dims[at]
-    else:
-        dims[at] = size
-    return tf.TensorSpec(dims, _dtype(t)), [axis, begin, size]
+    dims, attr = check_slice(name, part, None if shape.rank is None else shape.as_list())
+    return tf.TensorSpec(dims, _dtype(t)), attr
 
 
 def _as_bshd(shape: tf.TensorShape, layout: str) -> tf.TensorShape:

@@ -6,7 +6,7 @@ layout left out.  No TensorFlow or torch import."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fusekit.run.op_spec import op_spec
@@ -44,6 +44,68 @@ def check_layouts(q_layout: Any, k_layout: Any, v_layout: Any) -> dict[str, str]
         if not isinstance(layout, str) or layout not in allowed:
             raise ValueError(f"{OP}: {name}_layout must be one of {allowed}, got {layout!r}")
     return layouts
+
+
+def slice_attrs() -> dict[str, str]:
+    """The operands the op reads from part of an input, each with its attr
+    (``{"q": "q_slice", ...}``), as the op's spec declares them."""
+    names = {a.name for a in op_spec(OP).attrs}
+    return {name: f"{name}_slice" for name in ("q", "k", "v") if f"{name}_slice" in names}
+
+
+def check_slice(
+    name: str, part: Any, shape: Sequence[int | None] | None
+) -> tuple[list[int | None], list[int]]:
+    """The operand ``name`` reads through the slice attr ``part`` (axis,
+    begin, size) of an input of ``shape`` (None: unknown rank; a None dim:
+    known only at run time): the operand's dims (a rank-5 input loses the
+    axis, a rank-4 one keeps it with ``size`` elements) and the attr.
+
+    Raises:
+      ValueError: no such slice attr, or a slice the kernel would refuse
+        (named with the op, the attr and the value).
+    """
+    attr = slice_attrs().get(name)
+    if attr is None:
+        raise ValueError(f"{OP}: the op reads no {name!r} operand through a slice attr")
+    if (
+        isinstance(part, (str, bytes))
+        or not isinstance(part, Sequence)
+        or len(part) != 3
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in part)
+    ):
+        raise ValueError(f"{OP}: {attr} must be (axis, begin, size) ints, got {part!r}")
+    axis, begin, size = (int(x) for x in part)
+    if shape is None or len(shape) not in (4, 5):
+        raise ValueError(
+            f"{OP}: with {attr}, {name} must have rank 4 or 5, got "
+            f"{'unknown rank' if shape is None else f'shape {list(shape)}'}"
+        )
+    rank = len(shape)
+    at = axis + rank if axis < 0 else axis
+    if not 0 <= at < rank or (rank == 5 and at == 4):
+        raise ValueError(
+            f"{OP}: {attr} axis {axis} must name an axis of {name}'s rank-{rank} input"
+            + (" other than the last" if rank == 5 else "")
+        )
+    if begin < 0 or size < 1 or (rank == 5 and size != 1):
+        raise ValueError(
+            f"{OP}: {attr} must have begin >= 0 and size >= 1 (1 on a rank-5 input), "
+            f"got {list(part)}"
+        )
+    extent = shape[at]
+    if extent is None:
+        raise ValueError(f"{OP}: {name}'s axis {at} that {attr} slices must be static")
+    if begin + size > extent:
+        raise ValueError(
+            f"{OP}: {attr} {list(part)} reaches past axis {at} of {name} (size {extent})"
+        )
+    dims = list(shape)
+    if rank == 5:
+        del dims[at]
+    else:
+        dims[at] = size
+    return dims, [axis, begin, size]
 
 
 def _finite(value: Any) -> bool:

@@ -454,3 +454,78 @@ def test_float_band_merged_with_a_runtime_mask_is_causal(merge):
         interpreter.invoke()
         outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
     np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)
+
+
+def _heads_and_queries(graph, op) -> tuple[int, int]:
+    """The fused op's query heads and query rows, from its result's shape
+    ([B, Sq, H, Dv], or [B, H, Sq, Dv] with q_layout "bhsd")."""
+    attrs = flexbuffers.Loads(bytes(np.asarray(op.customOptions, np.uint8)))
+    _, a, b, _ = graph.signature(int(op.outputs[0]))
+    return (a, b) if attrs.get("q_layout") == "bhsd" else (b, a)
+
+
+def test_efficientformer_queries_stay_the_ops_queries():
+    """EfficientFormerV2's attention (q from a [B, 2, 2, C] map, 4 heads of
+    4 queries): the query rows are split in two by the map's own axes, and
+    nothing needs either part read as heads, so the op has 4 heads of 4
+    queries, not 8 of 2 (the kernel works on one head's rows together)."""
+    model = (DATA.parent / "zoo" / "timm_efficientformerv2.tflite").read_bytes()
+    result = fusekit.optimize(model, ["fuse_attention"])
+    ((graph, op),) = _fused_ops(result.model)
+    assert _heads_and_queries(graph, op) == (4, 4)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_spatial_queries_are_not_folded_into_heads(masked):
+    """Attention over a feature map, written as vision models write it: q
+    from a [B, 7, 7, C] map, k and v from a [B, 14, 14, C] one, each
+    reshaped to [B, H, S, D].  The map cuts the 49 query rows into 7 x 7;
+    without a mask, or with a key padding mask (the same for every row),
+    the op reads 8 heads of 49 queries -- not 56 heads of 7 -- and
+    computes what the plain model does."""
+    import tensorflow as tf
+    from fuse_models import convert_function
+
+    heads, depth = 8, 16
+    width = heads * depth
+
+    def split(x, side):
+        t = tf.reshape(x, [1, side * side, heads, depth])
+        return tf.transpose(t, [0, 2, 1, 3])
+
+    @tf.function
+    def attend(fq, fk, fv, padding):
+        q, k, v = split(fq, 7), split(fk, 14), split(fv, 14)
+        scores = tf.matmul(q, k, transpose_b=True) * depth**-0.5
+        if masked:
+            scores = scores + padding
+        out = tf.matmul(tf.nn.softmax(scores), v)
+        return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [1, 7, 7, width])
+
+    original = convert_function(
+        attend,
+        tf.TensorSpec([1, 7, 7, width]),
+        tf.TensorSpec([1, 14, 14, width]),
+        tf.TensorSpec([1, 14, 14, width]),
+        tf.TensorSpec([1, 1, 1, 196]),
+    )
+    result = fusekit.optimize(original, ["fuse_attention"])
+    ((graph, op),) = _fused_ops(result.model)
+    assert _heads_and_queries(graph, op) == (heads, 49)
+    rng = np.random.default_rng(9)
+    feeds = {
+        "fq": rng.standard_normal([1, 7, 7, width]).astype(np.float32),
+        "fk": rng.standard_normal([1, 14, 14, width]).astype(np.float32),
+        "fv": rng.standard_normal([1, 14, 14, width]).astype(np.float32),
+        "padding": np.where(rng.random([1, 1, 1, 196]) < 0.2, -1e9, 0.0).astype(np.float32),
+    }
+    outputs = []
+    for model in (original, result.model):
+        interpreter = Interpreter(model_content=model, num_threads=1)
+        interpreter.allocate_tensors()
+        for detail in interpreter.get_input_details():
+            (name,) = [n for n in feeds if n in detail["name"]]
+            interpreter.set_tensor(detail["index"], feeds[name])
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5, rtol=0)

@@ -62,9 +62,11 @@ def _attention_ops(model: bytes) -> list[tuple[list[int], dict]]:
 
 
 def test_packed_gqa_is_read_as_grouped_query_attention():
-    """A causal band tiled over the groups (an additive -inf constant), a
-    padding keep-mask, and a result left heads-first: q reaches the op as
-    [B, S, H, D] in each; the band becomes causal=True."""
+    """A causal band tiled over the groups (an additive -inf constant) and
+    a padding keep-mask: q reaches the op as [B, S, H, D], the band as
+    causal=True.  A padding mask with the result left heads-first: no mask
+    needs the groups read as heads and both readings copy one tensor (q or
+    the result), so the rows stay the op's queries (Hkv heads of G*S)."""
     causal = np.where(np.tile(BAND, [G, 1]), 0.0, -np.inf).astype(np.float32)
 
     @tf.function
@@ -81,11 +83,12 @@ def test_packed_gqa_is_read_as_grouped_query_attention():
     changes = result.report.line("fuse_attention").changes
     assert len(changes) == 3, (changes, result.report.line("fuse_attention").notes)
     assert sum("causal=True" in c for c in changes) == 1, changes
-    assert [shape for shape, _ in _attention_ops(result.model)] == [[B, S, H, D]] * 3
+    shapes = [shape for shape, _ in _attention_ops(result.model)]
+    assert shapes == [[B, S, H, D]] * 2 + [[B, KV, G * S, D]], shapes
     after = ModelView(result.model).op_counts()
     assert "SOFTMAX" not in after and "BATCH_MATMUL" not in after, after
-    # Only the heads-first result needs a transpose (after the op); q is
-    # read as given.
+    # Only the heads-first one needs a transpose (of its q); the others
+    # read q as given.
     assert after.get("TRANSPOSE", 0) == 1, after
     assert_same_outputs(original, result.model, runs=_runs())
 

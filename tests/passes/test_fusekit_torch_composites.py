@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from flatbuffers import flexbuffers
 from runtimes import RUNTIMES, Job, run_jobs
 
 import fusekit
+from fusekit.model.graph import ModelView
 from fusekit.model.model_ops import list_ops
 from fusekit.run.op_spec import op_spec
 
@@ -130,3 +132,37 @@ def test_the_fused_ops_run_on_every_runtime(ops_model, runtime):
     (outputs,) = outcome.ok()
     for i, want in enumerate(_expected(arrays)):
         np.testing.assert_allclose(outputs[f"output_{i}"], want, atol=1e-5, rtol=0, err_msg=runtime)
+
+
+def test_packed_operands_keep_their_slice_attrs():
+    """fusekit.torch.ops.attention over one packed projection (timm's
+    [B, S, 3, H, D] and a fused grouped-query [B, H + 2 Hkv, S, D]) with
+    q_slice/k_slice/v_slice: each op reads the packed tensor itself, its
+    node carries the slices as fusekit.ops writes them, and the model
+    computes what PyTorch did."""
+    model, arrays = _load("packed")
+    result = fusekit.optimize(model)
+    assert result.report.ops_after.get("CUSTOM:fusekit_attention") == 2, result.report
+    want = [
+        {"causal": False, "q_slice": [2, 0, 1], "k_slice": [2, 1, 1], "v_slice": [2, 2, 1]},
+        {
+            "causal": True,
+            **{f"{x}_layout": "bhsd" for x in "qkv"},
+            "q_slice": [1, 0, 4],
+            "k_slice": [1, 4, 2],
+            "v_slice": [1, 6, 2],
+        },
+    ]
+    got = [
+        flexbuffers.Loads(bytes(op.custom_options))
+        for op in list_ops(result.model)
+        if op.custom_code == "fusekit_attention"
+    ]
+    assert sorted(got, key=repr) == sorted(want, key=repr), got
+    view = ModelView(result.model)
+    for graph in view.graphs():
+        for op in graph.ops:
+            if view.op_name(op) == "CUSTOM:fusekit_attention":
+                assert len({int(t) for t in op.inputs[:3]}) == 1  # q, k, v: one tensor
+    for got, want in zip(_run(result.model, arrays), _expected(arrays), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)

@@ -4,6 +4,11 @@ fusekit.ops) and runs on the Interpreter and the CompiledModel."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from flatbuffers import flexbuffers
@@ -11,7 +16,12 @@ from flatbuffers import flexbuffers
 torch = pytest.importorskip("torch")
 litert_torch = pytest.importorskip("litert_torch")
 
-from torch_modules import OpsBlock, ops_block_args  # noqa: E402
+from torch_modules import (  # noqa: E402
+    OpsBlock,
+    PackedAttention,
+    ops_block_args,
+    packed_attention_args,
+)
 
 import fusekit  # noqa: E402
 from fusekit.model.model_ops import list_ops  # noqa: E402
@@ -128,3 +138,64 @@ def test_bad_arguments_are_refused_naming_the_op():
         ops.rms_norm(x, torch.ones(5))
     with pytest.raises(ValueError, match="fusekit_rotary_embedding"):
         ops.rotary_embedding(torch.randn(1, 2, 2, 8), torch.randn(2, 6), torch.randn(2, 6))
+
+
+def test_packed_operands_are_read_through_their_slice_attrs():
+    """q_slice/k_slice/v_slice: one packed projection goes in as q, k and v
+    (rank 5 losing the sliced axis, rank 4 keeping part of it); exported,
+    each call is one op reading the packed tensor in place, as torch
+    computes on the Interpreter and the CompiledModel."""
+    model, args = PackedAttention().eval(), packed_attention_args()
+    expected = [t.detach().numpy() for t in model(*args)]
+    result = fusekit.optimize(litert_torch.convert(model, args).model_content())
+    after = result.report.ops_after
+    assert after.get("CUSTOM:fusekit_attention") == 2 and "STABLEHLO_COMPOSITE" not in after
+    slices = sorted(
+        [a["q_slice"], a["k_slice"], a["v_slice"]]
+        for op in list_ops(result.model)
+        if op.custom_code == "fusekit_attention"
+        for a in [flexbuffers.Loads(bytes(op.custom_options))]
+    )
+    assert slices == [[[1, 0, 4], [1, 4, 2], [1, 6, 2]], [[2, 0, 1], [2, 1, 1], [2, 2, 1]]]
+    interp = fusekit.Interpreter(model_content=result.model)
+    _check(list(interp.get_signature_runner()(**_feeds(args)).values()), expected)
+    _check(fusekit.CompiledModel.from_buffer(result.model).run(_feeds(args)), expected)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"q_slice": (2, 0)}, r"q_slice must be \(axis, begin, size\) ints, got \(2, 0\)"),
+        ({"k_slice": (2, 1.0, 1)}, r"k_slice must be \(axis, begin, size\) ints"),
+        ({"v_slice": (2, 3, 1)}, r"v_slice \[2, 3, 1\] reaches past axis 2 of v \(size 3\)"),
+        ({"q_slice": (2, 0, 2)}, r"q_slice must have begin >= 0 and size >= 1 \(1 on a rank-5"),
+        ({"q_slice": (4, 0, 1)}, r"q_slice axis 4 must name an axis of q's rank-5 input other"),
+        ({"q_slice": (7, 0, 1)}, r"q_slice axis 7 must name an axis"),
+        ({}, r"q must have rank 4 \[batch, seq, heads, head_dim\], got shape \[1, 6, 3, 4, 8\]"),
+    ],
+)
+def test_bad_slices_are_refused_naming_the_op_and_value(kwargs, message):
+    packed = torch.randn(1, 6, 3, 4, 8)
+    parts = {"q_slice": (2, 0, 1), "k_slice": (2, 1, 1), "v_slice": (2, 2, 1)}
+    parts.update(kwargs)
+    if not kwargs:
+        parts = {}  # a rank-5 tensor without a slice
+    with pytest.raises(ValueError, match="fusekit_attention: " + message):
+        ops.attention(packed, packed, packed, **parts)
+
+
+def test_packed_attention_example_runs():
+    """examples/pytorch/packed_attention.py as a user runs it."""
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(repo / "examples" / "pytorch" / "packed_attention.py")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'q_slice': [2, 0, 1]" in done.stdout, done.stdout
+    error = float(done.stdout.strip().splitlines()[-1].split("=")[-1])
+    assert error < 1e-5, done.stdout

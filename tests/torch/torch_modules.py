@@ -85,3 +85,41 @@ class TwoOps(torch.nn.Module):
         gated, clipped = self.op(a * 2.0, b, example_option=1)
         s = weighted_sum(gated, weights=[0.5, -2.0, 4.25], enabled=[True, False, True], bias=0.25)
         return gated + 1.0, clipped, s
+
+
+class PackedAttention(torch.nn.Module):
+    """Attention reading q, k and v where one projection packed them, through
+    ``q_slice``/``k_slice``/``v_slice``: timm's ``[B, S, 3, H, D]`` (rank 5,
+    the axis dropped) and a fused grouped-query projection
+    ``[B, S, H + 2 Hkv, D]`` (rank 4, parts of the heads axis) read
+    heads-first (``bhsd``) after a permute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.qkv = torch.nn.Linear(32, 3 * 32)
+        self.gqa = torch.nn.Linear(32, (4 + 2 * 2) * 8)
+
+    def forward(self, x):
+        batch, seq, _ = x.shape
+        qkv = self.qkv(x).reshape(batch, seq, 3, 4, 8)
+        a = ops.attention(qkv, qkv, qkv, q_slice=(2, 0, 1), k_slice=(2, 1, 1), v_slice=(2, 2, 1))
+        heads = self.gqa(x).reshape(batch, seq, 8, 8).permute(0, 2, 1, 3)  # [B, 4 + 2 + 2, S, D]
+        b = ops.attention(
+            heads,
+            heads,
+            heads,
+            causal=True,
+            q_layout="bhsd",
+            k_layout="bhsd",
+            v_layout="bhsd",
+            q_slice=(1, 0, 4),
+            k_slice=(1, 4, 2),
+            v_slice=(1, 6, 2),
+        )
+        return a, b
+
+
+def packed_attention_args() -> tuple[torch.Tensor, ...]:
+    """A random input of :class:`PackedAttention`: x [2, 6, 32] (seeded)."""
+    return (torch.randn(2, 6, 32, generator=torch.Generator().manual_seed(3)),)

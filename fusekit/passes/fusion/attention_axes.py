@@ -63,6 +63,9 @@ from fusekit.passes.fusion.pattern import NearMiss, only_reader
 from fusekit.passes.fusion.softmax_forms import Softmax, softmax_at
 from fusekit.passes.fusion.symbolic_dims import SymbolicGraph
 from fusekit.passes.fusion.values import FLOAT32, constant_value, no_activation, scalar
+from fusekit.run.attention_attrs import K_LAYOUTS as _K_LAYOUTS
+from fusekit.run.attention_attrs import Q_LAYOUTS as _Q_LAYOUTS
+from fusekit.run.attention_attrs import V_LAYOUTS as _V_LAYOUTS
 
 _VIEW_OPS = frozenset({OP.RESHAPE, OP.TRANSPOSE, OP.SQUEEZE, OP.EXPAND_DIMS})
 _MAX_PATH = 24
@@ -548,75 +551,55 @@ def _by_axes(graph: Graph, softmax: Softmax):
             query_like.append(atom)
         else:
             batch_like.append(atom)
-    # Batch: the kv-like atoms q reads along another source axis than its
-    # depth (the tokens' axis); heads: the rest.
-    # Leading rows that every mask repeats over are query heads of a group
-    # folded into the rows (litert-torch's packed grouped-query attention:
-    # [B, Hkv, G*Sq, D]): read as heads, the masks keep one row per query.
-    terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
-    # So is a last row that q reads along its kv heads' axis (the grouped
-    # form in a decode step: q [B, 1, Hkv*G, D] read as [B, Hkv, G, D]).
-    head_axes = {where[a]["q"].axis for a in batch_like}
-    while rows and all(_repeats_over(graph, t, rows[0]) for t in terms):
-        if len(rows) == 1 and where[rows[0]]["q"].axis not in head_axes:
-            break
-        query_like.append(rows.pop(0))
-    # Batch: the kv-like atoms up to the first that q reads along its depth
-    # axis, or along an axis of its own (q [B, S, H, D] or [B, H, S, D]);
-    # heads: the rest.
-    depth_axes = {a.axis for a in q_roles["inner"]}
-    row_axes = {where[rows[-1]]["q"].axis} if rows else set()
-    split = 0
-    for atom in batch_like:
-        q_axis = where[atom]["q"].axis
-        own = split and q_axis != where[batch_like[0]]["q"].axis and q_axis not in row_axes
-        if q_axis in depth_axes or own:
-            break
-        split += 1
-    # The op's mask is [B|1, H|1, ..]: where the operands leave the cut
-    # between batch and heads open (q with its heads on an axis of their
-    # own), it falls where every mask is whole or repeated on each side.
-    # Of those cuts, the one that reads most operands without a copy.
-    runtime = [t for t in terms if _constant_of(graph, t.tensor) is None]
-
-    def make(source: View, axes: list[list[Atom]]) -> View:
-        return View(source.source, source.source_shape, axes, list(source.offset))
-
-    def copies(cut: int) -> int:
-        b, kvh = batch_like[:cut], batch_like[cut:]
-        operands = (
-            (q_view, "q", q_roles["outer"], q_roles["inner"], rows, kvh + query_like, 2),
-            (k_view, "k", k_roles["outer"], k_roles["inner"], None, kvh, 2),
-            (v_view, "v", v_roles["inner"], v_roles["outer"], None, kvh, 3),
-        )
-        count = 0
-        for view, sink, seq, depth, own_rows, hs, n in operands:
-            axes = {
-                "b": [where[a][sink] for a in b],
-                "s": seq if own_rows is None else [where[a][sink] for a in own_rows],
-                "h": [where[a][sink] for a in hs],
-                "d": depth,
-            }
-            layouts = ("bshd", "bhsd", "bhds")[:n]
-            count += min(_view_cost(graph, make(view, [axes[c] for c in la])) for la in layouts)
-        return count
-
-    best = None
-    for cut in [split, *reversed(range(len(batch_like) + 1))]:
-        sides = (batch_like[:cut], batch_like[cut:] + query_like)
-        if all(_whole_or_repeated(graph, t, side) for t in runtime for side in sides):
-            cost = copies(cut)
-            if best is None or cost < best[0]:
-                best = (cost, cut)
-    split = split if best is None else best[1]
-    batch, kv_heads = batch_like[:split], batch_like[split:]
-    heads = kv_heads + query_like
     d_q, d_k = q_roles["inner"], k_roles["inner"]
     keys_k, keys_v, dv = k_roles["outer"], v_roles["inner"], v_roles["outer"]
     if _size(d_q) != _size(d_k) or _size(keys_k) != kv_len or _size(keys_v) != kv_len:
         return _miss("shapes", "q, k and v do not agree on the depth or the keys")
     if any(a.axis == BROADCAST for a in d_q + d_k + keys_k + keys_v + dv):
         return _miss("repeated_axis", "q, k or v repeats along its depth or its keys")
+    terms = scores.terms + ([scores.keep] if scores.keep is not None else [])
+    runtime = [t for t in terms if _constant_of(graph, t.tensor) is None]
+
+    # Leading rows every mask repeats over may be read as query heads of a
+    # group folded into the rows (litert-torch's packed grouped-query
+    # attention: [B, Hkv, G*Sq, D]); so may a last row q reads along its kv
+    # heads' axis (the grouped form in a decode step: q [B, 1, Hkv*G, D]
+    # read as [B, Hkv, G, D]).
+    head_axes = {where[a]["q"].axis for a in batch_like}
+    foldable = 0
+    while foldable < len(rows) and all(_repeats_over(graph, t, rows[foldable]) for t in terms):
+        if foldable == len(rows) - 1 and where[rows[foldable]]["q"].axis not in head_axes:
+            break
+        foldable += 1
+    # They must be where a mask repeats over them but not over the rest:
+    # read as heads, the mask keeps one row per query (and its causal band).
+    required = next(
+        (
+            f
+            for f in range(foldable + 1)
+            if all(_whole_or_repeated(graph, t, rows[f:]) for t in terms)
+        ),
+        foldable,
+    )
+    # Otherwise they are folded only where that reads the operands with
+    # fewer copies.  Of equals, the natural reading: the scores' rows as
+    # the graph writes them are the op's queries (the kernel works on one
+    # head's rows together: 8 heads of 49 queries, not 56 heads of 7), but
+    # a lone row q reads along the same axis as its innermost kv-like atom
+    # is a group of query heads (q [B, 1, Hkv*G, D] of a decode step).
+    lone = len(rows) == 1 and foldable == 1 and batch_like
+    natural = int(bool(lone) and where[rows[0]]["q"].axis == where[batch_like[-1]]["q"].axis)
+    roles = {"q": (q_view, q_roles), "k": (k_view, k_roles), "v": (v_view, v_roles)}
+    readings = [
+        _reading(graph, fold, batch_like, query_like, rows, where, runtime, roles, pv, p_view)
+        for fold in range(required, foldable + 1)
+    ]
+    found = [r for r in readings if r is not None]
+    if not found:
+        return _miss("output_axes", "the attention result's axes cannot be mapped back")
+    reading = min(found, key=lambda r: (r.cost, abs(r.fold - natural)))
+    batch, kv_heads, heads, rows = reading.batch, reading.kv_heads, reading.heads, reading.rows
+    q_layout, (end_tensor, end_view), absorbed = reading.q_layout, reading.end, reading.absorbed
 
     def pick(sink: str, atoms: list[Atom]) -> list[Atom]:
         return [where[a][sink] for a in atoms]
@@ -624,30 +607,9 @@ def _by_axes(graph: Graph, softmax: Softmax):
     q_axes = {"b": pick("q", batch), "s": pick("q", rows), "h": pick("q", heads), "d": d_q}
     k_axes = {"b": pick("k", batch), "s": keys_k, "h": pick("k", kv_heads), "d": d_k}
     v_axes = {"b": pick("v", batch), "s": keys_v, "h": pick("v", kv_heads), "d": dv}
-    k_layout = _layout(graph, k_view, k_axes, ("bshd", "bhsd"), make)
-    v_layout = _layout(graph, v_view, v_axes, ("bshd", "bhsd", "bhds"), make)
-    sizes = {
-        "b": _size(batch),
-        "s": _size(rows),
-        "h": _size(heads),
-        "d": _size(dv),
-    }
-    # The op's result [B, Sq, H, Dv] (or [B, H, Sq, Dv]) as the source of
-    # what the graph reads after P.V: R = P.V's output is P's batch axes,
-    # its rows and Dv.
-    choice = None
-    for q_layout in ("bshd", "bhsd"):
-        out_view = _result_view(p_view, q_layout, sizes, batch, rows, heads)
-        if out_view is None:
-            continue
-        q_cost = _view_cost(graph, make(q_view, [q_axes[c] for c in q_layout]))
-        end, absorbed, out_place = _output_end(graph, pv, out_view)
-        cost = q_cost + 2 * (not out_place)
-        if choice is None or cost < choice[0]:
-            choice = (cost, q_layout, end, absorbed)
-    if choice is None:
-        return _miss("output_axes", "the attention result's axes cannot be mapped back")
-    _, q_layout, (end_tensor, end_view), absorbed = choice
+    k_layout = _layout(graph, k_view, k_axes, _K_LAYOUTS)
+    v_layout = _layout(graph, v_view, v_axes, _V_LAYOUTS)
+    sizes = reading.sizes
     region = [*scores.ops, *forward, pv, *absorbed]
     if graph.read_outside(region, {end_tensor}) is not None:
         return _miss("shared_scores", "an intermediate of the attention is also read elsewhere")
@@ -665,7 +627,7 @@ def _by_axes(graph: Graph, softmax: Softmax):
         (k_view, k_axes, k_layout),
         (v_view, v_axes, v_layout),
     ):
-        dims = axis_map.written_dims(make(view, [axes[c] for c in layout]))
+        dims = axis_map.written_dims(_make(view, [axes[c] for c in layout]))
         if dims is None or dims > 6:
             return _miss(
                 "operand_dims",
@@ -704,9 +666,9 @@ def _by_axes(graph: Graph, softmax: Softmax):
     def prepare(graph: Graph) -> None:
         name = graph.name(end_tensor)
         views = {
-            "q": make(q_view, [q_axes[c] for c in q_layout]),
-            "k": make(k_view, [k_axes[c] for c in k_layout]),
-            "v": make(v_view, [v_axes[c] for c in v_layout]),
+            "q": _make(q_view, [q_axes[c] for c in q_layout]),
+            "k": _make(k_view, [k_axes[c] for c in k_layout]),
+            "v": _make(v_view, [v_axes[c] for c in v_layout]),
         }
         match.q, match.k, match.v = packed_operands.operands(graph, views, match, name)
         match.q_perm = match.k_perm = match.v_perm = None
@@ -723,6 +685,112 @@ def _by_axes(graph: Graph, softmax: Softmax):
     return match
 
 
+@dataclass
+class _Reading:
+    """One way to read the problem atoms as the op's axes: the first
+    ``fold`` rows read as query heads; its cost in copies (operands read
+    through a view, the result not given in place)."""
+
+    fold: int
+    cost: int
+    batch: list[Atom]
+    kv_heads: list[Atom]
+    heads: list[Atom]
+    rows: list[Atom]
+    sizes: dict[str, int]
+    q_layout: str
+    end: tuple[int, View]
+    absorbed: list[schema.OperatorT]
+
+
+def _make(source: View, axes: list[list[Atom]]) -> View:
+    return View(source.source, source.source_shape, axes, list(source.offset))
+
+
+def _reading(graph, fold, batch_like, query_like, rows, where, runtime, roles, pv, p_view):
+    """The reading with the first ``fold`` rows as query heads, its cut
+    between batch and kv heads and q's layout the ones that copy least;
+    None when its result cannot be mapped back onto the graph."""
+    query_like, rows = query_like + rows[:fold], rows[fold:]
+    q_view, q_roles = roles["q"]
+    # Batch: the kv-like atoms up to the first that q reads along its depth
+    # axis, or along an axis of its own (q [B, S, H, D] or [B, H, S, D]);
+    # heads: the rest.
+    depth_axes = {a.axis for a in q_roles["inner"]}
+    row_axes = {where[rows[-1]]["q"].axis} if rows else set()
+    split = 0
+    for atom in batch_like:
+        q_axis = where[atom]["q"].axis
+        own = split and q_axis != where[batch_like[0]]["q"].axis and q_axis not in row_axes
+        if q_axis in depth_axes or own:
+            break
+        split += 1
+
+    def axes_of(sink: str, cut: int, heads: list[Atom]) -> dict[str, list[Atom]]:
+        view_roles = roles[sink][1]
+        seq, depth = (
+            (view_roles["inner"], view_roles["outer"])
+            if sink == "v"
+            else (view_roles["outer"], view_roles["inner"])
+        )
+        return {
+            "b": [where[a][sink] for a in batch_like[:cut]],
+            "s": [where[a][sink] for a in rows] if sink == "q" else seq,
+            "h": [where[a][sink] for a in heads],
+            "d": depth,
+        }
+
+    def copies(sink: str, cut: int, heads: list[Atom], layouts) -> int:
+        axes = axes_of(sink, cut, heads)
+        view = roles[sink][0]
+        return min(_view_cost(graph, _make(view, [axes[c] for c in la])) for la in layouts)
+
+    def kv_copies(cut: int) -> int:
+        kvh = batch_like[cut:]
+        return copies("k", cut, kvh, _K_LAYOUTS) + copies("v", cut, kvh, _V_LAYOUTS)
+
+    # The op's mask is [B|1, H|1, ..]: where the operands leave the cut
+    # between batch and heads open (q with its heads on an axis of their
+    # own), it falls where every mask is whole or repeated on each side.
+    # Of those cuts, the one that reads most operands without a copy.
+    best = None
+    for cut in [split, *reversed(range(len(batch_like) + 1))]:
+        sides = (batch_like[:cut], batch_like[cut:] + query_like)
+        if all(_whole_or_repeated(graph, t, side) for t in runtime for side in sides):
+            cost = copies("q", cut, batch_like[cut:] + query_like, _Q_LAYOUTS) + kv_copies(cut)
+            if best is None or cost < best[0]:
+                best = (cost, cut)
+    split = split if best is None else best[1]
+    batch, kv_heads = batch_like[:split], batch_like[split:]
+    heads = kv_heads + query_like
+    sizes = {
+        "b": _size(batch),
+        "s": _size(rows),
+        "h": _size(heads),
+        "d": _size(roles["v"][1]["outer"]),
+    }
+    q_axes = axes_of("q", split, heads)
+    # The op's result [B, Sq, H, Dv] (or [B, H, Sq, Dv]) as the source of
+    # what the graph reads after P.V: R = P.V's output is P's batch axes,
+    # its rows and Dv.
+    choice = None
+    for q_layout in _Q_LAYOUTS:
+        out_view = _result_view(p_view, q_layout, sizes, batch, rows, heads)
+        if out_view is None:
+            continue
+        q_cost = _view_cost(graph, _make(q_view, [q_axes[c] for c in q_layout]))
+        end, absorbed, out_place = _output_end(graph, pv, out_view)
+        cost = q_cost + 2 * (not out_place)
+        if choice is None or cost < choice[0]:
+            choice = (cost, q_layout, end, absorbed)
+    if choice is None:
+        return None
+    cost, q_layout, end, absorbed = choice
+    return _Reading(
+        fold, cost + kv_copies(split), batch, kv_heads, heads, rows, sizes, q_layout, end, absorbed
+    )
+
+
 def _view_cost(graph: Graph, view: View) -> int:
     """What reading an operand through ``view`` costs the op: 0 when it is
     the source tensor itself (axis_map.emit writes nothing), 1 when only a
@@ -734,11 +802,11 @@ def _view_cost(graph: Graph, view: View) -> int:
     return 1 if axis_map.in_place(view) else 2
 
 
-def _layout(graph: Graph, source: View, axes: dict[str, list[Atom]], layouts, make) -> str:
+def _layout(graph: Graph, source: View, axes: dict[str, list[Atom]], layouts) -> str:
     """Of ``layouts``, the one the operand is read in most cheaply (the
     first of equals)."""
     return min(
-        layouts, key=lambda layout: _view_cost(graph, make(source, [axes[c] for c in layout]))
+        layouts, key=lambda layout: _view_cost(graph, _make(source, [axes[c] for c in layout]))
     )
 
 

@@ -7,12 +7,22 @@ from typing import Any
 
 from fusekit.run.attention_attrs import AXES as _AXES
 from fusekit.run.attention_attrs import DIMS as _DIMS
-from fusekit.run.attention_attrs import attention_attrs, check_layouts
+from fusekit.run.attention_attrs import attention_attrs, check_layouts, check_slice
 from fusekit.run.op_spec import op_spec
 from fusekit.torch.authoring import emit
 from fusekit.torch.ops._shapes import dims as _dims
 
 _OP = "fusekit_attention"
+
+
+def _take(t: Any, part: list[int] | None) -> Any:
+    """The operand an input holds under a slice attr ([axis, begin, size]:
+    that part of `axis`; a rank-5 input loses the axis); None: the input."""
+    if part is None:
+        return t
+    axis, begin, size = part
+    return t.select(axis, begin) if t.dim() == 5 else t.narrow(axis, begin, size)
+
 
 def _to_bhsd(t: Any, layout: str) -> Any:
     """k or v as [B, Hkv, Skv, D]."""
@@ -23,10 +33,11 @@ def _to_bhsd(t: Any, layout: str) -> Any:
     return t
 
 
-def _body(q, k, v, *mask, causal, scale, softcap, q_layout, k_layout, v_layout):
+def _body(q, k, v, *mask, causal, scale, softcap, q_layout, k_layout, v_layout, slices):
     import torch
 
     mask = mask[0] if mask else None
+    q, k, v = _take(q, slices.get("q")), _take(k, slices.get("k")), _take(v, slices.get("v"))
     storage = q.dtype
     if storage != torch.float32:  # float16 is storage only, as in the kernel
         q, k, v = q.float(), k.float(), v.float()
@@ -79,6 +90,9 @@ def attention(
     k_layout: str = "bshd",
     v_layout: str = "bshd",
     q_layout: str = "bshd",
+    q_slice: tuple[int, int, int] | None = None,
+    k_slice: tuple[int, int, int] | None = None,
+    v_slice: tuple[int, int, int] | None = None,
 ) -> Any:
     """``softmax(q @ k^T * scale + mask) @ v`` per head in one op
     ``fusekit_attention``, with the arguments, attrs and rules of
@@ -97,18 +111,34 @@ def attention(
       v_layout "bhsd" or "bhds" ([B, Hkv, Dv, Skv], litert-torch's V
       cache); q_layout "bhsd" takes q and gives the result as
       [B, H, Sq, D];
-    * float16 q, k, v: computed in float32, rounded once.
+    * float16 q, k, v: computed in float32, rounded once;
+    * q_slice, k_slice, v_slice: None (the tensor given is the operand) or
+      (axis, begin, size): the operand is the part [begin, begin + size) of
+      that axis of the tensor given, which the kernel reads in place; a
+      rank-5 tensor loses the axis (size 1).  One packed tensor may be all
+      three: timm's [B, S, 3, H, D] with slices (2, 0, 1), (2, 1, 1),
+      (2, 2, 1).  The sliced axis must be static.
     """
     import torch
 
     layouts = check_layouts(q_layout, k_layout, v_layout)
+    parts = {"q": q_slice, "k": k_slice, "v": v_slice}
+    slices: dict[str, list[int]] = {}
     found: dict[str, list[int | None]] = {}
+    shapes: dict[str, list[int | None]] = {}  # the operands', after any slice
     for name, t, layout in (("q", q, q_layout), ("k", k, k_layout), ("v", v, v_layout)):
-        if t.dim() != 4:
-            raise ValueError(
-                f"{_OP}: {name} must have rank 4 {_DIMS[layout]}, got shape {list(t.shape)}"
-            )
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{_OP}: {name} must be a torch.Tensor, got {type(t).__name__}")
         static = _dims(t)
+        which = ""
+        if parts[name] is not None:
+            static, slices[name] = check_slice(name, parts[name], static)
+            which = f" after {name}_slice {slices[name]}"
+        if len(static) != 4:
+            raise ValueError(
+                f"{_OP}: {name} must have rank 4 {_DIMS[layout]}{which}, got shape {static}"
+            )
+        shapes[name] = static
         found[name] = [static[a] for a in _AXES[layout]]  # as [B, S, H, D]
     dtypes = {q.dtype, k.dtype, v.dtype}
     if len(dtypes) > 1 or q.dtype not in (torch.float32, torch.float16):
@@ -121,8 +151,8 @@ def attention(
     where = f" (layouts q {q_layout!r}, k {k_layout!r}, v {v_layout!r})"
     if None in (heads, depth, kv_heads, kd, v_heads, v_depth):
         raise ValueError(
-            f"{_OP}: the head counts and head_dims must be static, got q {list(q.shape)}, "
-            f"k {list(k.shape)}, v {list(v.shape)}{where}"
+            f"{_OP}: the head counts and head_dims must be static, got q {shapes['q']}, "
+            f"k {shapes['k']}, v {shapes['v']}{where}"
         )
     if kd != depth:
         raise ValueError(f"{_OP}: q's and k's head_dim differ: {depth} vs {kd}{where}")
@@ -133,7 +163,7 @@ def attention(
 
     if differ(qb, kb, vb) or differ(kv_len, v_len) or kv_heads != v_heads:
         raise ValueError(
-            f"{_OP}: q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} do not agree "
+            f"{_OP}: q {shapes['q']}, k {shapes['k']} and v {shapes['v']} do not agree "
             f"on batch, keys and kv heads{where}"
         )
     if kv_heads == 0 or heads % kv_heads:
@@ -155,7 +185,7 @@ def attention(
                 f"{_OP}: mask {shape} does not broadcast to the scores [B, H, Sq, Skv] = {target}"
             )
     spec = op_spec(_OP)
-    attrs = attention_attrs(causal, scale, softcap, layouts)
+    attrs = attention_attrs(causal, scale, softcap, layouts, slices)
     body_kwargs = {
         "causal": bool(causal),
         "scale": 1.0 / math.sqrt(depth) if scale is None else float(scale),
@@ -163,6 +193,7 @@ def attention(
         "q_layout": q_layout,
         "k_layout": k_layout,
         "v_layout": v_layout,
+        "slices": slices,
     }
     tensors = [q, k, v] if mask is None else [q, k, v, mask]
     return emit(_OP, _body, tensors, {**attrs, **spec.version_attrs()}, body_kwargs)
