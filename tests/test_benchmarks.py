@@ -410,3 +410,21 @@ def test_llm_peers_benchmark_quick_run(tmp_path):
     assert [c["weights"] for c in payload["checks"]] == ["f32", "int8", "int4 b32"]
     assert all(c["ok"] for c in payload["checks"]), payload["checks"]
     assert "## The bar (1 thread)" in (tmp_path / "llm_peers.md").read_text()
+
+
+def test_op_times_quick_run():
+    """op_times.py on the Swin fixture, fused: every op kind of the fused
+    model timed, the whole model beside the sum."""
+    model = ROOT / "tests" / "data" / "torch" / "zoo" / "timm_swin.tflite"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "op_times.py"), str(model), "--fuse"]
+        + ["--rounds", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"CUSTOM:fusekit_attention", "CUSTOM:fusekit_layer_norm"} <= set(result["kinds"])
+    assert result["whole_us"] > 0 and result["ops_sum_us"] > 0
+    assert sum(v["count"] for v in result["kinds"].values()) == len(result["slowest"])

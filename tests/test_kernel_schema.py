@@ -23,7 +23,9 @@ def test_every_library_kernel_exports_a_schema():
     assert ln.min_inputs == 1
     assert {a.name: (a.type, a.default, a.min) for a in ln.attrs} == {
         "epsilon": ("float", pytest.approx(1e-5), 0),
+        "y_shape": ("list of int", [], None),
     }
+    assert ln.declared_dims == {"y_shape": "y"}
     # Version 2: gamma and beta are absent inputs; version 1 named them by
     # the bool attrs scale and center.
     assert ln.options_version == 2

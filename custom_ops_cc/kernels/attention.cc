@@ -14,8 +14,18 @@
 // size], absent: the whole input): the operand is that part of its input,
 // read in place (one packed qkv tensor given as all three inputs: timm's
 // [B, S, 3, H, D], with the axis dropped from a rank-5 input, or a fused
-// grouped-query projection [B, S, H + 2 Hkv, D]).  Output [B, Sq, H, Dv]
-// of q's dtype.  Query head h reads kv head h / (H / Hkv).
+// grouped-query projection [B, S, H + 2 Hkv, D]).  q_shape, k_shape,
+// v_shape (ints, absent or empty: the input's own dims): the input read as
+// a tensor of these dims (row-major, the same number of elements; then
+// sliced as above), so that a RESHAPE of a producer's result (a Linear's
+// [N, 3 H D] rows as timm's [B, S, 3, H, D]) is no copy.  Output
+// [B, Sq, H, Dv] of q's dtype, written row-major into an output tensor of
+// dims out_shape when given (the same number of elements: the reshape a
+// consumer wanted, for free).  mask_layout ("bhqk", the default: the mask
+// broadcasts to [B, H, Sq, Skv]; "bhkq": to [B, H, Skv, Sq], its last two
+// axes swapped, so that a bias differing per query is read a vector of
+// queries at a time rather than gathered; the fusion stores a constant
+// bias so).  Query head h reads kv head h / (H / Hkv).
 //
 // float16 is storage only: loads promote to float32, every sum, max and
 // exp is float32, and the output rows are rounded to float16 once.  The
@@ -64,8 +74,10 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/attention.h"
+#include "kernels/declared_dims.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention.cc"
@@ -209,10 +221,34 @@ inline Slice ParseSlice(const Attrs& attrs, const char* key, std::string* error)
   return s;
 }
 
-// The operand `name` of input `t` under slice `s`; an empty string, or why
-// the input cannot hold it.
-inline std::string MakeView(const Tensor& t, const Slice& s, const char* name, View* view) {
-  const int rank = t.rank();
+// The dims an input is read as: its shape attr, else its own; an empty
+// string, or why the attr does not fit the input.
+inline std::string InputDims(const Tensor& t, const std::vector<int64_t>& shape, const char* name,
+                             std::vector<int64_t>* dims) {
+  dims->clear();
+  if (shape.empty()) {
+    for (int i = 0; i < t.rank(); ++i) dims->push_back(t.dim(i));
+    return "";
+  }
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  if (count != t.num_elements()) {
+    return std::string(name) + "_shape holds " + std::to_string(count) + " elements, " + name +
+           "'s input " + std::to_string(t.num_elements());
+  }
+  *dims = shape;
+  return "";
+}
+
+// The operand `name` of an input of dims `dims` under slice `s`; an empty
+// string, or why the input cannot hold it.
+inline std::string MakeView(const std::vector<int64_t>& dims_in, const Slice& s, const char* name,
+                            View* view) {
+  const int rank = static_cast<int>(dims_in.size());
+  struct {
+    const std::vector<int64_t>& d;
+    int64_t dim(int i) const { return d[static_cast<size_t>(i)]; }
+  } t{dims_in};
   if (!s.present) {
     if (rank != 4) return "";  // (the caller's rank check names the layout)
     int64_t dims[4] = {t.dim(0), t.dim(1), t.dim(2), t.dim(3)};
@@ -258,6 +294,18 @@ inline std::string MakeView(const Tensor& t, const Slice& s, const char* name, V
   return "";
 }
 
+// Attr mask_layout: true for "bhkq" (keys before queries), false for
+// "bhqk" or absent; sets *error otherwise.
+inline bool ParseMaskLayout(const Attrs& attrs, std::string* error) {
+  if (!attrs.Has("mask_layout")) return false;
+  const std::string name = attrs.String("mask_layout");
+  if (name.empty() || name == "bhqk") return false;
+  if (name == "bhkq") return true;
+  *error = "attr 'mask_layout' must be 'bhqk' [B, H, Sq, Skv] or 'bhkq' [B, H, Skv, Sq], got '" +
+           name + "'";
+  return false;
+}
+
 // Everything Invoke needs besides the tensors, decided from the shapes.
 struct Plan {
   att::Layout layout;
@@ -298,6 +346,11 @@ class Attention {
         q_slice_(ParseSlice(attrs, "q_slice", error)),
         k_slice_(ParseSlice(attrs, "k_slice", error)),
         v_slice_(ParseSlice(attrs, "v_slice", error)),
+        q_shape_(ParseDeclaredDims(attrs, "q_shape", error)),
+        k_shape_(ParseDeclaredDims(attrs, "k_shape", error)),
+        v_shape_(ParseDeclaredDims(attrs, "v_shape", error)),
+        out_shape_(ParseDeclaredDims(attrs, "out_shape", error)),
+        mask_keys_major_(ParseMaskLayout(attrs, error)),
         panel_(FUSEKIT_SIMD_CHOOSE(AttentionPanel)),
         query_panel_(FUSEKIT_SIMD_CHOOSE(AttentionQueryPanel)),
         item_(Storage<T>::Item()),
@@ -318,20 +371,21 @@ class Attention {
                        Out<T> out) {
     const KvLayout& ql = q_layout_;
     View qv, kv, vv;
-    const std::string why = MakeViews(q, k, v, &qv, &kv, &vv);
+    int ranks[3] = {0, 0, 0};
+    const std::string why = MakeViews(q, k, v, &qv, &kv, &vv, ranks);
     FUSEKIT_ENSURE(ctx, why.empty(), "%s", why.c_str());
-    FUSEKIT_ENSURE(ctx, q_slice_.present || q.rank() == 4, "q must have rank 4 %s%s, got rank %d",
-                   ql.dims, std::string(ql.name) == "bshd" ? "" : " (q_layout 'bhsd')", q.rank());
+    FUSEKIT_ENSURE(ctx, q_slice_.present || ranks[0] == 4, "q must have rank 4 %s%s, got rank %d",
+                   ql.dims, std::string(ql.name) == "bshd" ? "" : " (q_layout 'bhsd')", ranks[0]);
     const int q_len = qv.dim_int(ql.seq), heads = qv.dim_int(ql.heads);
     const int depth = qv.dim_int(ql.depth);
     const KvLayout& kl = k_layout_;
     const KvLayout& vl = v_layout_;
-    FUSEKIT_ENSURE(ctx, k_slice_.present || k.rank() == 4,
+    FUSEKIT_ENSURE(ctx, k_slice_.present || ranks[1] == 4,
                    "k must have rank 4 %s (k_layout '%s'), got rank %d", kl.dims, kl.name,
-                   k.rank());
-    FUSEKIT_ENSURE(ctx, v_slice_.present || v.rank() == 4,
+                   ranks[1]);
+    FUSEKIT_ENSURE(ctx, v_slice_.present || ranks[2] == 4,
                    "v must have rank 4 %s (v_layout '%s'), got rank %d", vl.dims, vl.name,
-                   v.rank());
+                   ranks[2]);
     // The layouts' names in the errors below: a k or v of another layout
     // than declared fails one of these checks.
     const int kv_len = kv.dim_int(kl.seq), kv_heads = kv.dim_int(kl.heads);
@@ -359,14 +413,17 @@ class Attention {
       FUSEKIT_ENSURE(ctx, mask.rank() <= 4,
                      "mask must have rank <= 4 (broadcastable to [B, H, Sq, Skv]), got rank %d",
                      mask.rank());
-      const int scores[4] = {qv.dim_int(0), heads, q_len, kv_len};
+      // The scores' dims in the mask's axis order.
+      int scores[4] = {qv.dim_int(0), heads, q_len, kv_len};
+      if (mask_keys_major_) std::swap(scores[2], scores[3]);
       for (int i = 0; i < mask.rank(); ++i) {
         const int want = scores[4 - mask.rank() + i];
         const int got = mask.dim(i);
         FUSEKIT_ENSURE(ctx, got == 1 || got == want,
                        "mask dim %d is %d, must be 1 or %d to broadcast to the scores "
-                       "[B, H, Sq, Skv] = [%d, %d, %d, %d]",
-                       i, got, want, scores[0], scores[1], scores[2], scores[3]);
+                       "%s = [%d, %d, %d, %d]",
+                       i, got, want, mask_keys_major_ ? "[B, H, Skv, Sq]" : "[B, H, Sq, Skv]",
+                       scores[0], scores[1], scores[2], scores[3]);
       }
     }
     const Problem p = Describe(q, k, v, mask, out);
@@ -378,7 +435,8 @@ class Attention {
     // out has q's layout.
     int out_dims[4] = {qv.dim_int(0), qv.dim_int(1), qv.dim_int(2), qv.dim_int(3)};
     out_dims[ql.depth] = vv.dim_int(vl.depth);
-    return ctx.ResizeOutput(out, {out_dims[0], out_dims[1], out_dims[2], out_dims[3]});
+    return ResizeDeclared(ctx, out, {out_dims[0], out_dims[1], out_dims[2], out_dims[3]},
+                          out_shape_, "out_shape");
   }
 
   TfLiteStatus Invoke(OpContext& ctx, In<T> q, In<T> k, In<T> v, Opt<MaskT> mask,
@@ -399,11 +457,21 @@ class Attention {
  private:
   // The three operands' views of their inputs (q_slice, k_slice, v_slice);
   // an empty string, or why an input cannot hold its operand.
+  // ranks (optional): the three inputs' ranks as read (their shape attrs).
   std::string MakeViews(const In<T>& q, const In<T>& k, const In<T>& v, View* qv, View* kv,
-                        View* vv) const {
-    std::string why = MakeView(q, q_slice_, "q", qv);
-    if (why.empty()) why = MakeView(k, k_slice_, "k", kv);
-    if (why.empty()) why = MakeView(v, v_slice_, "v", vv);
+                        View* vv, int* ranks = nullptr) const {
+    std::vector<int64_t> qd, kd, vd;
+    std::string why = InputDims(q, q_shape_, "q", &qd);
+    if (why.empty()) why = InputDims(k, k_shape_, "k", &kd);
+    if (why.empty()) why = InputDims(v, v_shape_, "v", &vd);
+    if (why.empty()) why = MakeView(qd, q_slice_, "q", qv);
+    if (why.empty()) why = MakeView(kd, k_slice_, "k", kv);
+    if (why.empty()) why = MakeView(vd, v_slice_, "v", vv);
+    if (ranks != nullptr) {
+      ranks[0] = static_cast<int>(qd.size());
+      ranks[1] = static_cast<int>(kd.size());
+      ranks[2] = static_cast<int>(vd.size());
+    }
     return why.empty() ? why : "fusekit_attention: " + why;
   }
 
@@ -458,6 +526,8 @@ class Attention {
         p.mask_stride[i] = dim == 1 ? 0 : stride;
         stride *= dim;
       }
+      // Key-major: memory axis 2 is the keys', 3 the queries'.
+      if (mask_keys_major_) std::swap(p.mask_stride[2], p.mask_stride[3]);
       if constexpr (std::is_same_v<MaskT, bool>) {
         p.mask_keep = reinterpret_cast<const uint8_t*>(mask.data());
       } else {
@@ -675,6 +745,11 @@ class Attention {
   Slice q_slice_;
   Slice k_slice_;
   Slice v_slice_;
+  std::vector<int64_t> q_shape_;
+  std::vector<int64_t> k_shape_;
+  std::vector<int64_t> v_shape_;
+  std::vector<int64_t> out_shape_;
+  bool mask_keys_major_;  // mask_layout 'bhkq'
   PanelFn panel_;
   PanelFn query_panel_;
   typename Storage<T>::ItemFn item_;
@@ -690,7 +765,9 @@ class Attention {
       AttrSchema(attr::Bool("causal", false), attr::Float("scale"),    \
                  attr::Float("softcap").Min(0), attr::String("q_layout"),          \
                  attr::String("k_layout"), attr::String("v_layout"),          \
-                 attr::Ints("q_slice"), attr::Ints("k_slice"), attr::Ints("v_slice"))
+                 attr::Ints("q_slice"), attr::Ints("k_slice"), attr::Ints("v_slice"), \
+                 attr::Ints("q_shape"), attr::Ints("k_shape"), attr::Ints("v_shape"), \
+                 attr::Ints("out_shape"), attr::String("mask_layout"))
 // q, k, v and out share one dtype (float32 or float16); mixed dtypes match
 // no variant and fail in the SDK with the operands' dtypes named.
 using AttentionF32 = Attention<float, float>;

@@ -383,6 +383,23 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
     if (p.softcap > 0.0f) SoftcapRow(st, n * width, p.softcap);
     if (row.present()) {
       row.Apply(d, jb, n, st, width);
+    } else if (p.mask_add != nullptr && ms[2] == 1) {
+      // A key-major bias (mask_layout 'bhkq': a constant bias the fusion
+      // stored transposed): each key's values for the item's queries are
+      // contiguous, loaded a vector of queries at a time.
+      const float* base = p.mask_add + b * ms[0] + h * ms[1] + i0 + jb * ms[3];
+      for (int64_t part = 0; part < NV; ++part) {
+        const int64_t valid = PartLanes(nq, part, lanes);
+        if (valid == 0) break;
+        const float* m = base + part * lanes;
+        float* scol = st + part * lanes;
+        for (int64_t j = 0; j < n; ++j) {
+          float* s = scol + j * width;
+          const VF bias = valid == lanes ? hn::LoadU(d, m + j * ms[3])
+                                         : LoadTail(d, m + j * ms[3], static_cast<size_t>(valid));
+          hn::Store(hn::Add(hn::Load(d, s), bias), d, s);
+        }
+      }
     } else if (p.mask_add != nullptr && ms[2] > 0 && width * ms[2] <= INT32_MAX) {
       // A bias per query (relative positions, a window mask): S^T's lanes
       // are queries, so each key's values are gathered ms[2] apart, a

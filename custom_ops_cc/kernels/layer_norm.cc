@@ -2,9 +2,10 @@
 // over the last axis of x.  Inputs: x [..., D] float32 or float16 (all
 // operands one dtype; float16 is computed in float32), gamma [D] and beta
 // [D], each optional (absent: tensor index -1; Keras' scale=False /
-// center=False).  Attrs: epsilon (float >= 0, 1e-5).  Options version 2;
-// version 1 packed the present ones after x, named by bool attrs `scale` and
-// `center` (the SDK maps such nodes).
+// center=False).  Attrs: epsilon (float >= 0, 1e-5), y_shape (ints, absent
+// or empty: x's dims): y's dims, holding x's elements (declared_dims.h).
+// Options version 2; version 1 packed the present ones after x, named by
+// bool attrs `scale` and `center` (the SDK maps such nodes).
 //
 // One read pass gathers the row's statistics and one pass writes the output
 // (the row is still in L1).  The sums are taken around a first estimate of
@@ -135,6 +136,7 @@ void LayerNormRowsF16(const void* x, const void* gamma, const void* beta, void* 
 
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/simd.h"
+#include "kernels/declared_dims.h"
 
 namespace fusekit {
 namespace {
@@ -158,13 +160,15 @@ struct RowsFn<Half> {
 template <typename T>
 class LayerNorm {
  public:
-  LayerNorm(const Attrs& attrs, std::string*)
-      : epsilon_(static_cast<float>(attrs.Float("epsilon"))), compute_(RowsFn<T>::Choose()) {}
+  LayerNorm(const Attrs& attrs, std::string* error)
+      : epsilon_(static_cast<float>(attrs.Float("epsilon"))),
+        y_shape_(ParseDeclaredDims(attrs, "y_shape", error)),
+        compute_(RowsFn<T>::Choose()) {}
 
   // The SDK checked x's rank and that gamma and beta, where present, are
   // vectors of x's last dim.
   TfLiteStatus Prepare(OpContext& ctx, In<T> x, Opt<T>, Opt<T>, Out<T> y) {
-    return ctx.ResizeOutput(y, x.shape());
+    return ResizeDeclared(ctx, y, x.shape(), y_shape_, "y_shape");
   }
 
   TfLiteStatus Invoke(OpContext& ctx, In<T> x, Opt<T> gamma_in, Opt<T> beta_in, Out<T> y) {
@@ -186,6 +190,7 @@ class LayerNorm {
 
  private:
   float epsilon_;
+  std::vector<int64_t> y_shape_;
   typename RowsFn<T>::Fn compute_;
 };
 
@@ -197,7 +202,7 @@ using LayerNormF16 = LayerNorm<Half>;
 #define FUSEKIT_LAYER_NORM_SCHEMA                                              \
   Inputs(OperandSpec("x").MinRank(1), OperandSpec("gamma").VectorOf("x", -1).AbsentIs(1), \
          OperandSpec("beta").VectorOf("x", -1).AbsentIs(0)),                     \
-      Outputs("y"), AttrSchema(attr::Float("epsilon", 1e-5).Min(0)),            \
+      Outputs("y"), AttrSchema(attr::Float("epsilon", 1e-5).Min(0), attr::Ints("y_shape")), \
       OptionsFormat(2).V1Presence("gamma", "scale").V1Presence("beta", "center")
 FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNormF32, FUSEKIT_LAYER_NORM_SCHEMA);
 FUSEKIT_REGISTER_KERNEL("fusekit_layer_norm", LayerNormF16, FUSEKIT_LAYER_NORM_SCHEMA);

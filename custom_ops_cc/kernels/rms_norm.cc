@@ -1,6 +1,7 @@
 // fusekit_rms_norm: y = x * rsqrt(mean(x^2) + epsilon) * gamma over the last
-// axis of x.  Inputs: x [..., D] float32, gamma [D] float32.  Attr: epsilon
-// (float, 1e-6).  Output: x's shape.
+// axis of x.  Inputs: x [..., D] float32, gamma [D] float32.  Attrs: epsilon
+// (float, 1e-6), y_shape (ints, absent or empty: x's dims): y's dims,
+// holding x's elements (declared_dims.h).  Output: x's shape, or y_shape.
 //
 // Memory bound: one pass reads the row for its sum of squares, a second pass
 // (the row is still in L1/L2 for any usual D) writes y, so x crosses the
@@ -85,6 +86,7 @@ void RmsNormRows(const float* HWY_RESTRICT x, const float* HWY_RESTRICT gamma,
 
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/simd.h"
+#include "kernels/declared_dims.h"
 
 namespace fusekit {
 namespace {
@@ -93,13 +95,14 @@ using RowsFn = void (*)(const float*, const float*, float*, int64_t, int64_t, fl
 
 class RmsNorm {
  public:
-  RmsNorm(const Attrs& attrs, std::string*)
+  RmsNorm(const Attrs& attrs, std::string* error)
       : epsilon_(static_cast<float>(attrs.Float("epsilon"))),
+        y_shape_(ParseDeclaredDims(attrs, "y_shape", error)),
         compute_(FUSEKIT_SIMD_CHOOSE(RmsNormRows)) {}
 
   // The SDK checked x's rank and that gamma is a vector of x's last dim.
   TfLiteStatus Prepare(OpContext& ctx, In<float> x, In<float>, Out<float> y) {
-    return ctx.ResizeOutput(y, x.shape());
+    return ResizeDeclared(ctx, y, x.shape(), y_shape_, "y_shape");
   }
 
   TfLiteStatus Invoke(OpContext& ctx, In<float> x, In<float> gamma, Out<float> y) {
@@ -120,6 +123,7 @@ class RmsNorm {
 
  private:
   float epsilon_;
+  std::vector<int64_t> y_shape_;
   RowsFn compute_;
 };
 
@@ -127,7 +131,8 @@ class RmsNorm {
 
 FUSEKIT_REGISTER_KERNEL("fusekit_rms_norm", RmsNorm,
                         Inputs(OperandSpec("x").MinRank(1), OperandSpec("gamma").VectorOf("x", -1)),
-                        Outputs("y"), AttrSchema(attr::Float("epsilon", 1e-6).Min(0)));
+                        Outputs("y"),
+                        AttrSchema(attr::Float("epsilon", 1e-6).Min(0), attr::Ints("y_shape")));
 
 }  // namespace fusekit
 

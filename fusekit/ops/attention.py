@@ -76,9 +76,14 @@ def _attention_body(
     q_slice: Any = None,
     k_slice: Any = None,
     v_slice: Any = None,
+    mask_layout: str | None = None,
 ) -> tf.Tensor:
     # Under fusekit.unfused() the body gets the caller's arrays as they are.
     q, k, v = (tf.convert_to_tensor(t) for t in (q, k, v))
+    if mask is not None and mask_layout == "bhkq":  # (set by the fusion only)
+        mask = tf.convert_to_tensor(mask)
+        mask = tf.reshape(mask, [1] * max(0, 2 - mask.shape.rank) + mask.shape.as_list())
+        mask = tf.linalg.matrix_transpose(mask)
     q, k, v = _take(q, q_slice), _take(k, k_slice), _take(v, v_slice)
     if scale is None:  # the op without a scale attr: the kernel's 1/sqrt(D)
         scale = 1.0 / math.sqrt(q.shape[-1])

@@ -4,8 +4,9 @@
 ``fusekit.convert(..., passes=[...])`` runs them after conversion.  Built-in
 passes: ``cleanup``, ``fuse_composites`` (litert-torch's StableHLO composites),
 ``fuse_quantized`` (int8 regions), ``fuse`` (``fuse_group_norm``, ``fuse_layer_norm``,
-``fuse_rms_norm``, ``fuse_rotary``, ``fuse_attention``), ``layout``, ``fold_affine``,
-``space_to_depth``; opt-in: ``kv_cache_in_place`` (a functional KV cache
+``fuse_rms_norm``, ``fuse_rotary``, ``fuse_attention``), ``layout``,
+``reshapes``, ``fold_affine``, ``space_to_depth``; opt-in: ``kv_cache_in_place``
+(a functional KV cache
 updated in place, see ``fusekit/passes/kv_cache.py``).  Your own::
 
     @fusekit.passes.register("my_pass")
@@ -28,6 +29,7 @@ from fusekit.passes import (  # noqa: F401 - register the built-ins
     fuse_quantized,
     kv_cache,
     layout,
+    reshapes,
     space_to_depth,
 )
 from fusekit.passes.pipeline import (

@@ -25,6 +25,7 @@ DEFAULT_PASSES = (
     "fuse_quantized",
     "fuse",
     "layout",
+    "reshapes",
     "fold_affine",
     "space_to_depth",
 )
@@ -292,7 +293,8 @@ def optimize(
       model: the model's bytes, or the path of a .tflite file.
       passes: pass names in order (see ``fusekit.passes.available()``), or
         None for the default set (DEFAULT_PASSES: "cleanup", "fuse_composites",
-        "fuse_quantized", "fuse", "layout", "fold_affine", "space_to_depth").
+        "fuse_quantized", "fuse", "layout", "reshapes", "fold_affine",
+        "space_to_depth").
       space_to_depth: "auto" (a cost model decides; the report says why it
         declined), "on" (rewrite wherever it applies; adds the pass) or
         "off" (drops the pass).

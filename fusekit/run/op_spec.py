@@ -258,11 +258,24 @@ class OpSpec:
         every attr, passes [] for one its call left out)."""
         return frozenset(a.name for a in self.attrs if not a.required and a.default == [])
 
+    @property
+    def declared_dims(self) -> dict[str, str]:
+        """The operands the op reads or writes through dims it declares:
+        attr ``<operand>_shape`` -> operand name.  Such an attr says which
+        dims the runtime tensor has (the reshapes pass sets it where it
+        drops a RESHAPE), never what the op computes."""
+        names = [o.name for o in (*self.inputs, *self.outputs)]
+        attrs = {a.name for a in self.attrs}
+        return {f"{n}_shape": n for n in names if f"{n}_shape" in attrs}
+
     def composite_attrs(self, absent: tuple[int, ...] = ()) -> dict[str, Any]:
         """A composite's attr declaration for this op: each attr with its
         default (None: given at the call, or absent), the options version,
-        and the positions of the inputs the composite leaves out."""
-        attrs: dict[str, Any] = {a.name: a.default for a in self.attrs}
+        and the positions of the inputs the composite leaves out.  Declared
+        dims are not the math's: a composite has none."""
+        attrs: dict[str, Any] = {
+            a.name: a.default for a in self.attrs if a.name not in self.declared_dims
+        }
         attrs.update(self.version_attrs())
         if absent:
             attrs[wire.ABSENT_INPUTS] = list(absent)

@@ -82,6 +82,27 @@ def _heads_first(graph: Graph, source: int, output: int) -> None:
         graph.add_transpose(source, [0, 2, 1, 3], output=output)
 
 
+# Queries up to which the kernel runs its decode path (reading a mask along
+# keys); past it, prefill items read a per-query bias a vector of queries at
+# a time, which a key-major bias serves with plain loads.
+_DECODE_QUERIES = 4
+
+
+def _keys_major(graph: Graph, mask: int, where: str) -> int | None:
+    """A constant float bias that differs per query, stored with its last two
+    axes swapped (the op's mask_layout 'bhkq'), else None."""
+    shape = graph.shape(mask)
+    if (
+        not graph.is_constant(mask)
+        or graph.tensor(mask).type != schema.TensorType.FLOAT32
+        or len(shape) < 2
+        or shape[-2] <= _DECODE_QUERIES
+    ):
+        return None
+    value = np.ascontiguousarray(np.swapaxes(graph.constant(mask), -1, -2))
+    return graph.add_constant(value, where + "/mask_keys_major")
+
+
 def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | None = None) -> str:
     """Replaces a proven attention core by ``fusekit_attention``; returns
     the report line.  With ``rows`` (shared by the rewrites of one graph),
@@ -143,6 +164,11 @@ def fuse_attention(graph: Graph, match: AttentionMatch, rows: dict[int, int] | N
     if rows is not None and (match.mask_row or match.keep_row):
         mask_kind += " as one key row for every query"
     attrs = AttentionFusion.attrs(match)
+    if len(inputs) > 3:
+        keys_major = _keys_major(graph, inputs[3], where)
+        if keys_major is not None:
+            inputs[3] = keys_major
+            attrs["mask_layout"] = "bhkq"
     output = match.output
     if match.finish_output is not None:
         shape = match.result_shape
