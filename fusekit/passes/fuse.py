@@ -23,7 +23,7 @@ def fuse(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str]]:
     """Runs every fusion of the table in order; notes every normalization
     left unfused and why."""
     changes = []
-    for fusion in units():
+    for fusion in units(options.without):
         changes += run_fusion(model, options, fusion, NAME)
     note_unfused_norms(model, options, NAME)
     # With fuse_quantized in the run, its notes say why it left a quantized

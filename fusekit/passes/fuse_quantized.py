@@ -26,14 +26,14 @@ from fusekit.passes.registry import PassOptions, register
 NAME = "fuse_quantized"
 
 
-def _fuse_view(view: FloatView, notes: list[str]) -> list[str]:
+def _fuse_view(view: FloatView, notes: list[str], without: tuple[str, ...]) -> list[str]:
     """The table's fusions on a float view, in their order, for matches
     that replace quantized operators (float regions of the same model,
     such as a dynamic-range model's, are left to ``fuse``); returns their
     report lines."""
     graph = view.graph
     changes = []
-    for fusion in units():
+    for fusion in units(without):
         fusion.notes = []
         for match in fusion.find(graph, notes):
             if view.replaces_quantized(match.ops):
@@ -51,7 +51,7 @@ def fuse_quantized_graph(graph: Graph, options: PassOptions) -> list[str]:
     promoted = 0
     try:
         notes: list[str] = []
-        changes = _fuse_view(view, notes)
+        changes = _fuse_view(view, notes, options.without)
         if changes:
             splice(view)
             skip_round_trips(graph)

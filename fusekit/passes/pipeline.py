@@ -14,6 +14,7 @@ from typing import Any
 
 from fusekit.errors import InvalidModelError, PassError
 from fusekit.model.graph import ModelView
+from fusekit.passes.fusion.table import fuse_units
 from fusekit.passes.registry import PassOptions, available, get
 from fusekit.run.plugin import op_plugins, register_plugin, resolve_plugin
 
@@ -152,7 +153,8 @@ def selected_passes(passes: Sequence[str] | str | None, space_to_depth: str) -> 
     when None; ``space_to_depth="on"`` adds that pass when not listed and
     "off" removes it.  Names that all start with ``+`` or ``-`` edit the
     default set instead ("+kv_cache_in_place" appends a pass, "-layout"
-    drops one)."""
+    drops one; "-fuse_rotary" and the like leave that fusion out of ``fuse``:
+    ``left_out``)."""
     if passes is None:
         names = list(DEFAULT_PASSES)
     elif isinstance(passes, str):
@@ -197,12 +199,23 @@ def _edited_defaults(names: list[str], edits: list[str]) -> list[str]:
                 result.append(name)
         elif name in result:
             result.remove(name)
-        else:
+        elif name not in fuse_units():
             raise PassError(
                 f"passes: -{name} removes a pass the default set does not hold "
                 f"(defaults: {', '.join(DEFAULT_PASSES)})"
             )
     return result
+
+
+def left_out(passes: Sequence[str] | str | None) -> tuple[str, ...]:
+    """The fusions ``fuse`` leaves out: the ``-name`` edits naming one of
+    its own units (``-fuse_fully_connected_f32``)."""
+    if passes is None:
+        return ()
+    names = passes.split(",") if isinstance(passes, str) else list(passes)
+    inside = set(fuse_units())
+    edits = [n.strip() for n in names]
+    return tuple(n[1:] for n in edits if n[:1] == "-" and n[1:] in inside)
 
 
 def run_passes(
@@ -224,6 +237,7 @@ def run_passes(
         space_to_depth=space_to_depth,
         passes=tuple(names),
         plugins=tuple(resolve_plugin(p) for p in plugins),
+        without=left_out(passes),
     )
     if max_iterations < 1:
         raise PassError(f"max_iterations must be at least 1, got {max_iterations}")

@@ -29,12 +29,15 @@ class PassOptions:
       work it is when that pass runs too).
     plugins: kernel plugins (``fusekit build`` output) whose kernels a
       composite may be mapped to, besides fusekit's own.
+    without: fusions ``fuse`` leaves out this run, by their own pass names
+      (``passes="-fuse_fully_connected_f32"``).
     """
 
     space_to_depth: str = "auto"
     notes: dict[str, list[str]] = field(default_factory=dict)
     passes: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.space_to_depth not in SPACE_TO_DEPTH_MODES:

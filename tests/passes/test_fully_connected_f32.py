@@ -204,3 +204,13 @@ def test_default_in_decode_signatures_only():
     case = _case([1, 64], 32)
     assert _custom_count(fusekit.optimize(case.model).model) == 0
     assert _custom_count(_fused(case)) == 1
+
+
+def test_minus_leaves_it_out_of_fuse():
+    """``-fuse_fully_connected_f32`` keeps ``fuse``'s other fusions and
+    leaves the decode matmuls to the runtime."""
+    data = Path(__file__).resolve().parents[1] / "data" / "torch" / "zoo"
+    model = (data / "export_hf_default.tflite").read_bytes()
+    result = fusekit.optimize(model, passes="-fuse_fully_connected_f32,+kv_cache_in_place")
+    assert _custom_count(result.model) == 0
+    assert "fusekit_attention" in str(result.report)

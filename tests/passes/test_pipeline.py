@@ -151,3 +151,10 @@ def test_plus_and_minus_edit_the_default_passes():
         selected_passes("-kv_cache_in_place", "auto")
     with pytest.raises(PassError, match="nope"):
         selected_passes("+nope", "auto")
+    # A fusion of ``fuse`` named with a minus leaves the set as it is; the
+    # run leaves that fusion out of ``fuse``.
+    from fusekit.passes.pipeline import left_out
+
+    assert selected_passes("-fuse_rotary", "auto") == defaults
+    assert left_out("-fuse_rotary,+kv_cache_in_place") == ("fuse_rotary",)
+    assert left_out(None) == () and left_out("-layout") == ()

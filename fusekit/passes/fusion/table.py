@@ -35,10 +35,20 @@ FUSIONS: tuple[type[Fusion], ...] = (
 )
 
 
-def units() -> list[Fusion]:
+def units(without: tuple[str, ...] = ()) -> list[Fusion]:
     """A fresh instance of every fusion ``fuse`` runs (all but the opt-in
-    ones), in the table's order."""
-    return [fusion.in_fuse() for fusion in FUSIONS if not fusion.opt_in]
+    ones and those whose pass names are in ``without``), in the table's
+    order."""
+    return [
+        fusion.in_fuse()
+        for fusion in FUSIONS
+        if not fusion.opt_in and fusion.pass_name not in without
+    ]
+
+
+def fuse_units() -> list[str]:
+    """The pass names of the fusions ``fuse`` runs."""
+    return [fusion.pass_name for fusion in FUSIONS if not fusion.opt_in]
 
 
 def unit(pass_name: str) -> Fusion:
