@@ -9,7 +9,7 @@
 //
 // Constant weights are read from a copy in 2 MiB pages (HugePageCopy, made
 // at the first invoke), the way XNNPACK reads a repacked copy: streamed
-// through 4 KiB pages the same bytes measured ~1.2x slower over a whole
+// through 4 KiB pages the same bytes measured ~1.15x slower over a whole
 // decode step (TLB misses, and the hardware prefetchers stop at every 4 KiB
 // boundary).  Weights the runtime does not mark constant are read in place.
 //

@@ -18,7 +18,11 @@ run time) keep the runtime's GEMM, which is faster there.
 
 Opt-in (``passes="+fuse_fully_connected"``), not part of ``fuse``: the
 outputs move within the model's own quantization error rather than within
-1e-5, and the whole decode step measured the same as XNNPACK's."""
+1e-5, and the whole decode step measured the same as XNNPACK's.
+
+The float32 form (``FullyConnectedF32Fusion``: float32 weights, same row
+limit) becomes ``fusekit_fully_connected_f32``, proven within 1e-5 of the
+FULLY_CONNECTED; it is part of ``fuse`` for decode signatures."""
 
 from __future__ import annotations
 
@@ -353,7 +357,7 @@ class FullyConnectedF32Fusion(FullyConnectedFusion):
     """float32 FULLY_CONNECTED over a few rows (decode steps).
 
     In ``fuse`` (the default passes) only in decode signatures' subgraphs:
-    there it measured 1.1-1.2x faster over a whole step than XNNPACK's GEMM
+    there it measured 1.11-1.15x faster over a whole step than XNNPACK's GEMM
     (benchmarks/results/fully_connected_f32.md); elsewhere, a model's few
     small Dense layers would only trade XNNPACK's one delegate node for
     several nodes.  As its own pass (``fuse_fully_connected_f32``) in every
