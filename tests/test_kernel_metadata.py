@@ -34,7 +34,6 @@ def test_optimize_records_the_kernels_the_model_needs(fused):
     assert metadata.fusekit_version == fusekit.__version__
     assert {(k.op, k.provider) for k in metadata.kernels} == {
         ("fusekit_attention", "fusekit"),
-        ("fusekit_fully_connected_f32", "fusekit"),
         ("fusekit_rms_norm", "fusekit"),
         ("fusekit_rotary_embedding", "fusekit"),
     }

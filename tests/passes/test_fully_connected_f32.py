@@ -185,30 +185,31 @@ def test_bad_inputs_and_fuzz_never_crash():
     assert all(check.passed for check in result.checks.values()), str(result)
 
 
-def test_default_in_decode_signatures_only():
-    """``fuse`` (the default passes) takes decode signatures' matmuls, not
-    a model's few-row Dense layers elsewhere; the pass alone takes both."""
-    data = Path(__file__).resolve().parents[1] / "data" / "torch" / "zoo"
-    model = (data / "export_hf_default.tflite").read_bytes()
-    fused = fusekit.optimize(model).model
-    view = ModelView(fused)
-    decode = {int(s.subgraphIndex) for s in view.m.signatureDefs if b"decode" in s.signatureKey}
-    where = {
-        g.index
-        for g in view.graphs()
-        for op in g.ops
-        if (code := view.m.operatorCodes[op.opcodeIndex]).customCode is not None
-        and code.customCode.decode() == OP
-    }
-    assert where and where <= decode
-    case = _case([1, 64], 32)
-    assert _custom_count(fusekit.optimize(case.model).model) == 0
-    assert _custom_count(_fused(case)) == 1
+def test_default_where_the_weights_stream_from_memory():
+    """``fuse`` (the default passes) takes a subgraph's few-row matmuls when
+    together they read at least STREAMED_BYTES of weights per call (a
+    language model's decode step, whatever its signature is called), not a
+    model's few small Dense layers; the pass alone takes both."""
+    from fusekit.passes.fusion.units.fully_connected import STREAMED_BYTES
+
+    k = 1024
+    big = _case([1, k], STREAMED_BYTES // (4 * k))
+    assert _custom_count(fusekit.optimize(big.model).model) == 1
+    small = _case([1, 64], 32)
+    assert _custom_count(fusekit.optimize(small.model).model) == 0
+    assert _custom_count(_fused(small)) == 1
+    just_below = _case([1, k], STREAMED_BYTES // (4 * k) - 1)
+    assert _custom_count(fusekit.optimize(just_below.model).model) == 0
 
 
 def test_minus_leaves_it_out_of_fuse():
     """``-fuse_fully_connected_f32`` keeps ``fuse``'s other fusions and
     leaves the decode matmuls to the runtime."""
+    from fusekit.passes.fusion.units.fully_connected import STREAMED_BYTES
+
+    k = 1024
+    big = _case([1, k], STREAMED_BYTES // (4 * k))
+    assert _custom_count(fusekit.optimize(big.model, passes="-fuse_fully_connected_f32").model) == 0
     data = Path(__file__).resolve().parents[1] / "data" / "torch" / "zoo"
     model = (data / "export_hf_default.tflite").read_bytes()
     result = fusekit.optimize(model, passes="-fuse_fully_connected_f32,+kv_cache_in_place")

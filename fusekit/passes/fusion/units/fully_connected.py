@@ -344,24 +344,37 @@ class FullyConnectedFusion(Fusion[FcMatch]):
         finish(graph)
 
 
-def decode_subgraph(graph: Graph) -> bool:
-    """Whether a signature whose key names a decode step (``decode``,
-    ``decode_step``...) runs ``graph``."""
-    return any(
-        s.subgraphIndex == graph.index and b"decode" in (s.signatureKey or b"").lower()
-        for s in graph.model.m.signatureDefs or []
-    )
+#: The float32 weights a subgraph's few-row matmuls must read per call
+#: together for ``fuse`` to stream them with the fused op: past the caches,
+#: where a step is bound by reading its weights from memory (a decode step
+#: of a language model) and the GEMV's streaming wins; below it the weights
+#: stay cached and a model's few small Dense layers would only trade
+#: XNNPACK's one delegate node for several nodes.
+STREAMED_BYTES = 16 << 20
+
+
+def streams_weights(graph: Graph) -> bool:
+    """Whether ``graph``'s float32 FULLY_CONNECTEDs over a few rows read at
+    least STREAMED_BYTES of weights per call, together."""
+    total = 0
+    for op in graph.ops:
+        if graph.builtin(op) != OP.FULLY_CONNECTED:
+            continue
+        found = match_fc(graph, op, float_weights=True)
+        if found is not None:
+            n, k = graph.shape(found.weights)
+            total += 4 * n * k
+    return total >= STREAMED_BYTES
 
 
 class FullyConnectedF32Fusion(FullyConnectedFusion):
     """float32 FULLY_CONNECTED over a few rows (decode steps).
 
-    In ``fuse`` (the default passes) only in decode signatures' subgraphs:
-    there it measured 1.11-1.15x faster over a whole step than XNNPACK's GEMM
-    (benchmarks/results/fully_connected_f32.md); elsewhere, a model's few
-    small Dense layers would only trade XNNPACK's one delegate node for
-    several nodes.  As its own pass (``fuse_fully_connected_f32``) in every
-    subgraph."""
+    In ``fuse`` (the default passes) only in subgraphs whose few-row
+    matmuls stream their weights from memory (STREAMED_BYTES: a language
+    model's decode step), where it measured 1.11-1.15x faster over a whole
+    step than XNNPACK's GEMM (benchmarks/results/fully_connected_f32.md).
+    As its own pass (``fuse_fully_connected_f32``) in every subgraph."""
 
     kind = "fully_connected_f32"
     op = F32_OP
@@ -369,15 +382,15 @@ class FullyConnectedF32Fusion(FullyConnectedFusion):
     opt_in = False
     float_weights = True
 
-    def __init__(self, decode_only: bool = False) -> None:
+    def __init__(self, streamed_only: bool = False) -> None:
         super().__init__()
-        self.decode_only = decode_only
+        self.streamed_only = streamed_only
 
     @classmethod
     def in_fuse(cls) -> FullyConnectedF32Fusion:
-        return cls(decode_only=True)
+        return cls(streamed_only=True)
 
     def match(self, graph: Graph, anchor: schema.OperatorT) -> FcMatch | NearMiss | None:
-        if self.decode_only and not decode_subgraph(graph):
+        if self.streamed_only and not streams_weights(graph):
             return None
         return super().match(graph, anchor)
