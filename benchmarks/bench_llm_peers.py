@@ -480,7 +480,9 @@ def write(out: Path, result: dict[str, Any]) -> None:
         "",
         "The read floor: the bytes a decode step reads once (its weights, the embedding and "
         "logits head included, and the KV cache rows up to its position: float32 rows for "
-        "LiteRT, f16 for llama.cpp) over the bandwidth measured on the same cores. LiteRT-LM "
+        "LiteRT, f16 for llama.cpp) over the bandwidth measured on the same cores (the "
+        "median of 64 MiB reads from memory, which moves a few percent from run to run: a "
+        "step at 0.98-1.02x reads its bytes as fast as that probe does). LiteRT-LM "
         "runs the plain int8 model, so its floor is plain LiteRT's. LiteRT-LM's benchmark has "
         "no decode-position setting: its decode is measured after prefilling "
         f"{result['cache_position']} tokens (so at the same positions). llama.cpp runs its "
