@@ -22,7 +22,8 @@ outputs move within the model's own quantization error rather than within
 
 The float32 form (``FullyConnectedF32Fusion``: float32 weights, same row
 limit) becomes ``fusekit_fully_connected_f32``, proven within 1e-5 of the
-FULLY_CONNECTED; it is part of ``fuse`` for decode signatures."""
+FULLY_CONNECTED; it is part of ``fuse`` where a subgraph streams its
+weights from memory (STREAMED_BYTES: a language model's decode step)."""
 
 from __future__ import annotations
 
