@@ -80,7 +80,7 @@ def _cut(graph, match: AttentionMatch) -> Region | None:
     ops = attention_check._region(graph, match.output, boundary)  # noqa: SLF001
     if ops is None:
         return None
-    plain, inputs = attention_check._sub_model(graph, ops, match.output)  # noqa: SLF001
+    plain, inputs = attention_check.sub_model(graph, ops, match.output)
     view = ModelView(plain)
     sub = next(view.graphs())
     again = [match_attention(sub, op) for op in sub.ops if sub.builtin(op) in ANCHORS]

@@ -45,7 +45,7 @@ def op_models(model: bytes, subgraph: int = 0) -> list[tuple[str, str, bytes, li
     cut = []
     for op in graph.ops:
         out = int(op.outputs[0])
-        sub, inputs = attention_check._sub_model(graph, [op], out)  # noqa: SLF001
+        sub, inputs = attention_check.sub_model(graph, [op], out)
         operands = [Operand(graph.shape(t), graph.tensor(t).type, None) for t in inputs]
         shapes = " ".join(
             str(graph.shape(int(t)))

@@ -297,6 +297,25 @@ def kv_cache_update_models(work: Path) -> dict[str, bytes]:
     return {"kv_cache_update": kv_cache_models.case((1, 2, 2, 16, 2, 8), 1, 1, 3)[0]}
 
 
+def _fully_connected(work: Path, float_weights: bool) -> bytes:
+    _genai()  # puts the tests folder on the path
+    from fc_models import fc_model
+
+    import fusekit
+
+    case = fc_model([2, 40], 9, bias=True, activation="relu", seed=9, float_weights=float_weights)
+    fusion = "fuse_fully_connected_f32" if float_weights else "fuse_fully_connected"
+    return fusekit.optimize(case.model, passes=[fusion]).model
+
+
+def fully_connected_models(work: Path) -> dict[str, bytes]:
+    return {"fully_connected": _fully_connected(work, float_weights=False)}
+
+
+def fully_connected_f32_models(work: Path) -> dict[str, bytes]:
+    return {"fully_connected_f32": _fully_connected(work, float_weights=True)}
+
+
 # Library kernel (fusekit.kernel_names()) -> base models.  One line per kernel.
 LIBRARY: dict[str, Builder] = {
     "fusekit_layer_norm": layer_norm_models,
@@ -307,6 +326,8 @@ LIBRARY: dict[str, Builder] = {
     "odml.scaled_dot_product_attention": genai_sdpa_models,
     "odml.update_external_kv_cache": genai_kv_cache_models,
     "fusekit_kv_cache_update": kv_cache_update_models,
+    "fusekit_fully_connected": fully_connected_models,
+    "fusekit_fully_connected_f32": fully_connected_f32_models,
 }
 
 # Ops of the user plugin built from USER_PLUGIN_SOURCES -> base models.
