@@ -168,6 +168,7 @@ void QuantizeRow(const float* HWY_RESTRICT x, int64_t k, int64_t kp, int8_t* HWY
 
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/simd.h"
+#include "kernels/fully_connected_rules.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -247,35 +248,13 @@ RowsFn ChooseRows() {
 class FullyConnectedInt8 {
  public:
   FullyConnectedInt8(const Attrs& attrs, std::string* error) : compute_(ChooseRows()), quantize_(FUSEKIT_SIMD_CHOOSE(QuantizeRow)) {
-    const std::string act = attrs.String("activation");
-    const float inf = std::numeric_limits<float>::infinity();
-    if (act == "none") {
-      lo_ = -inf, hi_ = inf;
-    } else if (act == "relu") {
-      lo_ = 0.0f, hi_ = inf;
-    } else if (act == "relu6") {
-      lo_ = 0.0f, hi_ = 6.0f;
-    } else if (act == "relu_n1_to_1") {
-      lo_ = -1.0f, hi_ = 1.0f;
-    } else {
-      *error = "attr 'activation' must be none, relu, relu6 or relu_n1_to_1, got '" + act + "'";
-    }
+    ActivationClamp(attrs.String("activation"), &lo_, &hi_, error);
   }
 
   // The SDK checked that scales is a vector of w's rows.
   TfLiteStatus Prepare(OpContext& ctx, In<float> x, In<int8_t> w, In<float> /*scales*/,
                        Opt<float> bias, Out<float> y) {
-    const int64_t n = w.dim(0);
-    FUSEKIT_ENSURE_EQ(ctx, x.dim(-1), w.dim(1), "x's last dim and the weights' columns");
-    FUSEKIT_ENSURE(ctx, w.dim(1) > 0, "the weights must have at least one column");
-    if (bias.present()) {
-      FUSEKIT_ENSURE(ctx, bias.rank() == 1 && bias.dim(0) == n,
-                     "bias must be a vector of %d elements (the weights' rows)",
-                     static_cast<int>(n));
-    }
-    std::vector<int> shape = x.shape();
-    shape.back() = static_cast<int>(n);
-    return ctx.ResizeOutput(y, shape);
+    return PrepareFullyConnected(ctx, x, w, bias, y);
   }
 
   TfLiteStatus Invoke(OpContext& ctx, In<float> x, In<int8_t> w, In<float> scales,
