@@ -27,6 +27,7 @@
 // only on its rows of w and x, so the bits are the same for any thread
 // count; the dots are exact integers at every SIMD level (only the float
 // epilogue may round differently where the compiler fuses a multiply-add).
+#include <cmath>
 #include <cstdint>
 
 // Shared by every target (the file is compiled once per SIMD target).
@@ -64,6 +65,24 @@ inline float FinishOutput(const FcArgs& a, int32_t dot, int64_t i, int64_t row) 
 #define HWY_TARGET_INCLUDE "kernels/fully_connected.cc"
 #include "fusekit/simd_begin.h"
 
+#if HWY_ARCH_ARM
+// On ARM the opt-in hybrid op runs plain loops (the compiler vectorizes
+// them): Highway's widening of a partial int8 vector gave wrong sums on
+// SVE and crashed at 2048-bit vectors under emulation.  The op is bound by
+// reading the weights, not by these multiplies.
+HWY_INLINE void Dot4(const FcArgs& a, int64_t i, const int8_t* const* w, int32_t* out) {
+  const int8_t* HWY_RESTRICT x = a.xq + i * a.kp;
+  int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (int64_t j = 0; j < a.k; ++j) {
+    const int32_t u = x[j];
+    s0 += u * w[0][j];
+    s1 += u * w[1][j];
+    s2 += u * w[2][j];
+    s3 += u * w[3][j];
+  }
+  out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
+}
+#else
 // Exact int32 dot products of four weight rows with one activation row,
 // widened lane by lane (the portable path: any SIMD level, NEON, SVE).
 HWY_INLINE void Dot4(const FcArgs& a, int64_t i, const int8_t* const* w, int32_t* out) {
@@ -95,6 +114,8 @@ HWY_INLINE void Dot4(const FcArgs& a, int64_t i, const int8_t* const* w, int32_t
   out[3] = hn::GetLane(hn::SumOfLanes(d, s3));
 }
 
+#endif  // HWY_ARCH_ARM
+
 // Output rows [begin, end) for every activation row.
 void FullyConnectedRows(const FcArgs& a, int64_t begin, int64_t end) {
   for (int64_t n0 = begin; n0 < end; n0 += kRows) {
@@ -115,6 +136,29 @@ void FullyConnectedRows(const FcArgs& a, int64_t begin, int64_t end) {
 // convert's rounding); zeros past k up to kp.  A row of zeros gives s = 0;
 // a row with NaN or inf gives s = NaN (the hybrid op has no meaningful
 // result there either), which the outputs then carry.
+#if HWY_ARCH_ARM
+void QuantizeRow(const float* HWY_RESTRICT x, int64_t k, int64_t kp, int8_t* HWY_RESTRICT q,
+                 float* s) {
+  float amax = 0.0f, flag = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    amax = std::fmax(amax, std::fabs(x[j]));
+    flag += x[j] * 0.0f;
+  }
+  for (int64_t i = 0; i < kp; ++i) q[i] = 0;
+  if (flag != 0.0f) {
+    *s = flag;  // NaN
+    return;
+  }
+  if (!(amax > 0.0f)) {
+    *s = 0.0f;
+    return;
+  }
+  *s = amax / 127.0f;
+  const float inv = 127.0f / amax;
+  // Ties to even, as the vector convert rounds (the default rounding mode).
+  for (int64_t j = 0; j < k; ++j) q[j] = static_cast<int8_t>(std::nearbyint(x[j] * inv));
+}
+#else
 void QuantizeRow(const float* HWY_RESTRICT x, int64_t k, int64_t kp, int8_t* HWY_RESTRICT q,
                  float* s) {
   const hn::ScalableTag<float> d;
@@ -157,6 +201,7 @@ void QuantizeRow(const float* HWY_RESTRICT x, int64_t k, int64_t kp, int8_t* HWY
     StoreTail(hn::DemoteTo(d8, v), d8, q + j, rest);
   }
 }
+#endif  // HWY_ARCH_ARM
 
 #include "fusekit/simd_end.h"
 
