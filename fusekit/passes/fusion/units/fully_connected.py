@@ -391,7 +391,8 @@ class FullyConnectedF32Fusion(FullyConnectedFusion):
     def in_fuse(cls) -> FullyConnectedF32Fusion:
         return cls(streamed_only=True)
 
-    def match(self, graph: Graph, anchor: schema.OperatorT) -> FcMatch | NearMiss | None:
+    def find(self, graph: Graph, near_misses: list[str]) -> list[FcMatch]:
+        # One decision per graph, before matching (not once per anchor).
         if self.streamed_only and not streams_weights(graph):
-            return None
-        return super().match(graph, anchor)
+            return []
+        return super().find(graph, near_misses)
