@@ -57,24 +57,10 @@ def op_models(model: bytes, subgraph: int = 0) -> list[tuple[str, str, bytes, li
 
 
 def _whole(model: bytes) -> Callable[[], None]:
-    interp = fusekit.Interpreter(model_content=model, runtime="litert", num_threads=1)
-    interp.allocate_tensors()
-    feeds = random_feeds(
-        [
-            Operand(list(d["shape"]), _tflite_type(d["dtype"]), None)
-            for d in interp.get_input_details()
-        ],
-        0,
-        {},
-    )
-    for detail, value in zip(interp.get_input_details(), feeds, strict=True):
-        interp.set_tensor(detail["index"], value)
-
-    def invoke() -> None:
-        interp.invoke()
-
-    invoke.keep = interp
-    return invoke
+    """The whole model's invoke on random inputs (shapes read from it)."""
+    details = fusekit.Interpreter(model_content=model, runtime="litert").get_input_details()
+    operands = [Operand(list(d["shape"]), _tflite_type(d["dtype"]), None) for d in details]
+    return _invoke(model, random_feeds(operands, 0, {}))
 
 
 def _tflite_type(dtype) -> int:
