@@ -682,53 +682,51 @@ def kv_cache_update_models(workdir: Path) -> list[Model]:
     return models
 
 
-@kernel_cases("fusekit_fully_connected")
-def fully_connected_models(workdir: Path) -> list[Model]:
-    """The decode step's int8 matmul (fused from a hybrid FULLY_CONNECTED):
-    one row over K = 576, rows 1..8 with K and N off every vector width,
-    bias and activations, one case large enough for two threads."""
+# (x shape, N, bias, activation): one row over K = 576, rows 1..8 with K and
+# N off every vector width and row group, one case large enough for two
+# threads.
+FC_PLAN = [
+    ([1, 576], 192, False, "none"),
+    ([3, 1, 70], 13, True, "relu"),
+    ([8, 33], 7, True, "relu6"),
+    ([2, 1000], 515, True, "relu_n1_to_1"),
+]
+
+
+def _fc_cases(float_weights: bool) -> list[Model]:
     from fc_models import fc_model
 
-    plan = [
-        ([1, 576], 192, False, "none"),
-        ([3, 1, 70], 13, True, "relu"),
-        ([8, 33], 7, True, "relu6"),
-        ([2, 1000], 515, True, "relu_n1_to_1"),
-    ]
+    fusion = "fuse_fully_connected_f32" if float_weights else "fuse_fully_connected"
     models = []
-    for shape, n, bias, act in plan:
-        case = fc_model(shape, n, bias=bias, activation=act, seed=n)
-        fused = fusekit.optimize(case.model, passes=["fuse_fully_connected"]).model
-        x = (np.random.default_rng(n).standard_normal(shape) * 2).astype(np.float32)
-        want = case.hybrid(x).reshape(*shape[:-1], n)
-        name = f"fully connected x={shape} N={n} bias={bias} {act}"
-        models.append(Model(name, fused, [[x]], [[want]]))
+    for shape, n, bias, act in FC_PLAN:
+        case = fc_model(
+            shape, n, bias=bias, activation=act, seed=n, float_weights=float_weights
+        )
+        fused = fusekit.optimize(case.model, passes=[fusion]).model
+        x = np.random.default_rng(n).standard_normal(shape).astype(np.float32)
+        if float_weights:
+            want = case.reference(x).astype(np.float32)
+        else:
+            x = (x * 2).astype(np.float32)
+            want = case.hybrid(x)
+        kind = "fully connected f32" if float_weights else "fully connected"
+        name = f"{kind} x={shape} N={n} bias={bias} {act}"
+        models.append(Model(name, fused, [[x]], [[want.reshape(*shape[:-1], n)]]))
     return models
+
+
+@kernel_cases("fusekit_fully_connected")
+def fully_connected_models(workdir: Path) -> list[Model]:
+    """The decode step's int8 matmul (fused from a hybrid FULLY_CONNECTED),
+    bias and activations over FC_PLAN."""
+    return _fc_cases(float_weights=False)
 
 
 @kernel_cases("fusekit_fully_connected_f32")
 def fully_connected_f32_models(workdir: Path) -> list[Model]:
     """The decode step's float32 matmul (fused from a FULLY_CONNECTED with
-    float32 weights): one row over K = 576, rows 1..8 with K and N off every
-    vector width and row group, bias and activations, one case large
-    enough for two threads."""
-    from fc_models import fc_model
-
-    plan = [
-        ([1, 576], 192, False, "none"),
-        ([3, 1, 70], 13, True, "relu"),
-        ([8, 33], 7, True, "relu6"),
-        ([2, 1000], 515, True, "relu_n1_to_1"),
-    ]
-    models = []
-    for shape, n, bias, act in plan:
-        case = fc_model(shape, n, bias=bias, activation=act, seed=n, float_weights=True)
-        fused = fusekit.optimize(case.model, passes=["fuse_fully_connected_f32"]).model
-        x = np.random.default_rng(n).standard_normal(shape).astype(np.float32)
-        want = case.reference(x).astype(np.float32).reshape(*shape[:-1], n)
-        name = f"fully connected f32 x={shape} N={n} bias={bias} {act}"
-        models.append(Model(name, fused, [[x]], [[want]]))
-    return models
+    float32 weights), bias and activations over FC_PLAN."""
+    return _fc_cases(float_weights=True)
 
 
 @functools.cache
