@@ -208,6 +208,15 @@ class Graph:
     def builtin(self, op: schema.OperatorT) -> int:
         return self.model.builtin(op)
 
+    def custom_name(self, op: schema.OperatorT) -> str | None:
+        """A CUSTOM operator's custom code ("" when it has none), else None."""
+        if self.builtin(op) != OP.CUSTOM:
+            return None
+        code = self.model.m.operatorCodes[op.opcodeIndex].customCode
+        if isinstance(code, str):
+            return code
+        return (code or b"").decode(errors="replace")
+
     def _index(self) -> None:
         if self._producers is not None:
             return

@@ -83,13 +83,6 @@ class _Region:
     exits: list[tuple[schema.OperatorT, int]] = field(default_factory=list)
 
 
-def _custom_name(graph: Graph, op: schema.OperatorT) -> str | None:
-    if graph.builtin(op) != OP.CUSTOM:
-        return None
-    code = graph.model.m.operatorCodes[op.opcodeIndex].customCode
-    return code.decode() if isinstance(code, bytes) else code
-
-
 def _plain_float(graph: Graph, t: int) -> bool:
     tensor = graph.tensor(t)
     quantized = tensor.quantization is not None and tensor.quantization.scale is not None
@@ -129,7 +122,7 @@ def _row_op(graph: Graph, op: schema.OperatorT) -> bool:
         return True
     if code == OP.FULLY_CONNECTED:
         return _keeps_dims(op)
-    return _custom_name(graph, op) in _ROW_CUSTOM
+    return graph.custom_name(op) in _ROW_CUSTOM
 
 
 def _grow(graph: Graph, start: schema.OperatorT) -> _Region | None:

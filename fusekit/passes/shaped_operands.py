@@ -24,10 +24,7 @@ from fusekit.run.op_spec import OPTIONS_VERSION, OpSpec, op_spec
 
 
 def _spec(graph: Graph, op: schema.OperatorT) -> OpSpec | None:
-    if graph.builtin(op) != OP.CUSTOM:
-        return None
-    code = graph.model.m.operatorCodes[op.opcodeIndex].customCode
-    name = code.decode() if isinstance(code, bytes) else code
+    name = graph.custom_name(op)
     if not name:
         return None
     try:

@@ -34,7 +34,7 @@ from flatbuffers import flexbuffers
 from fusekit import wire
 from fusekit.errors import FusekitError, OpSpecError
 from fusekit.model.flatbuffer_edit import set_custom_options
-from fusekit.model.graph import OP, Graph
+from fusekit.model.graph import Graph
 from fusekit.model.tflite_schema import TENSOR_TYPES
 from fusekit.passes.fusion.composite_check import (
     Checker,
@@ -230,11 +230,8 @@ def replace_op(graph: Graph, op: schema.OperatorT, mapping: KernelMapping) -> sc
 
 def is_litert_custom(graph: Graph, op: schema.OperatorT) -> str | None:
     """The name of a ``litert_custom_op.<name>`` custom op, else None."""
-    if graph.builtin(op) != OP.CUSTOM:
-        return None
-    code = graph.model.m.operatorCodes[op.opcodeIndex].customCode
-    name = (code or b"").decode(errors="replace")
-    return name if name.startswith(LITERT_CUSTOM) else None
+    name = graph.custom_name(op)
+    return name if name is not None and name.startswith(LITERT_CUSTOM) else None
 
 
 def proven_kernel(
