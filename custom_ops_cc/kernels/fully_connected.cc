@@ -22,10 +22,14 @@
 // GEMM (benchmarks/results/fully_connected.md); the integer dot takes one
 // (AVX-512 VNNI's vpdpbusd) per 64 weights.
 //
-// Memory bound for few rows: four weight rows at a time are read from
-// memory once and serve every activation row from L1.  Every output depends
-// only on its rows of w and x, so the bits are the same for any thread
-// count; the dots are exact integers at every SIMD level (only the float
+// Memory bound for few rows: each group of weight rows (kStreamRows on the
+// VNNI path, as independent streams with a software prefetch a group
+// ahead; four on the portable path) is read from memory once and serves
+// every activation row from L1.  Constant weights are read from a copy in
+// 2 MiB pages (HugePageCopy, made at the first invoke): through 4 KiB pages
+// the same kernel measured ~1.1x slower over a whole decode step.  Every
+// output depends only on its rows of w and x, so the bits are the same for
+// any thread count; the dots are exact integers at every SIMD level (only the float
 // epilogue may round differently where the compiler fuses a multiply-add).
 #include <cmath>
 #include <cstdint>
