@@ -29,8 +29,9 @@
 // 2 MiB pages (HugePageCopy, made at the first invoke): through 4 KiB pages
 // the same kernel measured ~1.1x slower over a whole decode step.  Every
 // output depends only on its rows of w and x, so the bits are the same for
-// any thread count; the dots are exact integers at every SIMD level (only the float
-// epilogue may round differently where the compiler fuses a multiply-add).
+// any thread count; the dots are exact integers at every SIMD level (only
+// the float epilogue may round differently where the compiler fuses a
+// multiply-add).
 #include <cmath>
 #include <cstdint>
 
