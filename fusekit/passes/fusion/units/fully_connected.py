@@ -371,7 +371,7 @@ class FullyConnectedFusion(Fusion[FcMatch]):
 #: stay cached and a model's few small Dense layers would only trade
 #: XNNPACK's one delegate node for several nodes.  Every matmul of such a
 #: subgraph is taken, however small: a decode step's 110 KB int8 k/v
-#: projections measured 0.96-0.98x XNNPACK alone but the whole step the same
+#: projections measured 0.96-1.02x XNNPACK alone but the whole step the same
 #: or faster with them fused (benchmarks/results/fully_connected.md).
 STREAMED_BYTES = 16 << 20
 
