@@ -13,8 +13,8 @@ namespace fusekit {
 
 // Weight rows a streaming kernel reads together, as that many independent
 // streams (more loads in flight than one stream gets from the hardware
-// prefetcher), with a software prefetch one group ahead; also the unit
-// threads split the rows by.
+// prefetcher), with a software prefetch ahead (each kernel says how far);
+// also the unit threads split the rows by.
 inline constexpr int kStreamRows = 8;
 
 // The `activation` attr as the clamp [*lo, *hi]; sets *error for a name
