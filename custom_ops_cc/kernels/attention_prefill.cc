@@ -476,7 +476,12 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   const int64_t* ms = p.mask_stride;
   // A mask the same for every query (query stride 0: a padding mask) is one
   // value per key, read once per key for all the item's queries.
-  const KeyRow row = KeyRowOf(p, b, h);
+  // A float mask of one value for every query and key of (b, h), 0 (a
+  // [1, 1, 1, 1] zero bias an exporter left in), changes no score: it is
+  // not added block by block.
+  const bool zero_mask = p.mask_add != nullptr && ms[2] == 0 && ms[3] == 0 &&
+                         p.mask_add[b * ms[0] + h * ms[1]] == 0.0f;
+  const KeyRow row = zero_mask ? KeyRow{} : KeyRowOf(p, b, h);
   const bool bias_tiles = kTileTranspose && p.mask_add != nullptr && p.softcap == 0.0f &&
                           ms[2] > 0 && ms[3] == 1;
   bool first_block = true;  // O^T is still 0: nothing to rescale
@@ -507,6 +512,13 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
             continue;
           }
           const int64_t cols = n - j0 < lanes ? n - j0 : lanes;
+          // The bias streams from L2, a line per row and tile: the next
+          // tile's lines are asked for while this one is turned.
+          if (j0 + lanes < n) {
+            for (int64_t r = 0; r < valid; ++r) {
+              __builtin_prefetch(src + r * ms[2] + j0 + lanes, 0, 3);
+            }
+          }
           TransposeTile(src + j0, ms[2], valid, cols,
                         [&](int64_t j, VF x) { hn::Store(x, d, dst + (j0 + j) * width); });
         }
@@ -528,8 +540,8 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
     }
     // The scale is in Q^T; the cap (Gemma 2) comes before the mask.
     if (p.softcap > 0.0f) SoftcapRow(st, n * width, p.softcap);
-    if (bias_first) {
-      // (added above)
+    if (bias_first || zero_mask) {
+      // (added above, or nothing to add)
     } else if (row.present()) {
       row.Apply(d, jb, n, st, width);
     } else if (p.mask_add != nullptr && ms[2] == 1) {
