@@ -301,10 +301,14 @@ HWY_INLINE void TransposeTile(const float* HWY_RESTRICT src, int64_t stride, int
   const auto keep = hn::FirstN(d, static_cast<size_t>(cols));
   using V = decltype(hn::Zero(d).raw);
   V r[L];
-  for (int i = 0; i < L; ++i) {
-    const float* row = src + i * stride;
-    r[i] = i >= rows ? hn::Zero(d).raw
-                     : (full ? hn::LoadU(d, row) : hn::MaskedLoad(keep, d, row)).raw;
+  if (full && rows == L) {
+    for (int i = 0; i < L; ++i) r[i] = hn::LoadU(d, src + i * stride).raw;
+  } else {
+    for (int i = 0; i < L; ++i) {
+      const float* row = src + i * stride;
+      r[i] = i >= rows ? hn::Zero(d).raw
+                       : (full ? hn::LoadU(d, row) : hn::MaskedLoad(keep, d, row)).raw;
+    }
   }
   // Pairs of rows interleaved, then pairs of pairs: u[4 g + m] holds, in
   // 128-bit block k, column 4 k + m of rows 4 g .. 4 g + 3.
@@ -362,6 +366,32 @@ HWY_INLINE void TransposeTile(const float* HWY_RESTRICT src, int64_t stride, int
 template <class Emit>
 HWY_INLINE void TransposeTile(const float*, int64_t, int64_t, int64_t, const Emit&) {}
 #endif
+
+// exp(x - m) for the online softmax's weights, exactly 0 where x - m <=
+// -87 (as SoftmaxExpZero); m_log2e is m / ln 2.  On AVX-512, y = x / ln 2 -
+// m / ln 2 is one FMA, 2^(y - floor y) a degree-5 polynomial on [0, 1)
+// (relative error 1.5e-7) and VSCALEFPS multiplies it by 2^floor(y): 10
+// vector ops where SoftmaxExpZero takes 14, in the pass that was the
+// largest part of an item besides its two matmuls.
+HWY_INLINE VF ExpBelowMax(DF d, VF x, VF m, VF m_log2e) {
+#if HWY_TARGET == HWY_AVX3
+  (void)m;
+  const VF y = hn::MulSub(x, hn::Set(d, 1.44269504088896341f), m_log2e);
+  const VF f{_mm512_reduce_ps(y.raw, 0x09)};  // y - floor(y): round down, quiet
+  VF p = hn::Set(d, 0.0018775765784084797f);
+  p = hn::MulAdd(p, f, hn::Set(d, 0.008989340625703335f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.05582631751894951f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.24015361070632935f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.6931530833244324f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.9999999403953552f));
+  // -87 / ln 2: lanes at or below it (and -inf, NaN) weigh an exact 0.
+  const __mmask16 keep = _mm512_cmp_ps_mask(y.raw, _mm512_set1_ps(-125.51545f), _CMP_GT_OQ);
+  return VF{_mm512_maskz_scalef_ps(keep, p.raw, y.raw)};
+#else
+  (void)m_log2e;
+  return SoftmaxExpZero(d, hn::Sub(x, m));
+#endif
+}
 
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
 // most NV (<= kQueryVectors) vectors.  Scratch: see Buffers (q holds Q^T, s holds
@@ -631,17 +661,18 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       const VF sub = hn::IfThenZeroElse(hn::Eq(bmax, neg_inf), bmax);
       const VF alpha = SoftmaxExpZero(d, hn::Sub(old_max, sub));
       hn::Store(bmax, d, run_max + c);
+      const VF sub_log2e = hn::Mul(sub, hn::Set(d, 1.44269504088896341f));
       VF add0 = hn::Zero(d), add1 = hn::Zero(d);
       for (j = 0; j + 2 <= n; j += 2) {
-        const VF e0 = SoftmaxExpZero(d, hn::Sub(hn::Load(d, col + j * width), sub));
-        const VF e1 = SoftmaxExpZero(d, hn::Sub(hn::Load(d, col + (j + 1) * width), sub));
+        const VF e0 = ExpBelowMax(d, hn::Load(d, col + j * width), sub, sub_log2e);
+        const VF e1 = ExpBelowMax(d, hn::Load(d, col + (j + 1) * width), sub, sub_log2e);
         hn::Store(e0, d, col + j * width);
         hn::Store(e1, d, col + (j + 1) * width);
         add0 = hn::Add(add0, e0);
         add1 = hn::Add(add1, e1);
       }
       if (j < n) {
-        const VF e = SoftmaxExpZero(d, hn::Sub(hn::Load(d, col + j * width), sub));
+        const VF e = ExpBelowMax(d, hn::Load(d, col + j * width), sub, sub_log2e);
         hn::Store(e, d, col + j * width);
         add0 = hn::Add(add0, e);
       }
