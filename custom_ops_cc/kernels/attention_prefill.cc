@@ -189,14 +189,19 @@ HWY_NOINLINE void KqBlock(const float* k, int64_t k_stride, int64_t depth, const
 // floats apart (1 KiB with 4 heads of 64) fall on a few L1 sets, and a
 // whole block's rows per column tile evicted each other before the next
 // tile could reuse them.
+// fresh: O^T holds nothing yet (an item's first block): the first keys'
+// tiles start from 0 instead of loading it.
 constexpr int64_t kVpKeys = 32;
 template <int NV>
 HWY_NOINLINE void VpBlock(const float* v, int64_t v_stride, int64_t col_stride, int64_t n,
-                          const float* pt, float* ot, int64_t cols) {
+                          const float* pt, float* ot, int64_t cols, bool fresh) {
   const int64_t width = NV * static_cast<int64_t>(hn::Lanes(DF()));
   for (int64_t j = 0; j < n; j += kVpKeys) {
     const int64_t m = n - j < kVpKeys ? n - j : kVpKeys;
-    if constexpr (NV == 2) {
+    if (fresh && j == 0) {
+      constexpr int kRowsPerTile = NV == 2 ? kMaxTile : TileRows<NV>();
+      PanelRowsN<NV, kRowsPerTile, false>(v, col_stride, v_stride, m, pt, ot, cols);
+    } else if constexpr (NV == 2) {
       VpRows<kMaxTile>(v + j * v_stride, v_stride, col_stride, m, pt + j * width, ot, cols);
     } else {
       PanelRowsN<NV, TileRows<NV>(), true>(v + j * v_stride, col_stride, v_stride, m,
@@ -490,8 +495,8 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       for (int64_t c = 0; c < depth; ++c) qt[c * width + i] = src[c] * p.scale;
     }
   }
+  // O^T: written by the first block's P.V (zeroed below if no block runs).
   float* ot = buf.o;
-  std::memset(ot, 0, sizeof(float) * dv * width);
   // The online softmax's running max and sum of each query lane.
   HWY_ALIGN float run_max[kQueryVectors * hn::MaxLanes(DF())];
   HWY_ALIGN float run_sum[kQueryVectors * hn::MaxLanes(DF())];
@@ -685,19 +690,21 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
         }
       }
     }
+    const bool fresh = first_block;
     first_block = false;
     if constexpr (kInPlace) {
-      VpBlock<NV>(v_head + jb * v_row, v_row, v_col, n, st, ot, dv);
+      VpBlock<NV>(v_head + jb * v_row, v_row, v_col, n, st, ot, dv, fresh);
     } else if (l.value_transposed) {
       // The block's V^T rows (dv of them, n keys each) converted as rows.
       ConvertRows(v_head + jb, v_col, dv, n, buf.vblock, kKeysT);
-      VpBlock<NV>(buf.vblock, 1, kKeysT, n, st, ot, dv);
+      VpBlock<NV>(buf.vblock, 1, kKeysT, n, st, ot, dv, fresh);
     } else {
       ConvertRows(v_head + jb * v_row, v_row, n, dv, buf.vblock, dv);
-      VpBlock<NV>(buf.vblock, dv, 1, n, st, ot, dv);
+      VpBlock<NV>(buf.vblock, dv, 1, n, st, ot, dv, fresh);
     }
   }
 
+  if (first_block) std::memset(ot, 0, sizeof(float) * dv * width);  // no key block ran
   // out[b, i0 + i, h, c] = O^T[c][i] / sum[i]; no admissible key: zeros.
   HWY_ALIGN float inv[kQueryVectors * hn::MaxLanes(DF())];
   const VF zero = hn::Zero(d);
