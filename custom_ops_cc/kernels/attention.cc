@@ -50,7 +50,10 @@
 // with 16), and the softmax runs down the key axis with vector max/add
 // only.  Causal blocks above the diagonal are never computed, and a mask
 // the same for every query (a padding mask) is read once per key, its
-// fully dropped key blocks skipped.
+// fully dropped key blocks skipped.  Between query rows and query lanes
+// (Q^T, a bias per query with its keys contiguous, the output) AVX-512 and
+// AVX2 turn lanes x lanes tiles in registers; such a bias is laid into the
+// scores before Q.K^T accumulates onto it.
 //
 // Decode (AttentionItem, Sq <= 4): an item is every query head of one kv
 // head, so K and V stream from memory once, with software prefetch.  The

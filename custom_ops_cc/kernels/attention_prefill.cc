@@ -163,7 +163,9 @@ HWY_INLINE void PrefetchFloats(const float* row, int64_t count) {
 // store-to-load round trip on every key of P.V.  K rows, read in place
 // Hkv * D floats apart, come from L2: each tile asks for the rows of the
 // next one while it computes.
-template <int NV>
+// kAccumulate: S^T already holds the block's bias (the tiles start from
+// it rather than from 0: no separate pass adds it).
+template <int NV, bool kAccumulate = false>
 HWY_NOINLINE void KqBlock(const float* k, int64_t k_stride, int64_t depth, const float* qt,
                           float* st, int64_t rows) {
   constexpr int kRowsPerTile = NV == 2 ? kMaxTile : TileRows<NV>();
@@ -173,10 +175,11 @@ HWY_NOINLINE void KqBlock(const float* k, int64_t k_stride, int64_t depth, const
       PrefetchFloats(k + (r + t) * k_stride, depth);
     }
     float* out = st + r * NV * static_cast<int64_t>(hn::Lanes(DF()));
-    if constexpr (NV == 2) {
+    if constexpr (NV == 2 && !kAccumulate) {
       KqRows<kMaxTile>(k + r * k_stride, k_stride, depth, qt, out, m);
     } else {
-      PanelRowsN<NV, TileRows<NV>(), false>(k + r * k_stride, k_stride, 1, depth, qt, out, m);
+      PanelRowsN<NV, kRowsPerTile, kAccumulate>(k + r * k_stride, k_stride, 1, depth, qt, out,
+                                                m);
     }
   }
 }
@@ -186,14 +189,19 @@ HWY_NOINLINE void KqBlock(const float* k, int64_t k_stride, int64_t depth, const
 // floats apart (1 KiB with 4 heads of 64) fall on a few L1 sets, and a
 // whole block's rows per column tile evicted each other before the next
 // tile could reuse them.
+// fresh: O^T holds nothing yet (an item's first block): the first keys'
+// tiles start from 0 instead of loading it.
 constexpr int64_t kVpKeys = 32;
 template <int NV>
 HWY_NOINLINE void VpBlock(const float* v, int64_t v_stride, int64_t col_stride, int64_t n,
-                          const float* pt, float* ot, int64_t cols) {
+                          const float* pt, float* ot, int64_t cols, bool fresh) {
   const int64_t width = NV * static_cast<int64_t>(hn::Lanes(DF()));
   for (int64_t j = 0; j < n; j += kVpKeys) {
     const int64_t m = n - j < kVpKeys ? n - j : kVpKeys;
-    if constexpr (NV == 2) {
+    if (fresh && j == 0) {
+      constexpr int kRowsPerTile = NV == 2 ? kMaxTile : TileRows<NV>();
+      PanelRowsN<NV, kRowsPerTile, false>(v, col_stride, v_stride, m, pt, ot, cols);
+    } else if constexpr (NV == 2) {
       VpRows<kMaxTile>(v + j * v_stride, v_stride, col_stride, m, pt + j * width, ot, cols);
     } else {
       PanelRowsN<NV, TileRows<NV>(), true>(v + j * v_stride, col_stride, v_stride, m,
@@ -271,6 +279,125 @@ HWY_INLINE hn::Vec<DI> ClampedIndex(DI di, int64_t valid, int64_t stride) {
   return hn::Mul(lane, hn::Set(di, static_cast<int32_t>(stride)));
 }
 
+// ------------------------------------------------ tile transposes
+//
+// Q^T, a per-query bias and the item's output cross between rows of
+// queries (memory) and lanes of queries (the item's panels).  A gather per
+// vector did it at about 12 cycles a vector on AVX-512 (a quarter of the
+// T5 encoder's attention time, bias included); an in-register transpose
+// of a lanes x lanes tile costs log2(lanes) shuffles a vector.  Targets
+// without one (the x86 baseline, NEON, SVE) keep the gathers.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+constexpr bool kTileTranspose = true;
+#else
+constexpr bool kTileTranspose = false;
+#endif
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+// A tile of `rows` rows of `cols` floats (row r from src + r * stride;
+// both at most the lanes), rows and columns past them read as 0, handed on
+// by columns: emit(c, column c across the rows) for c < cols.
+template <class Emit>
+HWY_INLINE void TransposeTile(const float* HWY_RESTRICT src, int64_t stride, int64_t rows,
+                              int64_t cols, const Emit& emit) {
+  const DF d;
+  constexpr int L = static_cast<int>(hn::MaxLanes(DF()));
+  const bool full = cols == L;
+  const auto keep = hn::FirstN(d, static_cast<size_t>(cols));
+  using V = decltype(hn::Zero(d).raw);
+  V r[L];
+  if (full && rows == L) {
+    for (int i = 0; i < L; ++i) r[i] = hn::LoadU(d, src + i * stride).raw;
+  } else {
+    for (int i = 0; i < L; ++i) {
+      const float* row = src + i * stride;
+      r[i] = i >= rows ? hn::Zero(d).raw
+                       : (full ? hn::LoadU(d, row) : hn::MaskedLoad(keep, d, row)).raw;
+    }
+  }
+  // Pairs of rows interleaved, then pairs of pairs: u[4 g + m] holds, in
+  // 128-bit block k, column 4 k + m of rows 4 g .. 4 g + 3.
+  V u[L];
+  for (int g = 0; g < L / 4; ++g) {
+    V t[4];
+#if HWY_TARGET == HWY_AVX3
+    t[0] = _mm512_unpacklo_ps(r[4 * g], r[4 * g + 1]);
+    t[1] = _mm512_unpackhi_ps(r[4 * g], r[4 * g + 1]);
+    t[2] = _mm512_unpacklo_ps(r[4 * g + 2], r[4 * g + 3]);
+    t[3] = _mm512_unpackhi_ps(r[4 * g + 2], r[4 * g + 3]);
+    u[4 * g] = _mm512_shuffle_ps(t[0], t[2], 0x44);
+    u[4 * g + 1] = _mm512_shuffle_ps(t[0], t[2], 0xEE);
+    u[4 * g + 2] = _mm512_shuffle_ps(t[1], t[3], 0x44);
+    u[4 * g + 3] = _mm512_shuffle_ps(t[1], t[3], 0xEE);
+#else
+    t[0] = _mm256_unpacklo_ps(r[4 * g], r[4 * g + 1]);
+    t[1] = _mm256_unpackhi_ps(r[4 * g], r[4 * g + 1]);
+    t[2] = _mm256_unpacklo_ps(r[4 * g + 2], r[4 * g + 3]);
+    t[3] = _mm256_unpackhi_ps(r[4 * g + 2], r[4 * g + 3]);
+    u[4 * g] = _mm256_shuffle_ps(t[0], t[2], 0x44);
+    u[4 * g + 1] = _mm256_shuffle_ps(t[0], t[2], 0xEE);
+    u[4 * g + 2] = _mm256_shuffle_ps(t[1], t[3], 0x44);
+    u[4 * g + 3] = _mm256_shuffle_ps(t[1], t[3], 0xEE);
+#endif
+  }
+  // Then the 128-bit blocks: column c is whole.
+  V out[L];
+#if HWY_TARGET == HWY_AVX3
+  V w[L];
+  for (int m = 0; m < 4; ++m) {
+    for (int h = 0; h < 2; ++h) {  // rows 0-7, then 8-15
+      const V a = u[8 * h + m], b = u[8 * h + 4 + m];
+      // Blocks (col m, col 8 + m, col m, col 8 + m) of rows 8h + (0-3, 0-3,
+      // 4-7, 4-7), and the same for columns 4 + m and 12 + m.
+      w[8 * h + m] = _mm512_shuffle_f32x4(a, b, 0x88);
+      w[8 * h + 4 + m] = _mm512_shuffle_f32x4(a, b, 0xDD);
+    }
+    out[m] = _mm512_shuffle_f32x4(w[m], w[8 + m], 0x88);
+    out[8 + m] = _mm512_shuffle_f32x4(w[m], w[8 + m], 0xDD);
+    out[4 + m] = _mm512_shuffle_f32x4(w[4 + m], w[12 + m], 0x88);
+    out[12 + m] = _mm512_shuffle_f32x4(w[4 + m], w[12 + m], 0xDD);
+  }
+#else
+  for (int m = 0; m < 4; ++m) {
+    out[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
+    out[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
+  }
+#endif
+  for (int c = 0; c < L; ++c) {
+    if (c < cols) emit(c, VF{out[c]});
+  }
+}
+#else
+template <class Emit>
+HWY_INLINE void TransposeTile(const float*, int64_t, int64_t, int64_t, const Emit&) {}
+#endif
+
+// exp(x - m) for the online softmax's weights, exactly 0 where x - m <=
+// -87 (as SoftmaxExpZero); m_log2e is m / ln 2.  On AVX-512, y = x / ln 2 -
+// m / ln 2 is one FMA, 2^(y - floor y) a degree-5 polynomial on [0, 1)
+// (relative error 1.5e-7) and VSCALEFPS multiplies it by 2^floor(y): 10
+// vector ops where SoftmaxExpZero takes 14, in the pass that was the
+// largest part of an item besides its two matmuls.
+HWY_INLINE VF ExpBelowMax(DF d, VF x, VF m, VF m_log2e) {
+#if HWY_TARGET == HWY_AVX3
+  (void)m;
+  const VF y = hn::MulSub(x, hn::Set(d, 1.44269504088896341f), m_log2e);
+  const VF f{_mm512_reduce_ps(y.raw, 0x09)};  // y - floor(y): round down, quiet
+  VF p = hn::Set(d, 0.0018775765784084797f);
+  p = hn::MulAdd(p, f, hn::Set(d, 0.008989340625703335f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.05582631751894951f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.24015361070632935f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.6931530833244324f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.9999999403953552f));
+  // -87 / ln 2: lanes at or below it (and -inf, NaN) weigh an exact 0.
+  const __mmask16 keep = _mm512_cmp_ps_mask(y.raw, _mm512_set1_ps(-125.51545f), _CMP_GT_OQ);
+  return VF{_mm512_maskz_scalef_ps(keep, p.raw, y.raw)};
+#else
+  (void)m_log2e;
+  return SoftmaxExpZero(d, hn::Sub(x, m));
+#endif
+}
+
 // One prefill item: head h of batch b, queries [i0, i0 + nq) with nq at
 // most NV (<= kQueryVectors) vectors.  Scratch: see Buffers (q holds Q^T, s holds
 // S^T, o O^T; with float16 storage kblock and vblock hold a block of K and
@@ -321,6 +448,27 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
         for (int64_t c = 0; c < m; ++c) qt[(c0 + c) * width + i] = row[c];
       }
     }
+  } else if (kTileTranspose) {
+    // Lanes x lanes tiles of query rows turned into Q^T columns; rows past
+    // nq read as 0.
+    const VF scale = hn::Set(d, p.scale);
+    for (int64_t part = 0; part < NV; ++part) {
+      const int64_t valid = PartLanes(nq, part, lanes);
+      float* dst = qt + part * lanes;
+      const float* src = q_rows + part * lanes * q_stride;
+      for (int64_t c0 = 0; c0 < depth; c0 += lanes) {
+        if (valid == 0) {
+          for (int64_t c = c0; c < depth && c < c0 + lanes; ++c) {
+            hn::Store(hn::Zero(d), d, dst + c * width);
+          }
+          continue;
+        }
+        const int64_t cols = depth - c0 < lanes ? depth - c0 : lanes;
+        TransposeTile(src + c0, q_stride, valid, cols, [&](int64_t c, VF x) {
+          hn::Store(hn::Mul(x, scale), d, dst + (c0 + c) * width);
+        });
+      }
+    }
   } else if (width * q_stride <= INT32_MAX) {
     // A partial vector of queries (49 of a Swin window in 64 lanes) gathers
     // its last query again into the lanes past nq, then zeroes them.
@@ -347,8 +495,8 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       for (int64_t c = 0; c < depth; ++c) qt[c * width + i] = src[c] * p.scale;
     }
   }
+  // O^T: written by the first block's P.V (zeroed below if no block runs).
   float* ot = buf.o;
-  std::memset(ot, 0, sizeof(float) * dv * width);
   // The online softmax's running max and sum of each query lane.
   HWY_ALIGN float run_max[kQueryVectors * hn::MaxLanes(DF())];
   HWY_ALIGN float run_sum[kQueryVectors * hn::MaxLanes(DF())];
@@ -363,7 +511,15 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
   const int64_t* ms = p.mask_stride;
   // A mask the same for every query (query stride 0: a padding mask) is one
   // value per key, read once per key for all the item's queries.
-  const KeyRow row = KeyRowOf(p, b, h);
+  // A float mask of one value for every query and key of (b, h), 0 (a
+  // [1, 1, 1, 1] zero bias an exporter left in), changes no score: it is
+  // not added block by block.
+  const bool zero_mask = p.mask_add != nullptr && ms[2] == 0 && ms[3] == 0 &&
+                         p.mask_add[b * ms[0] + h * ms[1]] == 0.0f;
+  const KeyRow row = zero_mask ? KeyRow{} : KeyRowOf(p, b, h);
+  const bool bias_tiles = kTileTranspose && p.mask_add != nullptr && p.softcap == 0.0f &&
+                          ms[2] > 0 && ms[3] == 1;
+  bool first_block = true;  // O^T is still 0: nothing to rescale
   for (int64_t j0 = 0; j0 < key_end; j0 += kKeysT) {
     int64_t jb = j0;
     int64_t n = key_end - j0 < kKeysT ? key_end - j0 : kKeysT;
@@ -373,15 +529,55 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       row.Trim(jb, n);
       if (n == 0) continue;
     }
+    // A float bias per query and key, keys contiguous, is laid into S^T
+    // first (transposed, lanes x lanes tiles at a time) and Q.K^T
+    // accumulates onto it.  (Not under a softcap, which comes between.)
+    const bool bias_first = bias_tiles && !row.present();
+    if (bias_first) {
+      const float* base = p.mask_add + b * ms[0] + h * ms[1] + i0 * ms[2] + jb;
+      for (int64_t part = 0; part < NV; ++part) {
+        const int64_t valid = PartLanes(nq, part, lanes);
+        float* dst = st + part * lanes;
+        const float* src = base + part * lanes * ms[2];
+        for (int64_t j0 = 0; j0 < n; j0 += lanes) {
+          if (valid == 0) {
+            for (int64_t j = j0; j < n && j < j0 + lanes; ++j) {
+              hn::Store(hn::Zero(d), d, dst + j * width);
+            }
+            continue;
+          }
+          const int64_t cols = n - j0 < lanes ? n - j0 : lanes;
+          // The bias streams from L2, a line per row and tile: the next
+          // tile's lines are asked for while this one is turned.
+          if (j0 + lanes < n) {
+            for (int64_t r = 0; r < valid; ++r) {
+              __builtin_prefetch(src + r * ms[2] + j0 + lanes, 0, 3);
+            }
+          }
+          TransposeTile(src + j0, ms[2], valid, cols,
+                        [&](int64_t j, VF x) { hn::Store(x, d, dst + (j0 + j) * width); });
+        }
+      }
+    }
     if constexpr (kInPlace) {
-      KqBlock<NV>(k_head + jb * k_row, k_row, depth, qt, st, n);
+      if (bias_first) {
+        KqBlock<NV, true>(k_head + jb * k_row, k_row, depth, qt, st, n);
+      } else {
+        KqBlock<NV>(k_head + jb * k_row, k_row, depth, qt, st, n);
+      }
     } else {
       ConvertRows(k_head + jb * k_row, k_row, n, depth, buf.kblock, depth);
-      KqBlock<NV>(buf.kblock, depth, depth, qt, st, n);
+      if (bias_first) {
+        KqBlock<NV, true>(buf.kblock, depth, depth, qt, st, n);
+      } else {
+        KqBlock<NV>(buf.kblock, depth, depth, qt, st, n);
+      }
     }
     // The scale is in Q^T; the cap (Gemma 2) comes before the mask.
     if (p.softcap > 0.0f) SoftcapRow(st, n * width, p.softcap);
-    if (row.present()) {
+    if (bias_first || zero_mask) {
+      // (added above, or nothing to add)
+    } else if (row.present()) {
       row.Apply(d, jb, n, st, width);
     } else if (p.mask_add != nullptr && ms[2] == 1) {
       // A key-major bias (mask_layout 'bhkq': a constant bias the fusion
@@ -433,10 +629,19 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
     }
     if (p.causal && jb + n - 1 > i0 + offset) {
       // Key j is dropped for the queries i < j - offset.
+      const VF neg_inf = hn::Set(d, kNegInf);
       for (int64_t j = 0; j < n; ++j) {
         const int64_t first_kept = jb + j - offset - i0;
         float* srow = st + j * width;
-        for (int64_t i = 0; i < first_kept && i < width; ++i) srow[i] = kNegInf;
+        for (int64_t c = 0; c < width && c < first_kept; c += lanes) {
+          const int64_t drop = first_kept - c;
+          if (drop >= lanes) {
+            hn::Store(neg_inf, d, srow + c);
+          } else {
+            const auto m = hn::FirstN(d, static_cast<size_t>(drop));
+            hn::Store(hn::IfThenElse(m, neg_inf, hn::Load(d, srow + c)), d, srow + c);
+          }
+        }
       }
     }
     // The online softmax, one vector of query lanes at a time down the
@@ -445,43 +650,89 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
     for (int64_t c = 0; c < width; c += lanes) {
       float* col = st + c;
       const VF old_max = hn::Load(d, run_max + c);
-      VF bmax = old_max;
-      for (int64_t j = 0; j < n; ++j) bmax = hn::Max(bmax, hn::Load(d, col + j * width));
+      // Four chains of max (one would wait on each max's latency).
+      VF m0 = old_max, m1 = old_max, m2 = old_max, m3 = old_max;
+      int64_t j = 0;
+      for (; j + 4 <= n; j += 4) {
+        m0 = hn::Max(m0, hn::Load(d, col + j * width));
+        m1 = hn::Max(m1, hn::Load(d, col + (j + 1) * width));
+        m2 = hn::Max(m2, hn::Load(d, col + (j + 2) * width));
+        m3 = hn::Max(m3, hn::Load(d, col + (j + 3) * width));
+      }
+      for (; j < n; ++j) m0 = hn::Max(m0, hn::Load(d, col + j * width));
+      const VF bmax = hn::Max(hn::Max(m0, m1), hn::Max(m2, m3));
       // Lanes without an admissible key so far subtract 0 (their weights
       // are exact zeros either way).
       const VF sub = hn::IfThenZeroElse(hn::Eq(bmax, neg_inf), bmax);
       const VF alpha = SoftmaxExpZero(d, hn::Sub(old_max, sub));
       hn::Store(bmax, d, run_max + c);
-      VF add = hn::Zero(d);
-      for (int64_t j = 0; j < n; ++j) {
-        const VF e = SoftmaxExpZero(d, hn::Sub(hn::Load(d, col + j * width), sub));
-        hn::Store(e, d, col + j * width);
-        add = hn::Add(add, e);
+      const VF sub_log2e = hn::Mul(sub, hn::Set(d, 1.44269504088896341f));
+      VF add0 = hn::Zero(d), add1 = hn::Zero(d);
+      for (j = 0; j + 2 <= n; j += 2) {
+        const VF e0 = ExpBelowMax(d, hn::Load(d, col + j * width), sub, sub_log2e);
+        const VF e1 = ExpBelowMax(d, hn::Load(d, col + (j + 1) * width), sub, sub_log2e);
+        hn::Store(e0, d, col + j * width);
+        hn::Store(e1, d, col + (j + 1) * width);
+        add0 = hn::Add(add0, e0);
+        add1 = hn::Add(add1, e1);
       }
+      if (j < n) {
+        const VF e = ExpBelowMax(d, hn::Load(d, col + j * width), sub, sub_log2e);
+        hn::Store(e, d, col + j * width);
+        add0 = hn::Add(add0, e);
+      }
+      const VF add = hn::Add(add0, add1);
       hn::Store(hn::MulAdd(hn::Load(d, run_sum + c), alpha, add), d, run_sum + c);
-      for (int64_t x = 0; x < dv; ++x) {
-        float* o = ot + x * width + c;
-        hn::Store(hn::Mul(hn::Load(d, o), alpha), d, o);
+      if (!first_block) {
+        for (int64_t x = 0; x < dv; ++x) {
+          float* o = ot + x * width + c;
+          hn::Store(hn::Mul(hn::Load(d, o), alpha), d, o);
+        }
       }
     }
+    const bool fresh = first_block;
+    first_block = false;
     if constexpr (kInPlace) {
-      VpBlock<NV>(v_head + jb * v_row, v_row, v_col, n, st, ot, dv);
+      VpBlock<NV>(v_head + jb * v_row, v_row, v_col, n, st, ot, dv, fresh);
     } else if (l.value_transposed) {
       // The block's V^T rows (dv of them, n keys each) converted as rows.
       ConvertRows(v_head + jb, v_col, dv, n, buf.vblock, kKeysT);
-      VpBlock<NV>(buf.vblock, 1, kKeysT, n, st, ot, dv);
+      VpBlock<NV>(buf.vblock, 1, kKeysT, n, st, ot, dv, fresh);
     } else {
       ConvertRows(v_head + jb * v_row, v_row, n, dv, buf.vblock, dv);
-      VpBlock<NV>(buf.vblock, dv, 1, n, st, ot, dv);
+      VpBlock<NV>(buf.vblock, dv, 1, n, st, ot, dv, fresh);
     }
   }
 
+  if (first_block) std::memset(ot, 0, sizeof(float) * dv * width);  // no key block ran
   // out[b, i0 + i, h, c] = O^T[c][i] / sum[i]; no admissible key: zeros.
   HWY_ALIGN float inv[kQueryVectors * hn::MaxLanes(DF())];
   const VF zero = hn::Zero(d);
   for (int64_t c = 0; c < width; c += lanes) {
     const VF sum = hn::Load(d, run_sum + c);
     hn::Store(hn::IfThenElseZero(hn::Gt(sum, zero), hn::Div(hn::Set(d, 1.0f), sum)), d, inv + c);
+  }
+  if (kTileTranspose) {
+    // Lanes x lanes tiles of O^T (value columns x queries) turned into
+    // output rows.
+    for (int64_t part = 0; part < NV; ++part) {
+      const int64_t valid = PartLanes(nq, part, lanes);
+      if (valid == 0) break;
+      T* dst = p.out + b * p.o_batch + (i0 + part * lanes) * p.o_row + h * p.o_head;
+      for (int64_t c0 = 0; c0 < dv; c0 += lanes) {
+        const int64_t rows = dv - c0 < lanes ? dv - c0 : lanes;
+        TransposeTile(ot + c0 * width + part * lanes, width, rows, valid, [&](int64_t i, VF x) {
+          const VF y = hn::Mul(x, hn::Set(d, inv[part * lanes + i]));
+          T* out_row = dst + i * p.o_row + c0;
+          if (rows == lanes) {
+            StoreF(y, d, out_row);
+          } else {
+            StoreTailF(y, d, out_row, static_cast<size_t>(rows));
+          }
+        });
+      }
+    }
+    return;
   }
   // Column i of O^T gathered a vector of value columns at a time.
   const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(width)));

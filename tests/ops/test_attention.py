@@ -71,9 +71,12 @@ def _mask(rng, kind: str | None, shape, keep=0.7):
     """kind: None, "bool" (True keeps), "float" (0, finite or -inf);
     "pad bool" / "pad float": runs of dropped keys (_padding); "tail bool" /
     "tail float": a prefill into a cache twice its length (query i keeps
-    keys up to i + max(Sq, Skv // 2) - Sq, the rest of the cache dropped)."""
+    keys up to i + max(Sq, Skv // 2) - Sq, the rest of the cache dropped);
+    "zero": float zeros."""
     if kind is None:
         return None
+    if kind == "zero":
+        return np.zeros(shape, np.float32)
     if kind.startswith("pad "):
         drop, kind = _padding(shape), kind.removeprefix("pad ")
     elif kind.startswith("tail "):
@@ -462,6 +465,37 @@ PLAN = [
         1.0,
         [(1, 196, 196), (1, 49, 196)],
     ),
+    # T5's relative-position bias [1, H, S, K] (per query, keys contiguous:
+    # laid into the scores in transposed tiles before Q.K^T), at its
+    # encoder shape, past one key block and with a partial query panel;
+    # causal with grouped heads, and head dims that fill no whole vector.
+    (
+        "t5 bias [1,H,S,K]",
+        4,
+        4,
+        64,
+        None,
+        "float",
+        [1, 4, "S", "K"],
+        False,
+        1.0,
+        [(1, 128, 128), (1, 70, 300)],
+    ),
+    (
+        "bias [B,H,S,K] causal gqa d24 dv20",
+        4,
+        2,
+        24,
+        20,
+        "float",
+        ["B", 4, "S", "K"],
+        True,
+        1.0,
+        [(2, 37, 150)],
+    ),
+    # One zero for every score (the [1, 1, 1, 1] bias T5's cross-attention
+    # keeps), which the kernel does not add; the other scalar case is above.
+    ("zero scalar bias", 4, 4, 64, None, "zero", [1, 1, 1, 1], False, 1.0, [(1, 64, 128)]),
     ("mha float [K]", 2, 2, 24, None, "float", ["K"], False, 1.0, [(2, 3, 50)]),
     ("size one", 1, 1, 1, None, None, None, False, 1.0, [(1, 1, 1), (2, 1, 3)]),
     ("mha float scalar mask", 2, 2, 8, None, "float", [], False, 1.0, [(1, 3, 5)]),
