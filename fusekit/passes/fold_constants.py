@@ -50,6 +50,10 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def _operators(n: int) -> str:
+    return f"{n} operator" + ("s" if n != 1 else "")
+
+
 def _exposed(graph: Graph) -> set[int]:
     """Tensors the graph hands out: its outputs and its signatures'."""
     found = set(graph.outputs())
@@ -127,18 +131,19 @@ def _fold_group(graph: Graph, group: list[schema.OperatorT], options: PassOption
     )
     added = sum(_bytes(graph, t) for t in results)
     kinds = Counter(graph.model.op_name(op) for op in group)
-    what = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(kinds.items()))
+    what = _operators(len(group)) + " computed from constants ("
+    what += ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(kinds.items())) + ")"
     if added - freed > LIMIT:
         options.note(
             NAME,
-            f"{len(group)} operators computed from constants ({what}) stay: folding them "
+            f"{what} stay: folding them "
             f"would grow the model by {_size(added - freed)} (at most {_size(LIMIT)})",
         )
         return None
     try:
         values = constants.evaluate(graph, group, results) if results else []
     except PassError as error:
-        options.note(NAME, f"{len(group)} operators computed from constants ({what}) stay: {error}")
+        options.note(NAME, f"{what} stay: {error}")
         return None
     for t, value in zip(results, values, strict=True):
         folded = graph.add_constant(value, graph.name(t), type_=graph.tensor(t).type)
@@ -146,8 +151,8 @@ def _fold_group(graph: Graph, group: list[schema.OperatorT], options: PassOption
     for op in group:
         graph.remove_op(op)
     return (
-        f"{len(group)} operators computed from constants ({what}) folded into "
-        f"{len(results)} constant(s), {_size(added)}"
+        f"{what} folded into {len(results)} constant{'s' if len(results) != 1 else ''}, "
+        f"{_size(added)}"
     )
 
 

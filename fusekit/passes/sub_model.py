@@ -43,14 +43,21 @@ def sub_model(
         elif t not in written:
             inputs.append(t)
         tensors.append(tensor)
+    # Only the operator codes ``ops`` use: a runtime refuses a model naming
+    # an operator it lacks (another exporter's custom op) even unused.
+    codes: dict[int, int] = {}
+    for op in ops:
+        codes.setdefault(int(op.opcodeIndex), len(codes))
     sg = schema.SubGraphT()
     sg.tensors = tensors
     sg.operators = []
     for op in ops:
         new = copy.copy(op)
+        new.opcodeIndex = codes[int(op.opcodeIndex)]
         new.inputs = np.array([index[int(t)] if int(t) >= 0 else -1 for t in op.inputs], np.int32)
         new.outputs = np.array([index[int(t)] for t in op.outputs], np.int32)
         sg.operators.append(new)
     sg.inputs = np.array([index[t] for t in inputs], np.int32)
     sg.outputs = np.array([index[t] for t in outputs], np.int32)
-    return _pack(list(model.m.operatorCodes), sg, buffers), inputs
+    operator_codes = [model.m.operatorCodes[i] for i in codes]
+    return _pack(operator_codes, sg, buffers), inputs
