@@ -22,6 +22,7 @@ from ai_edge_litert import schema_py_generated as schema
 from fusekit.errors import PassError
 from fusekit.model.graph import DTYPES, Graph, ModelView
 from fusekit.passes import constants
+from fusekit.passes.fusion import norm_notes
 from fusekit.passes.registry import PassOptions, register
 
 # The size rule.  Computing a constant ahead of time saves one invoke's
@@ -145,6 +146,17 @@ def _fold_group(graph: Graph, group: list[schema.OperatorT], options: PassOption
     except PassError as error:
         options.note(NAME, f"{what} stay: {error}")
         return None
+    for op in group:
+        kind = norm_notes.normalization_root(graph, op)
+        if kind is not None:
+            # A norm of a weight (DeBERTa's LayerNorm over its relative
+            # position table): computed here, so neither fused nor missed.
+            options.note(
+                NAME,
+                f"normalization ({kind} of a reduced statistic) at "
+                f"'{graph.name(int(op.outputs[0]))}' is computed from constants only: "
+                "folded into a constant, nothing left to fuse or to run",
+            )
     for t, value in zip(results, values, strict=True):
         folded = graph.add_constant(value, graph.name(t), type_=graph.tensor(t).type)
         graph.replace_uses(t, folded)
