@@ -25,16 +25,16 @@ from fusekit.passes import constants
 from fusekit.passes.fusion import norm_notes
 from fusekit.passes.registry import PassOptions, register
 
-# The size rule.  Computing a constant ahead of time saves one invoke's
-# work on it, at the cost of storing it.  A folded tensor may be as large
-# as the constants it is computed from (a gather, a transpose, arithmetic:
-# the model does not grow beyond what it holds already), or up to LIMIT,
-# the size under which storing a value costs less than computing it
-# again at every invoke is never a question (T5's bias: 256 KiB).  Beyond
-# both, the op is an expansion of something small (a mask broadcast to
-# [B, H, S, S]) that the runtime builds faster than it would read it: it
-# stays, and what it reads is folded.  A group is folded when it grows the
-# model by at most LIMIT: the constants it writes, less those only it read.
+# The size rule.  Folding trades work done at every invoke for bytes
+# stored in the file.  A folded tensor may be as large as the constants it
+# is computed from (a gather, a transpose, arithmetic: no larger than what
+# the model holds already), or up to LIMIT, small next to any model worth
+# optimizing (T5's bias: 256 KiB).  Beyond both, the operator expands
+# something small (a mask broadcast to [B, H, S, S], TILE, FILL): the
+# runtime writes it about as fast as it would read it back, and the file
+# would grow by all of it, so it stays computed and what it reads is
+# folded.  A group is folded when it grows the model by at most LIMIT:
+# the constants it writes, less those only it read (which go).
 LIMIT = 1 << 20
 NAME = "fold_constants"
 
@@ -125,11 +125,7 @@ def _fold_group(graph: Graph, group: list[schema.OperatorT], options: PassOption
     written = [int(t) for op in group for t in op.outputs]
     results = [t for t in written if any(id(r) not in inside for r in graph.consumers(t))]
     read = {int(t) for op in group for t in op.inputs if int(t) >= 0 and graph.is_constant(int(t))}
-    freed = sum(
-        _bytes(graph, t)
-        for t in read
-        if all(id(r) in inside for r in graph.consumers(t)) and graph.tensor(t).type in DTYPES
-    )
+    freed = sum(_bytes(graph, t) for t in read if all(id(r) in inside for r in graph.consumers(t)))
     added = sum(_bytes(graph, t) for t in results)
     kinds = Counter(graph.model.op_name(op) for op in group)
     what = _operators(len(group)) + " computed from constants ("
