@@ -42,7 +42,7 @@ printf '== tagging it manylinux (auditwheel)\n'
 # (none expected: the plugin links only libc, libm, libgcc_s, libstdc++).
 # auditwheel repair only retags wheels of the machine's own architecture,
 # so the tag goes on with `wheel tags`.
-.venv/bin/auditwheel show --json "$RAW" > "$OUT/auditwheel.json"
+"$PY" -m auditwheel show --json "$RAW" > "$OUT/auditwheel.json"
 TAG="$("$PY" - "$OUT/auditwheel.json" <<'PYEOF'
 import json
 import sys

@@ -22,19 +22,27 @@
 // GEMM (benchmarks/results/fully_connected.md); the integer dot takes one
 // (AVX-512 VNNI's vpdpbusd) per 64 weights.
 //
-// Memory bound for few rows: four weight rows at a time are read from
-// memory once and serve every activation row from L1.  Every output depends
-// only on its rows of w and x, so the bits are the same for any thread
-// count; the dots are exact integers at every SIMD level (only the float
-// epilogue may round differently where the compiler fuses a multiply-add).
+// Memory bound for few rows: each group of weight rows (kStreamRows on the
+// VNNI path, as independent streams with a software prefetch two groups
+// ahead; four on the portable path) is read from memory once and serves
+// every activation row from L1.  Constant weights are read from a copy in
+// 2 MiB pages (HugePageCopy, made at the first invoke): through 4 KiB pages
+// the same kernel measured ~1.1x slower over a whole decode step.  Every
+// output depends only on its rows of w and x, so the bits are the same for
+// any thread count; the dots are exact integers at every SIMD level (only
+// the float epilogue may round differently where the compiler fuses a
+// multiply-add).
 #include <cmath>
 #include <cstdint>
+
+#include "kernels/fully_connected_rules.h"
 
 // Shared by every target (the file is compiled once per SIMD target).
 #ifndef FUSEKIT_KERNELS_FULLY_CONNECTED_ARGS_
 #define FUSEKIT_KERNELS_FULLY_CONNECTED_ARGS_
 namespace fusekit {
-// Weight rows read together.
+// Weight rows the portable path reads together (the VNNI path reads
+// kStreamRows).
 inline constexpr int kRows = 4;
 // Quantized activation rows are padded to this many bytes (zeros).
 inline constexpr int64_t kPad = 64;
@@ -213,7 +221,7 @@ void QuantizeRow(const float* HWY_RESTRICT x, int64_t k, int64_t kp, int8_t* HWY
 
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/simd.h"
-#include "kernels/fully_connected_rules.h"
+#include "kernels/huge_page_copy.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -236,20 +244,25 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniRows(const FcArg
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const int64_t full = a.k / 64 * 64;
   const __mmask64 tail = a.k > full ? (~0ULL >> (64 - (a.k - full))) : 0;
-  const int64_t ahead = 2 * kRows * a.k;
-  for (int64_t n0 = begin; n0 < end; n0 += kRows) {
-    const int rows = static_cast<int>(end - n0 < kRows ? end - n0 : kRows);
-    const int8_t* w[kRows];
-    for (int r = 0; r < kRows; ++r) w[r] = a.w + (n0 + (r < rows ? r : rows - 1)) * a.k;
+  // The same column two groups on: a group of int8 rows is a quarter of a
+  // float32 group's bytes, and two groups ahead measured ~4% faster over a
+  // whole decode step than one (benchmarks/results/fully_connected.md).
+  const int64_t ahead = 2 * kStreamRows * a.k;
+  const int8_t* const w_end = a.w + a.n * a.k;
+  for (int64_t n0 = begin; n0 < end; n0 += kStreamRows) {
+    const int rows = static_cast<int>(end - n0 < kStreamRows ? end - n0 : kStreamRows);
+    // A short last group repeats its last row (read from L1, never stored).
+    const int8_t* w[kStreamRows];
+    for (int r = 0; r < kStreamRows; ++r) w[r] = a.w + (n0 + (r < rows ? r : rows - 1)) * a.k;
+    const bool prefetch = w[0] + ahead < w_end;
     for (int64_t i = 0; i < a.m; ++i) {
       const int8_t* x = a.xq + i * a.kp;
-      __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+      __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0,
+              s7 = s0;
       int64_t j = 0;
       for (; j < full; j += 64) {
-        // The weights of the group after next: four short row streams are
-        // more than the hardware prefetcher follows ahead of time.
-        if (i == 0) {
-          for (int r = 0; r < kRows; ++r) {
+        if (i == 0 && prefetch) {
+          for (int r = 0; r < kStreamRows; ++r) {
             _mm_prefetch(reinterpret_cast<const char*>(w[r] + j + ahead), _MM_HINT_T0);
           }
         }
@@ -258,6 +271,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniRows(const FcArg
         s1 = _mm512_dpbusd_epi32(s1, u, _mm512_loadu_si512(w[1] + j));
         s2 = _mm512_dpbusd_epi32(s2, u, _mm512_loadu_si512(w[2] + j));
         s3 = _mm512_dpbusd_epi32(s3, u, _mm512_loadu_si512(w[3] + j));
+        s4 = _mm512_dpbusd_epi32(s4, u, _mm512_loadu_si512(w[4] + j));
+        s5 = _mm512_dpbusd_epi32(s5, u, _mm512_loadu_si512(w[5] + j));
+        s6 = _mm512_dpbusd_epi32(s6, u, _mm512_loadu_si512(w[6] + j));
+        s7 = _mm512_dpbusd_epi32(s7, u, _mm512_loadu_si512(w[7] + j));
       }
       if (tail) {
         // Masked-off weight bytes load as zero: they add nothing.
@@ -266,9 +283,15 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniRows(const FcArg
         s1 = _mm512_dpbusd_epi32(s1, u, _mm512_maskz_loadu_epi8(tail, w[1] + j));
         s2 = _mm512_dpbusd_epi32(s2, u, _mm512_maskz_loadu_epi8(tail, w[2] + j));
         s3 = _mm512_dpbusd_epi32(s3, u, _mm512_maskz_loadu_epi8(tail, w[3] + j));
+        s4 = _mm512_dpbusd_epi32(s4, u, _mm512_maskz_loadu_epi8(tail, w[4] + j));
+        s5 = _mm512_dpbusd_epi32(s5, u, _mm512_maskz_loadu_epi8(tail, w[5] + j));
+        s6 = _mm512_dpbusd_epi32(s6, u, _mm512_maskz_loadu_epi8(tail, w[6] + j));
+        s7 = _mm512_dpbusd_epi32(s7, u, _mm512_maskz_loadu_epi8(tail, w[7] + j));
       }
-      const int32_t dot[kRows] = {_mm512_reduce_add_epi32(s0), _mm512_reduce_add_epi32(s1),
-                                  _mm512_reduce_add_epi32(s2), _mm512_reduce_add_epi32(s3)};
+      const int32_t dot[kStreamRows] = {
+          _mm512_reduce_add_epi32(s0), _mm512_reduce_add_epi32(s1), _mm512_reduce_add_epi32(s2),
+          _mm512_reduce_add_epi32(s3), _mm512_reduce_add_epi32(s4), _mm512_reduce_add_epi32(s5),
+          _mm512_reduce_add_epi32(s6), _mm512_reduce_add_epi32(s7)};
       float* y = a.y + i * a.n + n0;
       for (int r = 0; r < rows; ++r) {
         y[r] = FinishOutput(a, dot[r] - 128 * a.rowsum[n0 + r], i, n0 + r);
@@ -310,6 +333,8 @@ class FullyConnectedInt8 {
     const int64_t m = x.num_elements() / k;
     const int64_t kp = (k + kPad - 1) / kPad * kPad;
     RowSums(w.data(), n, k, w.is_constant());
+    const int8_t* weights = w.data();
+    if (w.is_constant()) weights = copy_.Of(weights, static_cast<size_t>(n * k));
     ScratchLayout layout;
     const auto xq_at = layout.Add<int8_t>(m * kp);
     const auto xs_at = layout.Add<float>(m);
@@ -319,14 +344,14 @@ class FullyConnectedInt8 {
     int8_t* xq = xq_at(base);
     float* xs = xs_at(base);
     for (int64_t i = 0; i < m; ++i) quantize_(x.data() + i * k, k, kp, xq + i * kp, xs + i);
-    FcArgs a{xq, xs, w.data(), rowsum_.data(), scales.data(), bias.data(), y.data(),
+    FcArgs a{xq, xs, weights, rowsum_.data(), scales.data(), bias.data(), y.data(),
              m, k, kp, n, lo_, hi_};
-    // Chunks of whole 4-row groups with at least ~32 KB of weights each.
-    const int64_t groups = (n + kRows - 1) / kRows;
-    const int64_t grain = 1 + (1 << 15) / (kRows * k);
+    // Chunks of whole row groups with at least ~32 KB of weights each.
+    const int64_t groups = (n + kStreamRows - 1) / kStreamRows;
+    const int64_t grain = 1 + (1 << 15) / (kStreamRows * k);
     ctx.ParallelFor(groups, grain, [&](int64_t begin, int64_t end) {
-      const int64_t hi = end * kRows < n ? end * kRows : n;
-      compute_(a, begin * kRows, hi);
+      const int64_t hi = end * kStreamRows < n ? end * kStreamRows : n;
+      compute_(a, begin * kStreamRows, hi);
     });
     return kTfLiteOk;
   }
@@ -347,6 +372,7 @@ class FullyConnectedInt8 {
     rowsum_w_ = w;
   }
 
+  HugePageCopy copy_;
   RowsFn compute_;
   QuantizeFn quantize_;
   float lo_ = 0.0f, hi_ = 0.0f;

@@ -13,7 +13,7 @@
 // decode step (TLB misses, and the hardware prefetchers stop at every 4 KiB
 // boundary).  Weights the runtime does not mark constant are read in place.
 //
-// Memory bound for few rows: each group of kRowsF32 weight rows is read
+// Memory bound for few rows: each group of kStreamRows weight rows is read
 // from memory once, as that many independent streams (more loads in flight
 // than one stream gets from the hardware prefetcher), with a software
 // prefetch a group ahead, and serves every activation row while it is in
@@ -23,12 +23,11 @@
 #include <cstdint>
 
 #include "hwy/cache_control.h"
+#include "kernels/fully_connected_rules.h"
 
 #ifndef FUSEKIT_KERNELS_FULLY_CONNECTED_F32_ARGS_
 #define FUSEKIT_KERNELS_FULLY_CONNECTED_F32_ARGS_
 namespace fusekit {
-// Weight rows read together (independent streams).
-inline constexpr int kRowsF32 = 8;
 
 struct FcF32Args {
   const float* x;     // m rows of k
@@ -50,14 +49,14 @@ void FullyConnectedF32Rows(const FcF32Args& a, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t k = a.k;
-  // The same column of the next group: kRowsF32 rows further on.
-  const int64_t ahead = kRowsF32 * k;
+  // The same column of the next group: kStreamRows rows further on.
+  const int64_t ahead = kStreamRows * k;
   const float* const w_end = a.w + a.n * k;
-  for (int64_t n0 = begin; n0 < end; n0 += kRowsF32) {
-    const int rows = static_cast<int>(end - n0 < kRowsF32 ? end - n0 : kRowsF32);
+  for (int64_t n0 = begin; n0 < end; n0 += kStreamRows) {
+    const int rows = static_cast<int>(end - n0 < kStreamRows ? end - n0 : kStreamRows);
     // A short last group repeats its last row (read from L1, never stored).
-    const float* w[kRowsF32];
-    for (int r = 0; r < kRowsF32; ++r) w[r] = a.w + (n0 + (r < rows ? r : rows - 1)) * k;
+    const float* w[kStreamRows];
+    for (int r = 0; r < kStreamRows; ++r) w[r] = a.w + (n0 + (r < rows ? r : rows - 1)) * k;
     const bool prefetch = w[0] + ahead < w_end;
     for (int64_t i = 0; i < a.m; ++i) {
       const float* HWY_RESTRICT x = a.x + i * k;
@@ -65,7 +64,7 @@ void FullyConnectedF32Rows(const FcF32Args& a, int64_t begin, int64_t end) {
       int64_t j = 0;
       for (; j + lanes <= k; j += lanes) {
         if (i == 0 && prefetch) {
-          for (int r = 0; r < kRowsF32; ++r) hwy::Prefetch(w[r] + j + ahead);
+          for (int r = 0; r < kStreamRows; ++r) hwy::Prefetch(w[r] + j + ahead);
         }
         const auto u = hn::LoadU(d, x + j);
         s0 = hn::MulAdd(u, hn::LoadU(d, w[0] + j), s0);
@@ -90,7 +89,7 @@ void FullyConnectedF32Rows(const FcF32Args& a, int64_t begin, int64_t end) {
         s6 = hn::MulAdd(u, LoadTail(d, w[6] + j, rest), s6);
         s7 = hn::MulAdd(u, LoadTail(d, w[7] + j, rest), s7);
       }
-      const float dot[kRowsF32] = {
+      const float dot[kStreamRows] = {
           hn::GetLane(hn::SumOfLanes(d, s0)), hn::GetLane(hn::SumOfLanes(d, s1)), hn::GetLane(hn::SumOfLanes(d, s2)),
           hn::GetLane(hn::SumOfLanes(d, s3)), hn::GetLane(hn::SumOfLanes(d, s4)), hn::GetLane(hn::SumOfLanes(d, s5)),
           hn::GetLane(hn::SumOfLanes(d, s6)), hn::GetLane(hn::SumOfLanes(d, s7))};
@@ -115,7 +114,6 @@ void FullyConnectedF32Rows(const FcF32Args& a, int64_t begin, int64_t end) {
 
 #include "fusekit/kernel_sdk.h"
 #include "fusekit/simd.h"
-#include "kernels/fully_connected_rules.h"
 #include "kernels/huge_page_copy.h"
 
 namespace fusekit {
@@ -145,11 +143,11 @@ class FullyConnectedF32 {
     const FcF32Args a{x.data(), weights, bias.data(), y.data(),
                       x.num_elements() / k, k, n, lo_, hi_};
     // Chunks of whole row groups with at least ~64 KB of weights each.
-    const int64_t groups = (n + kRowsF32 - 1) / kRowsF32;
-    const int64_t grain = 1 + (1 << 14) / (kRowsF32 * k);
+    const int64_t groups = (n + kStreamRows - 1) / kStreamRows;
+    const int64_t grain = 1 + (1 << 14) / (kStreamRows * k);
     ctx.ParallelFor(groups, grain, [&](int64_t begin, int64_t end) {
-      const int64_t hi = end * kRowsF32 < n ? end * kRowsF32 : n;
-      compute_(a, begin * kRowsF32, hi);
+      const int64_t hi = end * kStreamRows < n ? end * kStreamRows : n;
+      compute_(a, begin * kStreamRows, hi);
     });
     return kTfLiteOk;
   }

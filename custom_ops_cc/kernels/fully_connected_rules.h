@@ -11,6 +11,12 @@
 
 namespace fusekit {
 
+// Weight rows a streaming kernel reads together, as that many independent
+// streams (more loads in flight than one stream gets from the hardware
+// prefetcher), with a software prefetch ahead (each kernel says how far);
+// also the unit threads split the rows by.
+inline constexpr int kStreamRows = 8;
+
 // The `activation` attr as the clamp [*lo, *hi]; sets *error for a name
 // TFLite's FULLY_CONNECTED does not fuse.
 inline void ActivationClamp(const std::string& act, float* lo, float* hi, std::string* error) {

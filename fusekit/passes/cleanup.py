@@ -1,7 +1,8 @@
 """``cleanup``: constant transposes folded, transpose chains merged and
-identity transposes dropped, identity and chained reshapes removed, unit-stride STRIDED_SLICEs with
-constant bounds made SLICEs (strided_slice.py), dead operators, tensors and
-buffers removed."""
+identity transposes dropped, chains of transposes and reshapes that move no
+element made one reshape (movement_chains.py), identity and chained reshapes
+removed, unit-stride STRIDED_SLICEs with constant bounds made SLICEs
+(strided_slice.py), dead operators, tensors and buffers removed."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from fusekit.model.graph import (
     inverse,
     is_identity,
 )
+from fusekit.passes.movement_chains import chains_as_reshapes
 from fusekit.passes.registry import PassOptions, register
 from fusekit.passes.strided_slice import strided_slices_as_slices
 
@@ -130,6 +132,7 @@ def cleanup(model: ModelView, options: PassOptions) -> tuple[ModelView, list[str
         merged, dropped = merge_transpose_chains(graph)
         counts["transpose chains merged"] += merged
         counts["identity transposes dropped"] += dropped
+        counts["transposes of no-op movement chains removed"] += chains_as_reshapes(graph)
         dropped, merged = remove_identity_reshapes(graph)
         counts["identity reshapes dropped"] += dropped
         counts["reshape chains merged"] += merged

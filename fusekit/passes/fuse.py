@@ -1,10 +1,10 @@
 """``fuse``: every fusion of the table (fusion/table.py: group norms, layer
-norms, RMS norms, rotary embeddings, attention, float32 decode-step
-matmuls) in its order, reporting under one name; in the default passes of
+norms, RMS norms, rotary embeddings, attention, int8 and float32
+decode-step matmuls) in its order, reporting under one name; in the default passes of
 ``fusekit optimize``.  Each fusion also runs alone as its own pass
 (``fuse_group_norm``, ``fuse_layer_norm``, ``fuse_rms_norm``,
-``fuse_rotary``, ``fuse_attention``, ``fuse_fully_connected_f32``); the
-opt-in ones (``fuse_fully_connected``) only so."""
+``fuse_rotary``, ``fuse_attention``, ``fuse_fully_connected``,
+``fuse_fully_connected_f32``)."""
 
 from __future__ import annotations
 

@@ -32,38 +32,15 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
+from fusekit.model.op_properties import ELEMENTWISE_BROADCAST, ELEMENTWISE_UNARY
 
 # Operators computing each element from the element at the same place
-# (a second operand broadcast along the last axis at most).
-_UNARY = frozenset(
-    {
-        OP.GELU,
-        OP.LOGISTIC,
-        OP.TANH,
-        OP.RELU,
-        OP.RELU6,
-        OP.RELU_N1_TO_1,
-        OP.RELU_0_TO_1,
-        OP.LEAKY_RELU,
-        OP.HARD_SWISH,
-        OP.ELU,
-        OP.EXP,
-        OP.LOG,
-        OP.ABS,
-        OP.NEG,
-        OP.SQRT,
-        OP.RSQRT,
-        OP.SQUARE,
-        OP.SIN,
-        OP.COS,
-        OP.FLOOR,
-        OP.CEIL,
-        OP.ROUND,
-    }
-)
-_BINARY = frozenset(
-    {OP.ADD, OP.SUB, OP.MUL, OP.DIV, OP.MAXIMUM, OP.MINIMUM, OP.SQUARED_DIFFERENCE, OP.POW}
-)
+# (op_properties' table; quantizing ops are not among them: a per-axis
+# scale follows an axis, and the region's tensors are plain floats).
+_UNARY = ELEMENTWISE_UNARY - {OP.QUANTIZE, OP.DEQUANTIZE}
+# ... from the elements at the same place of operands that broadcast; a
+# constant operand may broadcast along the last axis at most (_row_constant).
+_BINARY = ELEMENTWISE_BROADCAST
 # fusekit's own ops normalizing each row of the last axis alone, whatever
 # the leading axes (their operands past the first are per-channel vectors).
 _ROW_CUSTOM = frozenset({"fusekit_layer_norm", "fusekit_rms_norm"})
@@ -169,7 +146,9 @@ def _grow(graph: Graph, start: schema.OperatorT) -> _Region | None:
                 continue
             if code == OP.FULLY_CONNECTED and position == [0] and not _keeps_dims(reader):
                 continue  # flattens its input to rows anyway
-            if not _row_op(graph, reader):
+            if not _row_op(graph, reader) or not _plain_float(graph, int(reader.outputs[0])):
+                # Not row-wise, or a result of another kind (a comparison's
+                # booleans): it reads the old shape.
                 region.back.append((reader, t))
                 continue
             operands = [int(u) for u in reader.inputs if int(u) >= 0]

@@ -50,6 +50,28 @@ def test_identity_reshapes_and_reshape_chains():
     assert_same(model, result.model)
 
 
+def test_movement_chains_that_move_nothing_become_one_reshape():
+    """PyTorch's patch embedding (flatten(2).transpose(1, 2) of an NHWC conv
+    result) moves nothing; a chain that does move elements stays, and so
+    does one whose middle result is read elsewhere."""
+    b = Builder()
+    x = b.input([1, 4, 5, 6])
+    patches = b.transpose(b.reshape(b.transpose(x, (0, 3, 1, 2)), [1, 6, 20]), (0, 2, 1))
+    moved = b.transpose(b.reshape(b.transpose(x, (0, 3, 1, 2)), [1, 6, 20]), (0, 1, 2))
+    first = b.transpose(x, (0, 3, 1, 2))
+    shared = b.transpose(b.reshape(first, [1, 6, 20]), (0, 2, 1))
+    model = b.build([b.unary(OP.RELU, patches), moved, shared, b.unary(OP.TANH, first)])
+    result = cleanup(model)
+    assert count(model, "TRANSPOSE") == 6
+    # patches: none left; moved: its first transpose (the identity last one
+    # dropped); shared: both (its first is read by the TANH too).
+    assert count(result.model, "TRANSPOSE") == 3
+    assert_same(model, result.model)
+    changes = result.report.line("cleanup").changes
+    assert "transposes of no-op movement chains removed: 2" in changes
+    assert cleanup(result.model).model is result.model  # idempotent
+
+
 def test_dead_operators_tensors_and_buffers_are_removed():
     b = Builder()
     x = b.input([1, 4])

@@ -37,6 +37,14 @@ CASES = [
     ([4, 1], 3, False, "none", True, True),
     ([7, 129], 66, True, "none", True, True),
     ([6, 1536], 10, False, "none", True, True),
+    # Groups of 8 rows streamed together (AVX-512 VNNI): N around and past
+    # a group, K one past, one short of and exactly a 64-byte vector.
+    ([1, 65], 17, True, "none", True, True),
+    ([1, 64], 8, False, "none", True, True),
+    ([2, 191], 31, True, "relu", True, True),
+    ([1, 1], 1, False, "none", True, True),
+    ([3, 577], 41, True, "none", False, True),
+    ([1, 127], 9, False, "relu6", True, True),
 ]
 
 
@@ -181,13 +189,56 @@ def test_export_hf_int8_decode_step():
         assert float(np.max(np.abs(got[name] - value))) <= 0.05 * scale, name
 
 
-def test_opt_in_only():
-    """Not in the default passes (outputs move within the quantization
-    error, not within 1e-5); ``+fuse_fully_connected`` adds it."""
+def test_default_where_the_weights_stream_from_memory():
+    """``fuse`` (the default passes) takes a subgraph's few-row int8 matmuls
+    when together they read at least STREAMED_BYTES of weights per call
+    (each of them, however small), not a model's few small Dense layers;
+    the pass alone takes any; ``-fuse_fully_connected`` leaves them to the
+    runtime."""
+    from fusekit.passes.fusion.units.fully_connected import STREAMED_BYTES
+
+    n, k = 192, 576  # a decode step's k/v projection, 110 KB
+    layers = -(-STREAMED_BYTES // (n * k))
+    big = fc_model([1, k], n, layers=layers)
+    assert _custom_count(fusekit.optimize(big.model).model) == layers
+    out = fusekit.optimize(big.model, passes="-fuse_fully_connected").model
+    assert _custom_count(out) == 0
+    short = fc_model([1, k], n, layers=layers - 1)
+    assert _custom_count(fusekit.optimize(short.model).model) == 0
+    assert _custom_count(_fused(short)) == layers - 1
+
+
+def test_asymmetric_inputs_left_alone():
+    """A hybrid FULLY_CONNECTED asking for asymmetric activations is not
+    the arithmetic the fused op does: left to the runtime."""
     case = fc_model([1, 64], 32)
-    assert _custom_count(fusekit.optimize(case.model).model) == 0
-    added = fusekit.optimize(case.model, passes="+fuse_fully_connected").model
-    assert _custom_count(added) == 1
+    view = ModelView(case.model)
+    for graph in view.graphs():
+        for op in graph.ops:
+            op.builtinOptions.asymmetricQuantizeInputs = True
+    model = view.pack()
+    assert _custom_count(fusekit.optimize(model, passes=["fuse_fully_connected"]).model) == 0
+
+
+def test_weights_copies_released_and_made_again():
+    """Each op reads its own copy of the weights (slices of shared
+    huge-page regions): interpreters made and dropped in turn, their copies
+    returned, keep computing the hybrid arithmetic, every op the same bits."""
+    case = fc_model([2, 300], 77, bias=True, layers=40)
+    fused = _fused(case)
+    x = _inputs(case)
+    runs = []
+    for _ in range(3):
+        interp = fusekit.Interpreter(model_content=fused, num_threads=1)
+        interp.allocate_tensors()
+        interp.set_tensor(interp.get_input_details()[0]["index"], x)
+        interp.invoke()
+        runs.append([interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()])
+        del interp
+    _check(case, runs[0][0], x)
+    for run in runs[1:]:
+        for got, want in zip(run, runs[0], strict=True):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_bad_inputs_and_fuzz_never_crash():

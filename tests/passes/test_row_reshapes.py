@@ -137,3 +137,25 @@ def test_a_region_tensor_read_as_weights_keeps_its_shape():
     model = b.build([b.softmax(product), back])
     result = fusekit.optimize(model, passes=["reshapes"])
     _same(model, result.model)
+
+
+def test_any_elementwise_op_of_the_operator_table_is_row_wise():
+    """SELECT_V2 with a condition per channel and a comparison reading the
+    region: the first runs on the original shape, the second (booleans, no
+    float row) reads the old shape through one reshape."""
+    b = Builder()
+    x = b.input([1, 4, 6, 8])
+    rows = b.reshape(x, [1, 24, 8])
+    keep = b.const(np.arange(8) % 3 != 0, np.bool_)
+    picked = b.op(
+        OP.SELECT_V2,
+        [keep, rows, b.const(np.full([8], -1.0, np.float32))],
+        lambda c, a, d: np.where(c, a, d).astype(np.float32),
+    )
+    y = b.unary(OP.TANH, picked)
+    positive = b.op(OP.GREATER, [y, b.const(np.zeros([], np.float32))], lambda a, z: a > z)
+    model = b.build([b.reshape(y, [1, 4, 6, 8]), positive])
+    result = fusekit.optimize(model, passes=["reshapes", "cleanup"])
+    assert count(model, "RESHAPE") == 2
+    assert count(result.model, "RESHAPE") == 1  # the comparison's
+    _same(model, result.model)

@@ -7,9 +7,9 @@ The order matters: group norms first (their statistics over [B, G, C/G]
 would otherwise look like a layer norm's), then layer norms (an RMS norm
 of a centered x would otherwise match inside them), RMS norms, rotary
 embeddings (before attention: they sit on its q and k), attention, and
-last the decode-step weight matmuls (int8: opt-in, ``fuse_fully_connected``
-alone; float32: in ``fuse`` where the weights stream from memory; the other matchers
-read through the projections they replace)."""
+last the decode-step weight matmuls (int8 and float32: in ``fuse`` where
+the weights stream from memory; the other matchers read through the
+projections they replace)."""
 
 from __future__ import annotations
 

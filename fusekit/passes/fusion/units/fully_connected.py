@@ -16,14 +16,22 @@ XNNPACK, quantizes asymmetrically: the two differ by at most both errors).
 Prefill-sized steps (more than ``MAX_ROWS`` rows, or rows unknown until
 run time) keep the runtime's GEMM, which is faster there.
 
-Opt-in (``passes="+fuse_fully_connected"``), not part of ``fuse``: the
-outputs move within the model's own quantization error rather than within
-1e-5, and the whole decode step measured the same as XNNPACK's.
+That arithmetic is the model's op as the schema defines it: a hybrid
+FULLY_CONNECTED without ``asymmetric_quantize_inputs`` quantizes its
+activations symmetrically (TFLite's own kernel does; XNNPACK, where the
+runtime delegates to it, quantizes them asymmetrically, so the fused op's
+outputs differ from such a runtime's within the activation quantization
+error, not within 1e-5).  Ops asking for asymmetric inputs are left alone.
 
 The float32 form (``FullyConnectedF32Fusion``: float32 weights, same row
 limit) becomes ``fusekit_fully_connected_f32``, proven within 1e-5 of the
-FULLY_CONNECTED; it is part of ``fuse`` where a subgraph streams its
-weights from memory (STREAMED_BYTES: a language model's decode step)."""
+FULLY_CONNECTED.
+
+Both forms are part of ``fuse`` where a subgraph streams its weights from
+memory (``streams_weights``: a language model's decode step), decided once
+per subgraph and form; as their own passes (``fuse_fully_connected``,
+``fuse_fully_connected_f32``) they take every few-row matmul of their
+form."""
 
 from __future__ import annotations
 
@@ -120,6 +128,9 @@ def match_fc(graph: Graph, op: schema.OperatorT, float_weights: bool = False) ->
     activation = _ACTIVATIONS.get(options.fusedActivationFunction)
     float32 = schema.TensorType.FLOAT32
     if activation is None or graph.tensor(x).type != float32:
+        return None
+    # Asymmetric activations are not the arithmetic the int8 kernel does.
+    if not float_weights and getattr(options, "asymmetricQuantizeInputs", False):
         return None
     if graph.tensor(output).type != float32 or not graph.is_constant(weights):
         return None
@@ -306,19 +317,27 @@ class FullyConnectedFusion(Fusion[FcMatch]):
     op = "fusekit_fully_connected"
     pass_name = "fuse_fully_connected"
     anchors = frozenset({OP.FULLY_CONNECTED})
-    # Not in ``fuse``: its activation quantization is symmetric where
-    # XNNPACK's is asymmetric, so outputs move within the model's own
-    # quantization error, not within 1e-5 of it; and the whole decode step
-    # measured no faster (benchmarks/results/fully_connected.md).
-    opt_in = True
+    opt_in = False
 
     #: Which weights this unit takes.
     float_weights = False
 
-    def __init__(self) -> None:
+    def __init__(self, streamed_only: bool = False) -> None:
         # Proven once per shape, bias presence and activation: the kernel's
         # arithmetic does not depend on the weights' values.
         self._proven: dict[tuple, str | None] = {}
+        #: ``fuse``'s instance: only where ``streams_weights``.
+        self.streamed_only = streamed_only
+
+    @classmethod
+    def in_fuse(cls) -> FullyConnectedFusion:
+        return cls(streamed_only=True)
+
+    def find(self, graph: Graph, near_misses: list[str]) -> list[FcMatch]:
+        # One decision per graph, before matching (not once per anchor).
+        if self.streamed_only and not streams_weights(graph, self.float_weights):
+            return []
+        return super().find(graph, near_misses)
 
     def match(self, graph: Graph, anchor: schema.OperatorT) -> FcMatch | NearMiss | None:
         found = match_fc(graph, anchor, self.float_weights)
@@ -345,54 +364,47 @@ class FullyConnectedFusion(Fusion[FcMatch]):
         finish(graph)
 
 
-#: The float32 weights a subgraph's few-row matmuls must read per call
+#: The weights a subgraph's few-row matmuls of one form must read per call
 #: together for ``fuse`` to stream them with the fused op: past the caches,
 #: where a step is bound by reading its weights from memory (a decode step
-#: of a language model) and the GEMV's streaming wins; below it the weights
+#: of a language model) and the streaming kernels win; below it the weights
 #: stay cached and a model's few small Dense layers would only trade
-#: XNNPACK's one delegate node for several nodes.
+#: XNNPACK's one delegate node for several nodes.  Every matmul of such a
+#: subgraph is taken, however small: a decode step's 110 KB int8 k/v
+#: projections measured 0.96-1.02x XNNPACK alone but the whole step the same
+#: or faster with them fused (benchmarks/results/fully_connected.md).
 STREAMED_BYTES = 16 << 20
 
 
-def streams_weights(graph: Graph) -> bool:
-    """Whether ``graph``'s float32 FULLY_CONNECTEDs over a few rows read at
-    least STREAMED_BYTES of weights per call, together."""
+def weight_bytes(graph: Graph, found: FcMatch) -> int:
+    """The bytes of weights the matmul reads per call."""
+    n, k = graph.shape(found.weights)
+    return (4 if found.float_weights else 1) * n * k
+
+
+def streams_weights(graph: Graph, float_weights: bool) -> bool:
+    """Whether ``graph``'s FULLY_CONNECTEDs over a few rows with weights of
+    the form (float32, or int8 when not ``float_weights``) read at least
+    STREAMED_BYTES of weights per call, together."""
     total = 0
     for op in graph.ops:
         if graph.builtin(op) != OP.FULLY_CONNECTED:
             continue
-        found = match_fc(graph, op, float_weights=True)
+        found = match_fc(graph, op, float_weights)
         if found is not None:
-            n, k = graph.shape(found.weights)
-            total += 4 * n * k
+            total += weight_bytes(graph, found)
     return total >= STREAMED_BYTES
 
 
 class FullyConnectedF32Fusion(FullyConnectedFusion):
     """float32 FULLY_CONNECTED over a few rows (decode steps).
 
-    In ``fuse`` (the default passes) only in subgraphs whose few-row
-    matmuls stream their weights from memory (STREAMED_BYTES: a language
-    model's decode step), where it measured 1.11-1.15x faster over a whole
-    step than XNNPACK's GEMM (benchmarks/results/fully_connected_f32.md).
-    As its own pass (``fuse_fully_connected_f32``) in every subgraph."""
+    In ``fuse`` (the default passes) under the same rule as the int8 form,
+    where it measured 1.11-1.15x faster over a whole step than XNNPACK's
+    GEMM (benchmarks/results/fully_connected_f32.md).  As its own pass
+    (``fuse_fully_connected_f32``) in every subgraph."""
 
     kind = "fully_connected_f32"
     op = F32_OP
     pass_name = "fuse_fully_connected_f32"
-    opt_in = False
     float_weights = True
-
-    def __init__(self, streamed_only: bool = False) -> None:
-        super().__init__()
-        self.streamed_only = streamed_only
-
-    @classmethod
-    def in_fuse(cls) -> FullyConnectedF32Fusion:
-        return cls(streamed_only=True)
-
-    def find(self, graph: Graph, near_misses: list[str]) -> list[FcMatch]:
-        # One decision per graph, before matching (not once per anchor).
-        if self.streamed_only and not streams_weights(graph):
-            return []
-        return super().find(graph, near_misses)
