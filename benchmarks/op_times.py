@@ -33,8 +33,8 @@ from attention_share import _invoke  # noqa: E402
 
 import fusekit  # noqa: E402
 from fusekit.model.graph import Graph, ModelView  # noqa: E402
-from fusekit.passes.fusion import attention_check  # noqa: E402
 from fusekit.passes.fusion.composite_check import Operand, random_feeds  # noqa: E402
+from fusekit.passes.sub_model import sub_model  # noqa: E402
 from fusekit.run.timing import compare  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def op_models(model: bytes, subgraph: int = 0) -> list[tuple[str, str, bytes, li
     cut = []
     for op in graph.ops:
         out = int(op.outputs[0])
-        sub, inputs = attention_check.sub_model(graph, [op], out)
+        sub, inputs = sub_model(graph, [op], out)
         operands = [Operand(graph.shape(t), graph.tensor(t).type, None) for t in inputs]
         shapes = " ".join(
             str(graph.shape(int(t)))

@@ -629,11 +629,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "optimize",
         help="fuse decomposed norms, RoPE and attention in any .tflite into fused ops "
-        "(and layout, fold_affine, space-to-depth, cleanup passes)",
+        "(and cleanup, fold_constants, layout, fold_affine, space-to-depth passes)",
         description="Rewrite a .tflite model (also one fusekit did not convert) with "
         "graph passes run to a fixed point: by default fuse (decomposed layer/RMS/group "
         "norms, rotary embeddings and attention become fusekit's fused ops, proven "
-        "equal), cleanup, layout, fold_affine and space_to_depth. Prints a line per "
+        "equal), cleanup, fold_constants (what the graph computes from constants only, "
+        "computed once), layout, fold_affine and space_to_depth. Prints a line per "
         "pass: what it changed, op counts before and after.",
     )
     p.add_argument("model", help="the .tflite file to read")
@@ -641,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--passes",
         help="comma-separated pass names in order (default: "
-        "the default set of fusekit.passes.DEFAULT_PASSES)",
+        "the default set of fusekit.passes.DEFAULT_PASSES), or edits of the default set: "
+        "--passes=-fold_constants, --passes=+kv_cache_in_place",
     )
     p.add_argument(
         "--space-to-depth",

@@ -17,6 +17,11 @@ CASES = {
     "quickstart": (["quickstart.py"], "max |fusekit - TensorFlow|"),
     "keras_fuse": (["keras_fuse.py"], "max |TFLite with fusekit kernels - Keras|"),
     "optimize_cnn": (["optimize_cnn.py"], "max abs difference of the outputs"),
+    "fold_constants": (
+        ["fold_constants.py", str(REPO / "tests" / "data" / "torch" / "zoo" / "hf_t5.tflite")]
+        + ["--rounds", "2"],
+        "max abs difference of the outputs: 0",
+    ),
     "optimize_keras_hub": (
         ["optimize_keras_hub.py", "--family", "bert", "--seq", "16", "--rounds", "2"],
         "max abs diff",

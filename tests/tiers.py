@@ -91,7 +91,7 @@ MARKED: dict[str, str] = {
     "tests/test_abi_behaviour.py": "slow",  # 54: a probe plugin on every runtime
     "tests/test_threads.py": "slow",  # 46 (litert only; 3 runtimes: ~120)
     "tests/test_user_plugin.py": "slow",  # 139: compiles plugins
-    "tests/test_examples.py": "slow",  # 85: four examples as subprocesses
+    "tests/test_examples.py": "slow",  # 88: five examples as subprocesses
     "tests/test_sdk_checks.py": "slow",  # 50: compiles a plugin
     # Compiles two plugins and runs each op in worker processes.
     "tests/test_opcheck.py::test_a_correct_user_op_passes_every_check": "slow",  # 20

@@ -3,8 +3,9 @@
 Each row says, for one operator, when a pass may remove it once nothing
 reads its outputs, how it maps its inputs' axes to its outputs' (what the
 layout pass needs to move a transpose across it), whether its constant
-inputs are weights, and whether it is the elementwise arithmetic the norm
-proofs evaluate on polynomials.  The sets the passes test against are derived from it,
+inputs are weights, whether it is the elementwise arithmetic the norm
+proofs evaluate on polynomials, and whether it may be computed ahead of
+time when its inputs are constants.  The sets the passes test against are derived from it,
 as builtin operator codes (the values of the schema's ``BuiltinOperator``).
 
 Keyed by operator name and read through fusekit's own schema enums, so the
@@ -53,12 +54,18 @@ class OpProperties:
     at it; ``weights``: its quantized constant inputs are weights (4x their
     size as float32), which the matchers never dequantize; ``arithmetic``:
     elementwise +, -, *, / or a square, which the norm fusion evaluates on
-    polynomials (``passes/fusion/norm_formula.py``)."""
+    polynomials (``passes/fusion/norm_formula.py``); ``folds``: stateless
+    and deterministic, its outputs a function of its inputs' values alone,
+    so an instance whose inputs are constants may be computed once, ahead
+    of time (``passes/constants.py``).  Not DEQUANTIZE / QUANTIZE: a
+    float16 or int8 weight behind one is the model's chosen storage, not
+    work left over."""
 
     dead: Dead | None = None
     layout: Layout | None = None
     weights: bool = False
     arithmetic: bool = False
+    folds: bool = False
 
 
 _REMOVED, _BY_FUSION = Dead.REMOVED, Dead.BY_FUSION
@@ -67,83 +74,95 @@ _REDUCE, _LAST_AXIS, _PAD = Layout.REDUCE, Layout.LAST_AXIS, Layout.PAD
 
 #: Operator name -> its properties; an operator not listed has none.
 OP_PROPERTIES: dict[str, OpProperties] = {
-    "ABS": OpProperties(_REMOVED, _UNARY),
-    "ADD": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
-    "BROADCAST_TO": OpProperties(_BY_FUSION),
-    "CAST": OpProperties(_REMOVED, _UNARY),
-    "CEIL": OpProperties(None, _UNARY),
-    "CONCATENATION": OpProperties(_REMOVED),
+    "ABS": OpProperties(_REMOVED, _UNARY, folds=True),
+    "ADD": OpProperties(_REMOVED, _BROADCAST, arithmetic=True, folds=True),
+    "ARG_MAX": OpProperties(folds=True),
+    "ARG_MIN": OpProperties(folds=True),
+    "BROADCAST_TO": OpProperties(_BY_FUSION, folds=True),
+    "CAST": OpProperties(_REMOVED, _UNARY, folds=True),
+    "CEIL": OpProperties(None, _UNARY, folds=True),
+    "CONCATENATION": OpProperties(_REMOVED, folds=True),
     "CONV_2D": OpProperties(_REMOVED, weights=True),
-    "COS": OpProperties(None, _UNARY),
+    "COS": OpProperties(None, _UNARY, folds=True),
+    "CUMSUM": OpProperties(folds=True),
     "DEPTHWISE_CONV_2D": OpProperties(_REMOVED, weights=True),
     "DEQUANTIZE": OpProperties(_REMOVED, _UNARY),
-    "DIV": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
-    "ELU": OpProperties(_REMOVED, _UNARY),
-    "EQUAL": OpProperties(_REMOVED, _BROADCAST),
-    "EXP": OpProperties(_REMOVED, _UNARY),
-    "FLOOR": OpProperties(_REMOVED, _UNARY),
-    "FLOOR_DIV": OpProperties(None, _BROADCAST),
-    "FLOOR_MOD": OpProperties(None, _BROADCAST),
+    "DIV": OpProperties(_REMOVED, _BROADCAST, arithmetic=True, folds=True),
+    "ELU": OpProperties(_REMOVED, _UNARY, folds=True),
+    "EMBEDDING_LOOKUP": OpProperties(folds=True),
+    "EQUAL": OpProperties(_REMOVED, _BROADCAST, folds=True),
+    "EXP": OpProperties(_REMOVED, _UNARY, folds=True),
+    "EXPAND_DIMS": OpProperties(folds=True),
+    "FILL": OpProperties(folds=True),
+    "FLOOR": OpProperties(_REMOVED, _UNARY, folds=True),
+    "FLOOR_DIV": OpProperties(None, _BROADCAST, folds=True),
+    "FLOOR_MOD": OpProperties(None, _BROADCAST, folds=True),
     "FULLY_CONNECTED": OpProperties(_REMOVED, weights=True),
-    "GATHER": OpProperties(_REMOVED, weights=True),
-    "GELU": OpProperties(_REMOVED, _UNARY),
-    "GREATER": OpProperties(_REMOVED, _BROADCAST),
-    "GREATER_EQUAL": OpProperties(_REMOVED, _BROADCAST),
-    "HARD_SWISH": OpProperties(_REMOVED, _UNARY),
+    "GATHER": OpProperties(_REMOVED, weights=True, folds=True),
+    "GATHER_ND": OpProperties(folds=True),
+    "GELU": OpProperties(_REMOVED, _UNARY, folds=True),
+    "GREATER": OpProperties(_REMOVED, _BROADCAST, folds=True),
+    "GREATER_EQUAL": OpProperties(_REMOVED, _BROADCAST, folds=True),
+    "HARD_SWISH": OpProperties(_REMOVED, _UNARY, folds=True),
     "L2_NORMALIZATION": OpProperties(_REMOVED, _LAST_AXIS),
-    "LEAKY_RELU": OpProperties(_REMOVED, _UNARY),
-    "LESS": OpProperties(_REMOVED, _BROADCAST),
-    "LESS_EQUAL": OpProperties(_REMOVED, _BROADCAST),
-    "LOG": OpProperties(_REMOVED, _UNARY),
-    "LOGICAL_AND": OpProperties(_BY_FUSION, _BROADCAST),
-    "LOGICAL_NOT": OpProperties(None, _UNARY),
-    "LOGICAL_OR": OpProperties(None, _BROADCAST),
-    "LOGISTIC": OpProperties(_REMOVED, _UNARY),
+    "LEAKY_RELU": OpProperties(_REMOVED, _UNARY, folds=True),
+    "LESS": OpProperties(_REMOVED, _BROADCAST, folds=True),
+    "LESS_EQUAL": OpProperties(_REMOVED, _BROADCAST, folds=True),
+    "LOG": OpProperties(_REMOVED, _UNARY, folds=True),
+    "LOGICAL_AND": OpProperties(_BY_FUSION, _BROADCAST, folds=True),
+    "LOGICAL_NOT": OpProperties(None, _UNARY, folds=True),
+    "LOGICAL_OR": OpProperties(None, _BROADCAST, folds=True),
+    "LOGISTIC": OpProperties(_REMOVED, _UNARY, folds=True),
     "LOG_SOFTMAX": OpProperties(_REMOVED, _LAST_AXIS),
-    "MAXIMUM": OpProperties(_REMOVED, _BROADCAST),
-    "MEAN": OpProperties(_REMOVED, _REDUCE),
-    "MINIMUM": OpProperties(_REMOVED, _BROADCAST),
-    "MIRROR_PAD": OpProperties(_REMOVED, _PAD),
-    "MUL": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
-    "NEG": OpProperties(_REMOVED, _UNARY, arithmetic=True),
-    "NOT_EQUAL": OpProperties(_REMOVED, _BROADCAST),
-    "PACK": OpProperties(_BY_FUSION),
-    "PAD": OpProperties(_REMOVED, _PAD),
-    "PADV2": OpProperties(_REMOVED, _PAD),
-    "POW": OpProperties(_REMOVED, _BROADCAST),
+    "MAXIMUM": OpProperties(_REMOVED, _BROADCAST, folds=True),
+    "MEAN": OpProperties(_REMOVED, _REDUCE, folds=True),
+    "MINIMUM": OpProperties(_REMOVED, _BROADCAST, folds=True),
+    "MIRROR_PAD": OpProperties(_REMOVED, _PAD, folds=True),
+    "MUL": OpProperties(_REMOVED, _BROADCAST, arithmetic=True, folds=True),
+    "NEG": OpProperties(_REMOVED, _UNARY, arithmetic=True, folds=True),
+    "NOT_EQUAL": OpProperties(_REMOVED, _BROADCAST, folds=True),
+    "ONE_HOT": OpProperties(folds=True),
+    "PACK": OpProperties(_BY_FUSION, folds=True),
+    "PAD": OpProperties(_REMOVED, _PAD, folds=True),
+    "PADV2": OpProperties(_REMOVED, _PAD, folds=True),
+    "POW": OpProperties(_REMOVED, _BROADCAST, folds=True),
     "PRELU": OpProperties(_REMOVED, _BROADCAST),
     "QUANTIZE": OpProperties(_REMOVED, _UNARY),
-    "REDUCE_MAX": OpProperties(_REMOVED, _REDUCE),
-    "REDUCE_MIN": OpProperties(_REMOVED, _REDUCE),
-    "REDUCE_PROD": OpProperties(_REMOVED, _REDUCE),
-    "RELU": OpProperties(_REMOVED, _UNARY),
-    "RELU6": OpProperties(_REMOVED, _UNARY),
-    "RELU_0_TO_1": OpProperties(None, _UNARY),
-    "RELU_N1_TO_1": OpProperties(_REMOVED, _UNARY),
-    "RESHAPE": OpProperties(_REMOVED),
-    "ROUND": OpProperties(None, _UNARY),
-    "RSQRT": OpProperties(_REMOVED, _UNARY),
-    "SELECT_V2": OpProperties(_BY_FUSION, _BROADCAST),
-    "SHAPE": OpProperties(_BY_FUSION),
-    "SIGN": OpProperties(None, _UNARY),
-    "SIN": OpProperties(None, _UNARY),
-    "SLICE": OpProperties(_REMOVED),
+    "RANGE": OpProperties(folds=True),
+    "REDUCE_MAX": OpProperties(_REMOVED, _REDUCE, folds=True),
+    "REDUCE_MIN": OpProperties(_REMOVED, _REDUCE, folds=True),
+    "REDUCE_PROD": OpProperties(_REMOVED, _REDUCE, folds=True),
+    "RELU": OpProperties(_REMOVED, _UNARY, folds=True),
+    "RELU6": OpProperties(_REMOVED, _UNARY, folds=True),
+    "RELU_0_TO_1": OpProperties(None, _UNARY, folds=True),
+    "RELU_N1_TO_1": OpProperties(_REMOVED, _UNARY, folds=True),
+    "RESHAPE": OpProperties(_REMOVED, folds=True),
+    "REVERSE_V2": OpProperties(folds=True),
+    "ROUND": OpProperties(None, _UNARY, folds=True),
+    "RSQRT": OpProperties(_REMOVED, _UNARY, folds=True),
+    "SELECT": OpProperties(folds=True),
+    "SELECT_V2": OpProperties(_BY_FUSION, _BROADCAST, folds=True),
+    "SHAPE": OpProperties(_BY_FUSION, folds=True),
+    "SIGN": OpProperties(None, _UNARY, folds=True),
+    "SIN": OpProperties(None, _UNARY, folds=True),
+    "SLICE": OpProperties(_REMOVED, folds=True),
     "SOFTMAX": OpProperties(_REMOVED, _LAST_AXIS),
     "SPACE_TO_DEPTH": OpProperties(_REMOVED),
-    "SPLIT": OpProperties(_REMOVED),
-    "SPLIT_V": OpProperties(_REMOVED),
-    "SQRT": OpProperties(_REMOVED, _UNARY),
-    "SQUARE": OpProperties(_REMOVED, _UNARY, arithmetic=True),
-    "SQUARED_DIFFERENCE": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
-    "SQUEEZE": OpProperties(_REMOVED),
-    "STRIDED_SLICE": OpProperties(_REMOVED),
-    "SUB": OpProperties(_REMOVED, _BROADCAST, arithmetic=True),
-    "SUM": OpProperties(_REMOVED, _REDUCE),
-    "TANH": OpProperties(_REMOVED, _UNARY),
-    "TILE": OpProperties(_BY_FUSION),
-    "TRANSPOSE": OpProperties(_REMOVED),
+    "SPLIT": OpProperties(_REMOVED, folds=True),
+    "SPLIT_V": OpProperties(_REMOVED, folds=True),
+    "SQRT": OpProperties(_REMOVED, _UNARY, folds=True),
+    "SQUARE": OpProperties(_REMOVED, _UNARY, arithmetic=True, folds=True),
+    "SQUARED_DIFFERENCE": OpProperties(_REMOVED, _BROADCAST, arithmetic=True, folds=True),
+    "SQUEEZE": OpProperties(_REMOVED, folds=True),
+    "STRIDED_SLICE": OpProperties(_REMOVED, folds=True),
+    "SUB": OpProperties(_REMOVED, _BROADCAST, arithmetic=True, folds=True),
+    "SUM": OpProperties(_REMOVED, _REDUCE, folds=True),
+    "TANH": OpProperties(_REMOVED, _UNARY, folds=True),
+    "TILE": OpProperties(_BY_FUSION, folds=True),
+    "TRANSPOSE": OpProperties(_REMOVED, folds=True),
     "TRANSPOSE_CONV": OpProperties(weights=True),
-    "ZEROS_LIKE": OpProperties(None, _UNARY),
+    "UNPACK": OpProperties(folds=True),
+    "ZEROS_LIKE": OpProperties(None, _UNARY, folds=True),
 }
 
 
@@ -175,3 +194,5 @@ PADS: frozenset[int] = ops_where(layout=Layout.PAD)
 WEIGHT_READERS: frozenset[int] = ops_where(weights=True)
 #: Elementwise arithmetic the norm proofs evaluate on polynomials.
 ARITHMETIC: frozenset[int] = ops_where(arithmetic=True)
+#: Computed ahead of time when their inputs are constants.
+FOLDS: frozenset[int] = ops_where(folds=True)

@@ -2,7 +2,8 @@
 
 ``fusekit.optimize(model, passes=[...])`` runs them on any .tflite;
 ``fusekit.convert(..., passes=[...])`` runs them after conversion.  Built-in
-passes: ``cleanup``, ``fuse_composites`` (litert-torch's StableHLO composites),
+passes: ``cleanup``, ``fold_constants`` (what the graph computes from
+constants only, computed once), ``fuse_composites`` (litert-torch's StableHLO composites),
 ``fuse_quantized`` (int8 regions), ``fuse`` (``fuse_group_norm``, ``fuse_layer_norm``,
 ``fuse_rms_norm``, ``fuse_rotary``, ``fuse_attention``), ``layout``,
 ``reshapes``, ``fold_affine``, ``space_to_depth``; opt-in: ``kv_cache_in_place``
@@ -24,6 +25,7 @@ from fusekit.model.graph import Graph, ModelView
 from fusekit.passes import (  # noqa: F401 - register the built-ins
     cleanup,
     fold_affine,
+    fold_constants,
     fuse,
     fuse_composites,
     fuse_quantized,

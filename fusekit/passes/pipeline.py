@@ -22,6 +22,9 @@ from fusekit.run.plugin import op_plugins, register_plugin, resolve_plugin
 # named.  Kept in one place: other passes (pattern fusion) may join it.
 DEFAULT_PASSES = (
     "cleanup",
+    # Before the fusions: they read masks, biases and tables the exporter
+    # left computed from constants as the constants they are.
+    "fold_constants",
     "fuse_composites",
     "fuse_quantized",
     "fuse",
@@ -306,7 +309,7 @@ def optimize(
     Args:
       model: the model's bytes, or the path of a .tflite file.
       passes: pass names in order (see ``fusekit.passes.available()``), or
-        None for the default set (DEFAULT_PASSES: "cleanup", "fuse_composites",
+        None for the default set (DEFAULT_PASSES: "cleanup", "fold_constants", "fuse_composites",
         "fuse_quantized", "fuse", "layout", "reshapes", "fold_affine",
         "space_to_depth").
       space_to_depth: "auto" (a cost model decides; the report says why it

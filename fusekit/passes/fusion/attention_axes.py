@@ -51,6 +51,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph
+from fusekit.passes import constants
 from fusekit.passes.fusion import axis_map, key_mask, packed_operands, symbolic_dims
 from fusekit.passes.fusion.attention_match import (
     MASK_VALUE,
@@ -1180,57 +1181,19 @@ def _causal_band(constant: np.ndarray) -> np.ndarray | None:
     return band
 
 
-def _constant_of(graph: Graph, tensor: int, depth: int = 0) -> np.ndarray | None:
-    """The value of a tensor computed from constants only: a constant, or
-    RESHAPE / SELECT_V2 of constants (torch's exports leave a causal mask
-    unfolded as SELECT_V2(band, 0, -inf)); None for anything else."""
-    if graph.is_constant(tensor):
-        return graph.constant(tensor)
+def _constant_of(graph: Graph, tensor: int) -> np.ndarray | None:
+    """The value of a tensor computed from constants only: a constant, a
+    float16 constant dequantized, or what operators compute from them
+    (torch's exports leave a causal mask unfolded as SELECT_V2(band, 0,
+    -inf), T5 its position bias): computed by the runtime
+    (passes/constants.py); None for anything else."""
     folded = constant_value(graph, tensor)  # a float16 constant dequantized
     if folded is not None:
         return folded
-    op = graph.producer(tensor)
-    if op is None or depth > 4 or not graph.is_static(tensor):
-        return None
-    code = graph.builtin(op)
-    shape = graph.signature(tensor)
-    if code in (OP.RESHAPE, OP.SQUEEZE, OP.EXPAND_DIMS, OP.CAST, OP.BROADCAST_TO):
-        inner = _constant_of(graph, int(op.inputs[0]), depth + 1)
-        if inner is None:
-            return None
-        if code == OP.BROADCAST_TO:
-            if not _broadcasts(inner.shape, shape):
-                return None
-            inner = np.broadcast_to(inner, shape)
-        elif inner.size != int(np.prod(shape, dtype=np.int64)):
-            return None
-        return _as_type(graph, tensor, inner.reshape(shape))
-    if code == OP.FILL:
-        inner = _constant_of(graph, int(op.inputs[1]), depth + 1)
-        if inner is None or inner.size != 1:
-            return None
-        return _as_type(graph, tensor, np.broadcast_to(inner.reshape(-1)[0], shape))
-    if code != OP.SELECT_V2:
-        return None
-    keep = _constant_of(graph, int(op.inputs[0]), depth + 1)
-    a, b = (_constant_of(graph, int(t), depth + 1) for t in op.inputs[1:3])
-    if keep is None or a is None or b is None:
-        return None
-    return _as_type(graph, tensor, np.broadcast_to(np.where(keep, a, b), shape))
+    return constants.value(graph, tensor)
 
 
 def _broadcasts(source: tuple[int, ...], shape: list[int]) -> bool:
     if len(source) > len(shape):
         return False
     return all(s in (1, d) for s, d in zip(source[::-1], shape[::-1], strict=False))
-
-
-def _as_type(graph: Graph, tensor: int, value: np.ndarray) -> np.ndarray | None:
-    """``value`` as the tensor's element type (a CAST to bool keeps what is
-    non-zero, as TFLite's does)."""
-    kind = graph.tensor(tensor).type
-    if kind == schema.TensorType.BOOL:
-        return np.ascontiguousarray(value != 0)
-    if kind == FLOAT32:
-        return np.ascontiguousarray(value, dtype=np.float32)
-    return None

@@ -8,16 +8,15 @@ difference."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
-import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import Graph, ModelView
 from fusekit.passes.fusion import composite_check
 from fusekit.passes.fusion.composite_check import Operand
 from fusekit.passes.fusion.softmax_forms import ANCHORS
+from fusekit.passes.sub_model import sub_model
 
 # One draw as drawn, one with q's source three times larger (sharper
 # softmax rows), one more as drawn.
@@ -46,41 +45,6 @@ def _region(graph: Graph, output: int, boundary: set[int]) -> list[schema.Operat
                 return None
             stack.extend(int(t) for t in op.inputs)
     return [op for op in graph.ops if id(op) in needed]
-
-
-def sub_model(graph: Graph, ops: list[schema.OperatorT], output: int) -> tuple[bytes, list[int]]:
-    """``ops`` as a model of their own: (its bytes, the original tensors
-    that are its inputs, in order)."""
-    model = graph.model
-    written = {int(t) for op in ops for t in op.outputs}
-    read = [int(t) for op in ops for t in op.inputs if int(t) >= 0]
-    used = sorted(set(read) | written | {output})
-    index = {t: i for i, t in enumerate(used)}
-    buffers = [schema.BufferT()]
-    tensors = []
-    inputs = []
-    for t in used:
-        tensor = copy.copy(graph.tensor(t))
-        tensor.buffer = 0
-        if graph.is_constant(t):
-            buffer = schema.BufferT()
-            buffer.data = np.frombuffer(model.buffer_bytes(graph.tensor(t).buffer), np.uint8).copy()
-            tensor.buffer = len(buffers)
-            buffers.append(buffer)
-        elif t not in written:
-            inputs.append(t)
-        tensors.append(tensor)
-    sg = schema.SubGraphT()
-    sg.tensors = tensors
-    sg.operators = []
-    for op in ops:
-        new = copy.copy(op)
-        new.inputs = np.array([index[int(t)] if int(t) >= 0 else -1 for t in op.inputs], np.int32)
-        new.outputs = np.array([index[int(t)] for t in op.outputs], np.int32)
-        sg.operators.append(new)
-    sg.inputs = np.array([index[t] for t in inputs], np.int32)
-    sg.outputs = np.array([index[output]], np.int32)
-    return composite_check._pack(list(model.m.operatorCodes), sg, buffers), inputs
 
 
 def measured_difference(

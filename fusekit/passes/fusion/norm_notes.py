@@ -82,22 +82,28 @@ def _reason(graph: Graph, reduction: schema.OperatorT, epsilon: float | None) ->
     )
 
 
+def normalization_root(graph: Graph, op: schema.OperatorT) -> str | None:
+    """"rsqrt" or "sqrt" when ``op`` is the RSQRT (or SQRT) of a reduced
+    statistic every normalization has, else None."""
+    if graph.builtin(op) not in ROOTS or _statistic(graph, int(op.inputs[0]))[0] is None:
+        return None
+    return "rsqrt" if graph.builtin(op) == OP.RSQRT else "sqrt"
+
+
 def unfused_normalizations(graph: Graph, noted: Iterable[str]) -> list[str]:
     """A note for each RSQRT (or SQRT) of a reduced statistic left in
     ``graph`` that no note in ``noted`` names yet."""
     noted = list(noted)
     notes = []
     for op in graph.ops:
-        if graph.builtin(op) not in ROOTS:
-            continue
-        reduction, epsilon = _statistic(graph, int(op.inputs[0]))
-        if reduction is None:
+        kind = normalization_root(graph, op)
+        if kind is None:
             continue
         where = graph.name(int(op.outputs[0]))
         if any(repr(where) in note for note in noted):
             continue
+        reduction, epsilon = _statistic(graph, int(op.inputs[0]))
         reason, advice = _reason(graph, reduction, epsilon)
-        kind = "rsqrt" if graph.builtin(op) == OP.RSQRT else "sqrt"
         notes.append(
             f"normalization ({kind} of a reduced statistic) at {where!r} not fused: {reason}; "
             f"{FORMS}; advice: {advice}"

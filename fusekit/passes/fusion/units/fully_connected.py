@@ -41,10 +41,10 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph, ModelView
-from fusekit.passes.fusion.attention_check import sub_model
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.pattern import Fusion, NearMiss
 from fusekit.passes.fusion.units.norm import finish
+from fusekit.passes.sub_model import sub_model
 from fusekit.run.interpreter import Interpreter
 
 #: The most activation rows the fused op takes (a decode step has 1; a
