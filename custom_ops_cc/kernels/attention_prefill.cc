@@ -373,15 +373,16 @@ HWY_INLINE void TransposeTile(const float*, int64_t, int64_t, int64_t, const Emi
 #endif
 
 // exp(x - m) for the online softmax's weights, exactly 0 where x - m <=
-// -87 (as SoftmaxExpZero); m_log2e is m / ln 2.  On AVX-512, y = x / ln 2 -
-// m / ln 2 is one FMA, 2^(y - floor y) a degree-5 polynomial on [0, 1)
-// (relative error 1.5e-7) and VSCALEFPS multiplies it by 2^floor(y): 10
-// vector ops where SoftmaxExpZero takes 14, in the pass that was the
-// largest part of an item besides its two matmuls.
-HWY_INLINE VF ExpBelowMax(DF d, VF x, VF m, VF m_log2e) {
+// -87 (as SoftmaxExpZero).  On AVX-512, y = (x - m) / ln 2, 2^(y - floor y)
+// a degree-5 polynomial on [0, 1) (relative error 1.5e-7) and VSCALEFPS
+// multiplies it by 2^floor(y): 11 vector ops where SoftmaxExpZero takes
+// 14, in the pass that was the largest part of an item besides its two
+// matmuls.  (x - m is formed first: folding it into one FMA with m / ln 2
+// precomputed overflows where a row's max is near the float minimum an
+// exporter masks with, -3.4e38 / ln 2 = -inf, and gives NaN.)
+HWY_INLINE VF ExpBelowMax(DF d, VF x, VF m) {
 #if HWY_TARGET == HWY_AVX3
-  (void)m;
-  const VF y = hn::MulSub(x, hn::Set(d, 1.44269504088896341f), m_log2e);
+  const VF y = hn::Mul(hn::Sub(x, m), hn::Set(d, 1.44269504088896341f));
   const VF f{_mm512_reduce_ps(y.raw, 0x09)};  // y - floor(y): round down, quiet
   VF p = hn::Set(d, 0.0018775765784084797f);
   p = hn::MulAdd(p, f, hn::Set(d, 0.008989340625703335f));
@@ -393,7 +394,6 @@ HWY_INLINE VF ExpBelowMax(DF d, VF x, VF m, VF m_log2e) {
   const __mmask16 keep = _mm512_cmp_ps_mask(y.raw, _mm512_set1_ps(-125.51545f), _CMP_GT_OQ);
   return VF{_mm512_maskz_scalef_ps(keep, p.raw, y.raw)};
 #else
-  (void)m_log2e;
   return SoftmaxExpZero(d, hn::Sub(x, m));
 #endif
 }
@@ -666,18 +666,17 @@ void AttentionQueriesT(const att::Problem<T>& p, int64_t b, int64_t h, int64_t i
       const VF sub = hn::IfThenZeroElse(hn::Eq(bmax, neg_inf), bmax);
       const VF alpha = SoftmaxExpZero(d, hn::Sub(old_max, sub));
       hn::Store(bmax, d, run_max + c);
-      const VF sub_log2e = hn::Mul(sub, hn::Set(d, 1.44269504088896341f));
       VF add0 = hn::Zero(d), add1 = hn::Zero(d);
       for (j = 0; j + 2 <= n; j += 2) {
-        const VF e0 = ExpBelowMax(d, hn::Load(d, col + j * width), sub, sub_log2e);
-        const VF e1 = ExpBelowMax(d, hn::Load(d, col + (j + 1) * width), sub, sub_log2e);
+        const VF e0 = ExpBelowMax(d, hn::Load(d, col + j * width), sub);
+        const VF e1 = ExpBelowMax(d, hn::Load(d, col + (j + 1) * width), sub);
         hn::Store(e0, d, col + j * width);
         hn::Store(e1, d, col + (j + 1) * width);
         add0 = hn::Add(add0, e0);
         add1 = hn::Add(add1, e1);
       }
       if (j < n) {
-        const VF e = ExpBelowMax(d, hn::Load(d, col + j * width), sub, sub_log2e);
+        const VF e = ExpBelowMax(d, hn::Load(d, col + j * width), sub);
         hn::Store(e, d, col + j * width);
         add0 = hn::Add(add0, e);
       }

@@ -72,11 +72,18 @@ def _mask(rng, kind: str | None, shape, keep=0.7):
     "pad bool" / "pad float": runs of dropped keys (_padding); "tail bool" /
     "tail float": a prefill into a cache twice its length (query i keeps
     keys up to i + max(Sq, Skv // 2) - Sq, the rest of the cache dropped);
-    "zero": float zeros."""
+    "zero": float zeros; "min float": keys dropped by float32's minimum (what
+    exporters mask with, e.g. DeBERTa), the first query of every head with
+    no key kept."""
     if kind is None:
         return None
     if kind == "zero":
         return np.zeros(shape, np.float32)
+    if kind == "min float":
+        drop = rng.random(shape) > keep
+        drop[..., 0, :] = True
+        values = rng.standard_normal(shape) * 2
+        return np.where(drop, np.finfo(np.float32).min, values).astype(np.float32)
     if kind.startswith("pad "):
         drop, kind = _padding(shape), kind.removeprefix("pad ")
     elif kind.startswith("tail "):
@@ -650,6 +657,22 @@ PLAN = [
         1.0,
         [(1, 1, 1500), (2, 4, 700)],
         {"k_layout": "bhsd", "v_layout": "bhds"},
+    ),
+    # (Last: a case added earlier would change the random data of those after it.)
+    # Scores near float32's minimum: a row whose every key is masked that way
+    # is a softmax of equal scores (the mean of V), and the kernel's exp must
+    # not overflow forming (x - max) / ln 2 there (DeBERTa's padding).
+    (
+        "float-min mask [1,H,S,K]",
+        2,
+        2,
+        16,
+        None,
+        "min float",
+        [1, 2, "S", "K"],
+        False,
+        1.0,
+        [(1, 16, 16), (1, 37, 70)],
     ),
 ]
 
