@@ -428,3 +428,15 @@ def test_op_times_quick_run():
     assert {"CUSTOM:fusekit_attention", "CUSTOM:fusekit_layer_norm"} <= set(result["kinds"])
     assert result["whole_us"] > 0 and result["ops_sum_us"] > 0
     assert sum(v["count"] for v in result["kinds"].values()) == len(result["slowest"])
+
+
+def test_bench_patch_embedding(tmp_path):
+    """bench_patch_embedding.py --quick: patch convolutions rewritten by
+    space_to_depth's auto mode, timed against the original, outputs equal."""
+    payload = run_quick(
+        "bench_patch_embedding.py", tmp_path, "patch_embedding.json", "patch_embedding.md"
+    )
+    assert [row["patch"] for row in payload["patches"]] == [4, 6]
+    for row in payload["patches"]:
+        assert row["original_us"] > 0 and row["rewritten_us"] > 0
+        assert row["max_diff"] <= 1e-4

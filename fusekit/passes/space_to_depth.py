@@ -51,6 +51,11 @@ AUTO_MIN_KERNEL = 3
 # channels (rewritten / original latency; < 1 is faster), set from
 # benchmarks/results/passes.json.
 MEASURED_CPU_RATIO: float | None = 1.39
+# A patch embedding (kernel = stride, nothing padded) is another case: it
+# becomes one matrix product over k*k*C channels, with no multiply-add
+# added, and XNNPACK runs that in 0.73-0.81x the time of the few-channel
+# convolution for patches of 4 to 16 (benchmarks/results/passes.md).
+MEASURED_PATCH_RATIO = 0.81
 
 
 @dataclass
@@ -150,6 +155,19 @@ def candidate(graph: Graph, op: schema.OperatorT) -> tuple[Candidate | None, str
     )
 
 
+def is_patch_embedding(c: Candidate) -> bool:
+    """Non-overlapping patches: kernel = stride, no padding (trailing rows
+    the convolution never reads may be cut)."""
+    (top_h, bottom_h), (top_w, bottom_w) = c.pads
+    return (
+        c.kernel == (c.stride, c.stride)
+        and c.padded_kernel == c.kernel
+        and top_h == top_w == 0
+        and bottom_h <= 0
+        and bottom_w <= 0
+    )
+
+
 def should_rewrite(c: Candidate) -> tuple[bool, str]:
     """The cost model of mode "auto": (rewrite?, why)."""
     if c.channels > AUTO_MAX_CHANNELS:
@@ -158,6 +176,8 @@ def should_rewrite(c: Candidate) -> tuple[bool, str]:
         return False, f"batch {c.batch} (auto rewrites static batches up to {AUTO_MAX_BATCH})"
     if min(c.kernel) < AUTO_MIN_KERNEL:
         return False, f"kernel {c.kernel[0]}x{c.kernel[1]} (auto needs >= {AUTO_MIN_KERNEL})"
+    if is_patch_embedding(c) and MEASURED_PATCH_RATIO < 1.0:
+        return True, ""
     if MEASURED_CPU_RATIO is not None and MEASURED_CPU_RATIO >= 1.0:
         macs = c.padded_kernel[0] * c.padded_kernel[1] / (c.kernel[0] * c.kernel[1])
         return False, (
@@ -165,7 +185,8 @@ def should_rewrite(c: Candidate) -> tuple[bool, str]:
             "original's latency on a 7x7/2 stem over 3 channels "
             "(benchmarks/results/passes.md); here the padded "
             f"{c.padded_kernel[0]}x{c.padded_kernel[1]} kernel also does {macs:.2f}x the "
-            "multiply-adds; use space_to_depth='on' to force it"
+            "multiply-adds (a patch embedding, kernel = stride, is rewritten); "
+            "use space_to_depth='on' to force it"
         )
     return True, ""
 

@@ -131,6 +131,40 @@ def test_auto_cost_model_limits():
     assert "kernel 2x2" in s2d.should_rewrite(small)[1]
 
 
+@pytest.mark.parametrize("size,padding", [(64, "VALID"), (70, "VALID"), (64, "SAME")])
+def test_auto_rewrites_a_patch_embedding(size, padding):
+    """A ViT's patch embedding (kernel = stride) is one matrix product
+    after the rewrite; auto takes it, also where trailing pixels the
+    convolution never reads are cut (70 = 4 x 16 + 6, VALID)."""
+    model = convert_tf(stem(size=size, kernel=16, stride=16, padding=padding, filters=32))
+    result = fusekit.optimize(model, passes=["space_to_depth"])
+    assert conv_geometry(result.model) == [("CONV_2D", [1, 4, 4, 768], [32, 1, 1, 768], 1)]
+    assert result.report.line("space_to_depth").notes == []
+    assert_same(model, result.model)
+
+
+def test_auto_cost_model_takes_patches_only():
+    from fusekit.passes import space_to_depth as s2d
+
+    def geometry(kernel: int, stride: int, padded: int, pads) -> s2d.Candidate:
+        return s2d.Candidate(
+            op=None,
+            depthwise=False,
+            batch=1,
+            channels=3,
+            kernel=(kernel, kernel),
+            stride=stride,
+            block=stride,
+            pads=pads,
+            padded_kernel=(padded, padded),
+        )
+
+    assert s2d.should_rewrite(geometry(16, 16, 16, ((0, 0), (0, 0)))) == (True, "")
+    assert s2d.should_rewrite(geometry(14, 14, 14, ((0, -6), (0, -6)))) == (True, "")
+    assert not s2d.should_rewrite(geometry(7, 4, 8, ((0, 1), (0, 1))))[0]  # overlapping
+    assert not s2d.should_rewrite(geometry(4, 4, 4, ((1, 1), (1, 1))))[0]  # padded
+
+
 @pytest.mark.parametrize("size,padding", [(32, "SAME"), (33, "SAME"), (32, "VALID"), (33, "VALID")])
 def test_dynamic_batch(size, padding):
     """Batch None: PAD, SLICE (size -1 on the batch) and SPACE_TO_DEPTH
