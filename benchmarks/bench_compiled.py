@@ -59,8 +59,9 @@ def main() -> None:
     rows = []
     for shape in SHAPES:
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-        interp = fusekit.Interpreter(model_content=fused, num_threads=args.threads,
-                                     runtime="litert")
+        interp = fusekit.Interpreter(
+            model_content=fused, num_threads=args.threads, runtime="litert"
+        )
         keep_f, run_f, out_f = fusekit_compiled(fused, x, args.threads)
         keep_u, run_u, out_u = plain_compiled(unfused, x, args.threads)
         timings = compare(

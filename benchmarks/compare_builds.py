@@ -30,9 +30,7 @@ def interpreter(model: bytes, library: str, runtime: str):
     """The runtime's interpreter with one build's kernels as its delegate."""
     module = runtime_module(resolve_runtime(runtime))
     delegate = fusekit.load_delegate(library, runtime=runtime)
-    return module.Interpreter(
-        model_content=model, num_threads=1, experimental_delegates=[delegate]
-    )
+    return module.Interpreter(model_content=model, num_threads=1, experimental_delegates=[delegate])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,8 +37,12 @@ def _python_stderr_on(fd: int) -> IO[str] | None:
     previous = sys.stderr
     previous.flush()
     sys.stderr = os.fdopen(
-        fd, "w", buffering=1, encoding=previous.encoding or "utf-8",
-        errors="backslashreplace", closefd=False,
+        fd,
+        "w",
+        buffering=1,
+        encoding=previous.encoding or "utf-8",
+        errors="backslashreplace",
+        closefd=False,
     )
     return previous
 

@@ -165,8 +165,7 @@ def _parse_shapes(items: list[str]) -> dict[str, list[int]]:
             shape = []
         if not name or not shape or any(d < 0 for d in shape):
             raise UsageError(
-                f"--shape takes NAME=D0,D1,... (or SIGNATURE:NAME=...) with dims >= 0, "
-                f"got {item!r}"
+                f"--shape takes NAME=D0,D1,... (or SIGNATURE:NAME=...) with dims >= 0, got {item!r}"
             )
         shapes[name] = shape
     return shapes
@@ -314,8 +313,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     per_signature: dict[str, dict[str, Any]] = {}
     for key in keys:
         arrays = compare.make_inputs(
-            [runs_b, runs_a], names, key, opts["inputs"], opts["shapes"], opts["dim"],
-            opts["seed"], single=len(keys) == 1,
+            [runs_b, runs_a],
+            names,
+            key,
+            opts["inputs"],
+            opts["shapes"],
+            opts["dim"],
+            opts["seed"],
+            single=len(keys) == 1,
         )
         shapes = [list(x.shape) for x in arrays.values()]
         where = f"signature {key!r}, " if key else ""
@@ -354,10 +359,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"signature {key!r} (inputs {row['inputs']})")
         for label in (slow, fast):
             q1, q3 = row[f"{label}_quartiles_us"]
-            cpu = (
-                f"  cpu {row[f'{label}_cpu_median_us']:>10.1f} us"
-                if args.cpu_time else ""
-            )
+            cpu = f"  cpu {row[f'{label}_cpu_median_us']:>10.1f} us" if args.cpu_time else ""
             print(
                 f"{label:<8} median {row[f'{label}_median_us']:>10.1f} us  "
                 f"quartiles {q1:.1f}-{q3:.1f}  min {row[f'{label}_min_us']:.1f}  "

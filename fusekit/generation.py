@@ -168,9 +168,7 @@ class DecodeLoop:
             if is_mask and name not in self.caches and len(shape) >= 2:
                 return shape[-1], f"the last dim of decode input {name!r}"
         largest = max(
-            size
-            for name in self.caches
-            for size in self._decode.layouts[("inputs", name)][0][1:]
+            size for name in self.caches for size in self._decode.layouts[("inputs", name)][0][1:]
         )
         return largest, "the largest dim of the caches"
 

@@ -99,9 +99,7 @@ def outcomes_in_every_mode(cases) -> Callable:
 
     def get(runtime: str, threads: int):
         if (runtime, threads) not in cache:
-            jobs = [
-                c.job(mode=mode, num_threads=threads) for mode in modes(runtime) for c in cases
-            ]
+            jobs = [c.job(mode=mode, num_threads=threads) for mode in modes(runtime) for c in cases]
             every = [c for _ in modes(runtime) for c in cases]
             cache[runtime, threads] = (every, jobs, run_jobs(runtime, jobs))
         return cache[runtime, threads]
@@ -699,9 +697,7 @@ def _fc_cases(float_weights: bool) -> list[Model]:
     fusion = "fuse_fully_connected_f32" if float_weights else "fuse_fully_connected"
     models = []
     for shape, n, bias, act in FC_PLAN:
-        case = fc_model(
-            shape, n, bias=bias, activation=act, seed=n, float_weights=float_weights
-        )
+        case = fc_model(shape, n, bias=bias, activation=act, seed=n, float_weights=float_weights)
         fused = fusekit.optimize(case.model, passes=[fusion]).model
         x = np.random.default_rng(n).standard_normal(shape).astype(np.float32)
         if float_weights:

@@ -57,8 +57,9 @@ def main() -> None:
 
     # RTLD_GLOBAL, as fusekit.CompiledModel loads it: the adapter finds the
     # LiteRT C API in the process.
-    litert = ctypes.CDLL(str(Path(ai_edge_litert.__file__).parent / "libLiteRt.so"),
-                         mode=ctypes.RTLD_GLOBAL)
+    litert = ctypes.CDLL(
+        str(Path(ai_edge_litert.__file__).parent / "libLiteRt.so"), mode=ctypes.RTLD_GLOBAL
+    )
     litert.LiteRtCreateOptions.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
     litert.LiteRtDestroyOptions.argtypes = [ctypes.c_void_p]
     litert.LiteRtDestroyOptions.restype = None

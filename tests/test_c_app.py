@@ -27,11 +27,19 @@ def c_app(tmp_path_factory) -> Path:
         pytest.fail("cmake is missing (scripts/setup.sh installs it into the venv)")
     build = tmp_path_factory.mktemp("c_app")
     subprocess.run(
-        [CMAKE, "-S", str(REPO / "examples" / "c_app"), "-B", str(build),
-         f"-DLITERT_LIBRARY={litert_c.library_path()}",
-         f"-DFUSEKIT_LIBRARY={fusekit.library_path()}",
-         f"-DFUSEKIT_INCLUDE_DIR={REPO / 'custom_ops_cc' / 'include'}"],
-        check=True, capture_output=True, text=True,
+        [
+            CMAKE,
+            "-S",
+            str(REPO / "examples" / "c_app"),
+            "-B",
+            str(build),
+            f"-DLITERT_LIBRARY={litert_c.library_path()}",
+            f"-DFUSEKIT_LIBRARY={fusekit.library_path()}",
+            f"-DFUSEKIT_INCLUDE_DIR={REPO / 'custom_ops_cc' / 'include'}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     done = subprocess.run([CMAKE, "--build", str(build)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -109,9 +117,10 @@ def test_c_app_refuses_an_absent_input_litert_would_crash_on(c_app, tmp_path, ab
     done = subprocess.run([str(c_app), str(path)], capture_output=True, text=True)
     assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
     name = ["x", "gamma", "beta"][absent]
-    assert (f"fusekit: fusekit_layer_norm: subgraph 0 operator 0 input {absent} ('{name}') "
-            "is tensor index -1 (left out), which LiteRT's CompiledModel crashes on"
-            ) in done.stderr
+    assert (
+        f"fusekit: fusekit_layer_norm: subgraph 0 operator 0 input {absent} ('{name}') "
+        "is tensor index -1 (left out), which LiteRT's CompiledModel crashes on"
+    ) in done.stderr
 
 
 def test_bazel_builds_and_runs_the_c_app(tmp_path_factory, tmp_path):
@@ -124,12 +133,22 @@ def test_bazel_builds_and_runs_the_c_app(tmp_path_factory, tmp_path):
     root = tmp_path_factory.mktemp("bazel_root")
     litert_dir = litert_c.library_path().parent
     done = subprocess.run(
-        [bazel, f"--output_user_root={root}", "--batch", "build", "//:fusekit_litert_app",
-         # No sandbox: CI containers may lack the user namespaces it needs.
-         "--spawn_strategy=local",
-         f"--symlink_prefix={root}/out-", f"--linkopt=-L{litert_dir}",
-         f"--linkopt=-Wl,-rpath,{litert_dir}"],
-        cwd=REPO, capture_output=True, text=True, timeout=1500,
+        [
+            bazel,
+            f"--output_user_root={root}",
+            "--batch",
+            "build",
+            "//:fusekit_litert_app",
+            # No sandbox: CI containers may lack the user namespaces it needs.
+            "--spawn_strategy=local",
+            f"--symlink_prefix={root}/out-",
+            f"--linkopt=-L{litert_dir}",
+            f"--linkopt=-Wl,-rpath,{litert_dir}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
     # Bazel 4 links <workspace>/bazel-out whatever --symlink_prefix says.
     out_link = REPO / "bazel-out"
@@ -140,8 +159,11 @@ def test_bazel_builds_and_runs_the_c_app(tmp_path_factory, tmp_path):
     # Highway on a plain -I path, so a kernel compiled once per SIMD target
     # through hwy/foreach_target.h is not a system header here as it is in
     # the CMake build; kernels' own warnings are the kernel build's to check.)
-    warnings = [line for line in done.stderr.splitlines()
-                if ": warning:" in line and "custom_ops_cc/kernels/" not in line]
+    warnings = [
+        line
+        for line in done.stderr.splitlines()
+        if ": warning:" in line and "custom_ops_cc/kernels/" not in line
+    ]
     assert not warnings, "\n".join(warnings)
     app = root / "out-bin" / "fusekit_litert_app"
     model = built_models()["fusekit_layer_norm"][2].model
@@ -175,13 +197,15 @@ def test_c_app_runs_two_signatures_in_both_orders(c_app, tmp_path):
         feeds = {}
         for name, d in sig.get_input_details().items():
             n = int(np.prod(d["shape"]))
-            feeds[name] = ((np.arange(n) % 5).astype(np.int32).reshape(d["shape"])
-                           if d["dtype"] == np.int32 else ramp(d["shape"]))
+            feeds[name] = (
+                (np.arange(n) % 5).astype(np.int32).reshape(d["shape"])
+                if d["dtype"] == np.int32
+                else ramp(d["shape"])
+            )
         for name, value in sig(**feeds).items():
             want[f"{key}/{name}"] = value.reshape(-1)
     for order in (["decode", "prefill_16", "prefill_16"], ["prefill_16", "decode", "decode"]):
-        done = subprocess.run([str(c_app), str(path), "1", *order],
-                              capture_output=True, text=True)
+        done = subprocess.run([str(c_app), str(path), "1", *order], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
         printed = parse(done.stdout)
         assert sorted(printed) == sorted(want)

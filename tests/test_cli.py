@@ -163,8 +163,16 @@ def test_verify_and_bench_through_compiled_model(saved_model):
     result = json.loads(proc.stdout)
     assert result["ok"] and result["outputs"][0]["max_abs"] < 1e-4
     proc = fusekit_cli(
-        "bench", saved_model, "--json", "-q", "--shape", "x=4,64,32", "--rounds", "3",
-        "--api", "compiled",
+        "bench",
+        saved_model,
+        "--json",
+        "-q",
+        "--shape",
+        "x=4,64,32",
+        "--rounds",
+        "3",
+        "--api",
+        "compiled",
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

@@ -186,8 +186,7 @@ def test_generate_example_equals_keras() -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert (
         "fused ops: {'fusekit_attention': 4, 'fusekit_kv_cache_update': 8, 'fusekit_rms_norm': 10, "
-        "'fusekit_rotary_embedding': 8}"
-        in proc.stdout
+        "'fusekit_rotary_embedding': 8}" in proc.stdout
     )
     assert "same 32 tokens" in proc.stdout
 
@@ -260,13 +259,20 @@ def test_decode_loop_refuses_an_ambiguous_or_unproven_position_axis(
     cache = loop.cache("kv_cache_k")
     # The plain way, every cache through the runners (the same buffers).
     runner = interp.get_signature_runner("prefill")
-    want = runner(tokens=np.array([[5, 6, 7, 8]], np.int32), input_pos=positions,
-                  kv_cache_k=np.zeros((1, 8, 2, 8), np.float32))
+    want = runner(
+        tokens=np.array([[5, 6, 7, 8]], np.int32),
+        input_pos=positions,
+        kv_cache_k=np.zeros((1, 8, 2, 8), np.float32),
+    )
     want = interp.get_signature_runner("decode")(
-        tokens=np.array([[9]], np.int32), input_pos=np.array([4], np.int32),
-        kv_cache_k=want["kv_cache_k"])
+        tokens=np.array([[9]], np.int32),
+        input_pos=np.array([4], np.int32),
+        kv_cache_k=want["kv_cache_k"],
+    )
     want = interp.get_signature_runner("decode")(
-        tokens=np.array([[10]], np.int32), input_pos=np.array([5], np.int32),
-        kv_cache_k=want["kv_cache_k"])
+        tokens=np.array([[10]], np.int32),
+        input_pos=np.array([5], np.int32),
+        kv_cache_k=want["kv_cache_k"],
+    )
     np.testing.assert_array_equal(out["logits"], want["logits"])
     np.testing.assert_array_equal(cache, want["kv_cache_k"])

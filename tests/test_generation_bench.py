@@ -168,8 +168,9 @@ def test_verify_and_bench_generate_feed_a_step_at_position_0_alike():
     cache = Operand("kv_cache_k_0", "k", np.dtype(np.float32), [1, 8, 2, 4])
     for name, (shape, dtype) in layouts.items():
         operand = Operand(name, name, dtype, list(shape))
-        sampled = sample_inputs.sample(operand, list(shape), [cache], True,
-                                       np.random.default_rng(0))
+        sampled = sample_inputs.sample(
+            operand, list(shape), [cache], True, np.random.default_rng(0)
+        )
         assert sampled.dtype == fed[name].dtype, name
         np.testing.assert_array_equal(sampled, fed[name], err_msg=name)
     np.testing.assert_array_equal(fed["positions"], [[0, 1, 2], [0, 1, 2]])

@@ -39,8 +39,11 @@ def _left_out(model: bytes, node: int, position: int) -> tuple[bytes, int]:
     where = []
 
     def change(m):
-        ops = [k for k, o in enumerate(m.subgraphs[0].operators)
-               if m.operatorCodes[o.opcodeIndex].customCode == b"fusekit_group_norm"]
+        ops = [
+            k
+            for k, o in enumerate(m.subgraphs[0].operators)
+            if m.operatorCodes[o.opcodeIndex].customCode == b"fusekit_group_norm"
+        ]
         op = m.subgraphs[0].operators[ops[node]]
         inputs = [int(t) for t in op.inputs]
         inputs[position] = -1
@@ -73,9 +76,17 @@ def test_reads_nothing_outside_the_buffer(fused, tmp_path):
     path = tmp_path / "fused.tflite"
     path.write_bytes(fused)
     done = subprocess.run(
-        [sys.executable, str(TESTS / "litert_check_worker.py"), str(fusekit.library_path()),
-         str(path), "20000", "5"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(TESTS / "litert_check_worker.py"),
+            str(fusekit.library_path()),
+            str(path),
+            "20000",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     summary = json.loads(done.stdout)
@@ -102,16 +113,25 @@ def _with_details(model: bytes, kind: str, **fields) -> tuple[bytes, int, dict[s
 
     def change(m):
         sg = m.subgraphs[0]
-        (op, *_) = [o for o in sg.operators
-                    if m.operatorCodes[o.opcodeIndex].customCode == b"fusekit_group_norm"]
+        (op, *_) = [
+            o
+            for o in sg.operators
+            if m.operatorCodes[o.opcodeIndex].customCode == b"fusekit_group_norm"
+        ]
         gamma, beta = int(op.inputs[1]), int(op.inputs[2])
 
         def constant(t):
             b = m.buffers[sg.tensors[t].buffer]
             return b.data is not None or (b.offset or 0) > 1
 
-        ints = next((i for i, t in enumerate(sg.tensors)
-                     if t.type == schema.TensorType.INT32 and constant(i)), None)
+        ints = next(
+            (
+                i
+                for i, t in enumerate(sg.tensors)
+                if t.type == schema.TensorType.INT32 and constant(i)
+            ),
+            None,
+        )
         if ints is None:  # an int8 constant the details may name
             b = schema.BufferT()
             b.data = np.zeros(4, np.uint8)
@@ -121,8 +141,9 @@ def _with_details(model: bytes, kind: str, **fields) -> tuple[bytes, int, dict[s
             t.buffer, t.name = len(m.buffers) - 1, b"zero points"
             sg.tensors.append(t)
             ints = len(sg.tensors) - 1
-        roles.update(self=gamma, input=int(sg.inputs[0]), float=beta, int=ints,
-                     past=len(sg.tensors))
+        roles.update(
+            self=gamma, input=int(sg.inputs[0]), float=beta, int=ints, past=len(sg.tensors)
+        )
         q = schema.QuantizationParametersT()
         q.detailsType = getattr(schema.QuantizationDetails, kind)
         q.details = getattr(schema, f"{kind}T")()
@@ -148,12 +169,18 @@ def test_details_naming_good_tensors_pass(fused, kind):
         ({"scales": "past"}, r"scales names tensor {past}, out of range \(subgraph 0 has {past} "),
         ({"scales": -1}, r"scales names tensor -1, out of range"),
         ({"scales": -7}, r"scales names tensor -7, out of range"),
-        ({"scales": "self"}, r"scales names tensor {self} \(a FLOAT32 constant\); it must be "
-                             "another constant tensor of FLOAT32 / FLOAT16 / BFLOAT16"),
+        (
+            {"scales": "self"},
+            r"scales names tensor {self} \(a FLOAT32 constant\); it must be "
+            "another constant tensor of FLOAT32 / FLOAT16 / BFLOAT16",
+        ),
         ({"scales": "input"}, r"scales names tensor {input} \(a FLOAT32 tensor without data\)"),
         ({"scales": "int"}, r"scales names tensor {int} \(a INT\d+ constant\)"),
-        ({"zeroPoints": "float"}, r"zero_points names tensor {float} \(a FLOAT32 constant\); "
-                                  "it must be another constant tensor of an integer type"),
+        (
+            {"zeroPoints": "float"},
+            r"zero_points names tensor {float} \(a FLOAT32 constant\); "
+            "it must be another constant tensor of an integer type",
+        ),
         ({"zeroPoints": "past"}, r"zero_points names tensor {past}, out of range"),
     ],
 )

@@ -126,8 +126,16 @@ def test_cli_verify_and_bench_every_signature(decoder_pair, tmp_path):
     result = json.loads(proc.stdout)
     assert result["ok"] and list(result["signatures"]) == ["prefill_16", "decode"]
     proc = _cli(
-        "bench", plain, fused, "--json", "-q", "--rounds", "2", "--cpu-time",
-        "--signature", "decode",
+        "bench",
+        plain,
+        fused,
+        "--json",
+        "-q",
+        "--rounds",
+        "2",
+        "--cpu-time",
+        "--signature",
+        "decode",
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

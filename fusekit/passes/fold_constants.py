@@ -19,9 +19,9 @@ from collections import Counter
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+import fusekit.passes.constants as constants
 from fusekit.errors import PassError
 from fusekit.model.graph import DTYPES, Graph, ModelView
-from fusekit.passes import constants
 from fusekit.passes.fusion import norm_notes
 from fusekit.passes.registry import PassOptions, register
 

@@ -8,11 +8,24 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
+import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import Graph
-from fusekit.passes.fusion.composite_check import _pack
+
+
+def pack_model(codes: list[schema.OperatorCodeT], sg: schema.SubGraphT, buffers) -> bytes:
+    """One subgraph with its operator codes and buffers as a model of its own."""
+    m = schema.ModelT()
+    m.version = 3
+    m.operatorCodes = codes
+    m.subgraphs = [sg]
+    m.buffers = buffers
+    m.description = b"fusekit sub-model"
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
 
 
 def sub_model(
@@ -60,4 +73,4 @@ def sub_model(
     sg.inputs = np.array([index[t] for t in inputs], np.int32)
     sg.outputs = np.array([index[t] for t in outputs], np.int32)
     operator_codes = [model.m.operatorCodes[i] for i in codes]
-    return _pack(operator_codes, sg, buffers), inputs
+    return pack_model(operator_codes, sg, buffers), inputs

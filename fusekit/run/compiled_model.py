@@ -59,8 +59,9 @@ def _cpu_options(num_threads: int) -> int:
     payload = libc.strdup(f"num_threads = {num_threads}\n".encode())
     free = ctypes.cast(libc.free, ctypes.c_void_p)
     opaque = ctypes.c_void_p()
-    status = litert_c.lib().LiteRtCreateOpaqueOptions(b"xnnpack", payload, free,
-                                                      ctypes.byref(opaque))
+    status = litert_c.lib().LiteRtCreateOpaqueOptions(
+        b"xnnpack", payload, free, ctypes.byref(opaque)
+    )
     if status != 0:
         libc.free(ctypes.c_void_p(payload))
         litert_c.check(status, "creating the CPU options")
@@ -72,8 +73,13 @@ class CompiledModel:
     the given plugins') registered as custom-op kernels.  Create it with
     ``from_file`` or ``from_buffer``."""
 
-    def __init__(self, model_data: bytes, num_threads: int = 1,
-                 plugins: Sequence[str | os.PathLike[str]] = (), _path: str | None = None):
+    def __init__(
+        self,
+        model_data: bytes,
+        num_threads: int = 1,
+        plugins: Sequence[str | os.PathLike[str]] = (),
+        _path: str | None = None,
+    ):
         self._compiled: int | None = None
         self._handles: list[tuple[ctypes.CDLL, int]] = []
         self._options: int | None = None
@@ -112,10 +118,14 @@ class CompiledModel:
         options = ctypes.c_void_p()
         litert_c.check(lib.LiteRtCreateOptions(ctypes.byref(options)), "creating options")
         self._options = options.value
-        litert_c.check(lib.LiteRtSetOptionsHardwareAccelerators(
-            self._options, litert_c.HW_ACCELERATOR_CPU), "choosing the CPU")
-        litert_c.check(lib.LiteRtAddOpaqueOptions(self._options, _cpu_options(num_threads)),
-                       "adding the CPU options")
+        litert_c.check(
+            lib.LiteRtSetOptionsHardwareAccelerators(self._options, litert_c.HW_ACCELERATOR_CPU),
+            "choosing the CPU",
+        )
+        litert_c.check(
+            lib.LiteRtAddOpaqueOptions(self._options, _cpu_options(num_threads)),
+            "adding the CPU options",
+        )
         # Each library gives the nodes of its ops custom codes of their own
         # in its copy of the model and one kernel per node (LiteRT never says
         # which node a kernel call is for); the next library rewrites the
@@ -131,20 +141,24 @@ class CompiledModel:
                 )
             litert_c.bind_plugin(handle_lib)
             handle = handle_lib.fusekit_litert_add_model_kernels(
-                self._options, data, size, num_threads)
+                self._options, data, size, num_threads
+            )
             if not handle:
                 raise FusekitError(_text(handle_lib.fusekit_litert_last_error(None)))
             self._handles.append((handle_lib, handle))
             data = handle_lib.fusekit_litert_model_data(handle)
             size = handle_lib.fusekit_litert_model_size(handle)
         model = ctypes.c_void_p()
-        litert_c.check(lib.LiteRtCreateModelFromBuffer(
-            environment(), data, size, ctypes.byref(model)), "reading the model")
+        litert_c.check(
+            lib.LiteRtCreateModelFromBuffer(environment(), data, size, ctypes.byref(model)),
+            "reading the model",
+        )
         self._model = model.value
         self._signatures = self._read_signatures()
         compiled = ctypes.c_void_p()
         status = lib.LiteRtCreateCompiledModel(
-            environment(), self._model, self._options, ctypes.byref(compiled))
+            environment(), self._model, self._options, ctypes.byref(compiled)
+        )
         self._compiled = compiled.value if status == 0 else None
         self._check(status, "compiling the model")
         # LiteRT prepares the nodes lazily: prepare every signature now, so
@@ -158,13 +172,17 @@ class CompiledModel:
         until the first library has made its copy."""
         raw = np.empty(len(model_data) + 64, np.uint8)
         start = (-raw.ctypes.data) % 64
-        self._data = raw[start:start + len(model_data)]
+        self._data = raw[start : start + len(model_data)]
         self._data[:] = np.frombuffer(model_data, np.uint8)
         return self._data.ctypes.data, len(model_data)
 
     @classmethod
-    def from_file(cls, model_path: str | os.PathLike[str], num_threads: int = 1,
-                  plugins: Sequence[str | os.PathLike[str]] = ()) -> CompiledModel:
+    def from_file(
+        cls,
+        model_path: str | os.PathLike[str],
+        num_threads: int = 1,
+        plugins: Sequence[str | os.PathLike[str]] = (),
+    ) -> CompiledModel:
         """Compiles the model at ``model_path``.
 
         Raises:
@@ -178,8 +196,9 @@ class CompiledModel:
         return cls(Path(model_path).read_bytes(), num_threads, plugins)
 
     @classmethod
-    def from_buffer(cls, model_data: bytes, num_threads: int = 1,
-                    plugins: Sequence[str | os.PathLike[str]] = ()) -> CompiledModel:
+    def from_buffer(
+        cls, model_data: bytes, num_threads: int = 1, plugins: Sequence[str | os.PathLike[str]] = ()
+    ) -> CompiledModel:
         """Compiles a model given as bytes (see ``from_file``)."""
         return cls(bytes(model_data), num_threads, plugins)
 
@@ -188,31 +207,44 @@ class CompiledModel:
     def _read_signatures(self) -> list[_Signature]:
         lib = litert_c.lib()
         count = ctypes.c_size_t()
-        litert_c.check(lib.LiteRtGetNumModelSignatures(self._model, ctypes.byref(count)),
-                       "counting signatures")
+        litert_c.check(
+            lib.LiteRtGetNumModelSignatures(self._model, ctypes.byref(count)), "counting signatures"
+        )
         signatures = []
         for s in range(count.value):
             sig = ctypes.c_void_p()
-            litert_c.check(lib.LiteRtGetModelSignature(self._model, s, ctypes.byref(sig)),
-                           "reading a signature")
+            litert_c.check(
+                lib.LiteRtGetModelSignature(self._model, s, ctypes.byref(sig)),
+                "reading a signature",
+            )
             key = ctypes.c_char_p()
             litert_c.check(lib.LiteRtGetSignatureKey(sig, ctypes.byref(key)), "signature key")
             sides = []
             for kind in ("Input", "Output"):
                 n = ctypes.c_size_t()
-                litert_c.check(getattr(lib, f"LiteRtGetNumSignature{kind}s")(sig, ctypes.byref(n)),
-                               f"counting {kind.lower()}s")
+                litert_c.check(
+                    getattr(lib, f"LiteRtGetNumSignature{kind}s")(sig, ctypes.byref(n)),
+                    f"counting {kind.lower()}s",
+                )
                 entries = []
                 for i in range(n.value):
                     name = ctypes.c_char_p()
                     tensor = ctypes.c_void_p()
                     tensor_type = litert_c.RankedTensorType()
-                    litert_c.check(getattr(lib, f"LiteRtGetSignature{kind}Name")(
-                        sig, i, ctypes.byref(name)), f"{kind.lower()} name")
-                    litert_c.check(getattr(lib, f"LiteRtGetSignature{kind}TensorByIndex")(
-                        sig, i, ctypes.byref(tensor)), f"{kind.lower()} tensor")
-                    litert_c.check(lib.LiteRtGetRankedTensorType(tensor, ctypes.byref(tensor_type)),
-                                   f"the type of {kind.lower()} {_text(name.value)!r}")
+                    litert_c.check(
+                        getattr(lib, f"LiteRtGetSignature{kind}Name")(sig, i, ctypes.byref(name)),
+                        f"{kind.lower()} name",
+                    )
+                    litert_c.check(
+                        getattr(lib, f"LiteRtGetSignature{kind}TensorByIndex")(
+                            sig, i, ctypes.byref(tensor)
+                        ),
+                        f"{kind.lower()} tensor",
+                    )
+                    litert_c.check(
+                        lib.LiteRtGetRankedTensorType(tensor, ctypes.byref(tensor_type)),
+                        f"the type of {kind.lower()} {_text(name.value)!r}",
+                    )
                     entries.append((_text(name.value), tensor_type))
                 sides.append(entries)
             signatures.append(_Signature(_text(key.value), sides[0], sides[1]))
@@ -230,8 +262,11 @@ class CompiledModel:
 
     def get_signature_by_index(self, index: int) -> dict[str, Any]:
         s = self._signature(index)
-        return {"key": s.key, "inputs": [n for n, _ in s.inputs],
-                "outputs": [n for n, _ in s.outputs]}
+        return {
+            "key": s.key,
+            "inputs": [n for n, _ in s.inputs],
+            "outputs": [n for n, _ in s.outputs],
+        }
 
     def get_signature_index(self, key: str) -> int:
         """Index of the signature ``key``, or -1."""
@@ -252,15 +287,20 @@ class CompiledModel:
         if index < 0:
             raise FusekitError(
                 f"unknown signature {key!r} (the model has: "
-                + ", ".join(repr(s.key) for s in self._signatures) + ")"
+                + ", ".join(repr(s.key) for s in self._signatures)
+                + ")"
             )
         return index, self._signatures[index]
 
     @staticmethod
     def _details(entries: list[tuple[str, Any]]) -> dict[str, Any]:
         return {
-            name: {"name": name, "index": i, "dtype": dtype_of(t.element_type),
-                   "shape": list(t.shape())}
+            name: {
+                "name": name,
+                "index": i,
+                "dtype": dtype_of(t.element_type),
+                "shape": list(t.shape()),
+            }
             for i, (name, t) in enumerate(entries)
         }
 
@@ -284,16 +324,22 @@ class CompiledModel:
         current = []
         if side == "outputs":
             layouts = (litert_c.Layout * max(len(entries), 1))()
-            self._check(lib.LiteRtGetCompiledModelOutputTensorLayouts(
-                self._live(), signature_index, len(entries), layouts, True),
-                f"preparing signature {sig.key!r}")
+            self._check(
+                lib.LiteRtGetCompiledModelOutputTensorLayouts(
+                    self._live(), signature_index, len(entries), layouts, True
+                ),
+                f"preparing signature {sig.key!r}",
+            )
         for i, (name, static) in enumerate(entries):
             t = litert_c.RankedTensorType()
             t.element_type = static.element_type
             if side == "inputs":
-                self._check(lib.LiteRtGetCompiledModelInputTensorLayout(
-                    self._live(), signature_index, i, ctypes.byref(t.layout)),
-                    f"reading the shape of input {name!r}")
+                self._check(
+                    lib.LiteRtGetCompiledModelInputTensorLayout(
+                        self._live(), signature_index, i, ctypes.byref(t.layout)
+                    ),
+                    f"reading the shape of input {name!r}",
+                )
             else:
                 t.layout = layouts[i]
             current.append((name, t))
@@ -307,7 +353,8 @@ class CompiledModel:
             pending = self._pending
             if pending is None:
                 pending = shaped_model.with_input_shapes(
-                    self._source, self._shape_map(self._resized), self._libraries[1:])
+                    self._source, self._shape_map(self._resized), self._libraries[1:]
+                )
             self._pending = pending
             self._stale = False
             self._release()
@@ -319,13 +366,17 @@ class CompiledModel:
         assert self._compiled is not None
         return self._compiled
 
-    def _shape_map(self, resized: Mapping[tuple[int, int], list[int]]
-                   ) -> dict[tuple[str, str], list[int]]:
-        return {(self._signatures[s].key, self._signatures[s].inputs[i][0]): d
-                for (s, i), d in resized.items()}
+    def _shape_map(
+        self, resized: Mapping[tuple[int, int], list[int]]
+    ) -> dict[tuple[str, str], list[int]]:
+        return {
+            (self._signatures[s].key, self._signatures[s].inputs[i][0]): d
+            for (s, i), d in resized.items()
+        }
 
-    def resize_input_tensor(self, input_index: int, dims: Sequence[int],
-                            signature_index: int = 0, strict: bool = True) -> None:
+    def resize_input_tensor(
+        self, input_index: int, dims: Sequence[int], signature_index: int = 0, strict: bool = True
+    ) -> None:
         """Gives an input a new shape (strict: only its dynamic dims may
         change); create buffers again afterwards.
 
@@ -348,7 +399,8 @@ class CompiledModel:
         sig = self._signature(signature_index)
         if not 0 <= input_index < len(sig.inputs):
             raise FusekitError(
-                f"signature {sig.key!r} has {len(sig.inputs)} inputs, no input {input_index}")
+                f"signature {sig.key!r} has {len(sig.inputs)} inputs, no input {input_index}"
+            )
         if self._compiled is None and not self._stale:
             raise FusekitError("the compiled model was closed")
         name, static = sig.inputs[input_index]
@@ -356,8 +408,10 @@ class CompiledModel:
         signature = list(static.shape())
         if any(d < 0 for d in dims):
             raise FusekitError(f"cannot resize input {name!r} to {dims}: a dim is negative")
-        if strict and (len(dims) != len(signature) or any(
-                s != -1 and s != d for s, d in zip(signature, dims, strict=True))):
+        if strict and (
+            len(dims) != len(signature)
+            or any(s != -1 and s != d for s, d in zip(signature, dims, strict=True))
+        ):
             raise FusekitError(
                 f"LiteRT refused to resize input {name!r} to {dims}: its shape signature "
                 f"is {signature} and a strict resize changes only the -1 dims "
@@ -375,7 +429,8 @@ class CompiledModel:
         # run has its shape.  Compiled at the next use.
         try:
             self._pending = shaped_model.with_input_shapes(
-                self._source, self._shape_map(resized), self._libraries[1:])
+                self._source, self._shape_map(resized), self._libraries[1:]
+            )
         except ResizeRefusedError:
             raise
         except FusekitError:
@@ -403,13 +458,18 @@ class CompiledModel:
                 return TensorBuffer.create(t, n)
         raise FusekitError(
             f"signature {key!r} has no {side[:-1]} {name!r} (it has: "
-            + ", ".join(repr(n) for n, _ in entries) + ")"
+            + ", ".join(repr(n) for n, _ in entries)
+            + ")"
         )
 
     # ------------------------------------------------------------------- run
 
-    def run_by_index(self, signature_index: int, input_buffers: Sequence[TensorBuffer],
-                     output_buffers: Sequence[TensorBuffer]) -> None:
+    def run_by_index(
+        self,
+        signature_index: int,
+        input_buffers: Sequence[TensorBuffer],
+        output_buffers: Sequence[TensorBuffer],
+    ) -> None:
         """Runs a signature on buffers from ``create_input_buffers`` /
         ``create_output_buffers``.
 
@@ -437,19 +497,25 @@ class CompiledModel:
                         f"{buffer.dtype} {list(buffer.shape)}"
                     )
         ins = (ctypes.c_void_p * max(len(input_buffers), 1))(*[b.capsule for b in input_buffers])
-        outs = (ctypes.c_void_p * max(len(output_buffers), 1))(
-            *[b.capsule for b in output_buffers])
+        outs = (ctypes.c_void_p * max(len(output_buffers), 1))(*[b.capsule for b in output_buffers])
         status = litert_c.lib().LiteRtRunCompiledModel(
-            self._live(), signature_index, len(input_buffers), ins, len(output_buffers), outs)
+            self._live(), signature_index, len(input_buffers), ins, len(output_buffers), outs
+        )
         self._check(status, f"running signature {sig.key!r}")
 
-    def run_by_name(self, signature_key: str, input_map: Mapping[str, TensorBuffer],
-                    output_map: Mapping[str, TensorBuffer]) -> None:
+    def run_by_name(
+        self,
+        signature_key: str,
+        input_map: Mapping[str, TensorBuffer],
+        output_map: Mapping[str, TensorBuffer],
+    ) -> None:
         """Runs a signature with buffers keyed by input and output name."""
         index, sig = self._signature_by_key(signature_key)
         ordered = []
-        for side, entries, given in (("input", sig.inputs, input_map),
-                                     ("output", sig.outputs, output_map)):
+        for side, entries, given in (
+            ("input", sig.inputs, input_map),
+            ("output", sig.outputs, output_map),
+        ):
             names = [n for n, _ in entries]
             unknown = sorted(set(given) - set(names))
             missing = [n for n in names if n not in given]
@@ -461,8 +527,9 @@ class CompiledModel:
             ordered.append([given[n] for n in names])
         self.run_by_index(index, ordered[0], ordered[1])
 
-    def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray],
-            signature_index: int = 0) -> list[np.ndarray]:
+    def run(
+        self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray], signature_index: int = 0
+    ) -> list[np.ndarray]:
         """Convenience: writes numpy inputs (in signature order, or by name),
         runs, returns the outputs as numpy arrays."""
         sig = self._signature(signature_index)
@@ -473,7 +540,8 @@ class CompiledModel:
         try:
             if len(inputs) != len(in_buffers):
                 raise FusekitError(
-                    f"signature {sig.key!r} has {len(in_buffers)} inputs, got {len(inputs)}")
+                    f"signature {sig.key!r} has {len(in_buffers)} inputs, got {len(inputs)}"
+                )
             for buffer, value in zip(in_buffers, inputs, strict=True):
                 buffer.write(value)
             self.run_by_index(signature_index, in_buffers, out_buffers)

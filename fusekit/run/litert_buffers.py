@@ -13,8 +13,17 @@ from fusekit.run import litert_c
 
 # LiteRtElementType (= TfLiteType) -> numpy dtype.
 _DTYPES = {
-    1: np.float32, 2: np.int32, 3: np.uint8, 4: np.int64, 6: np.bool_, 7: np.int16,
-    9: np.int8, 10: np.float16, 11: np.float64, 13: np.uint64, 16: np.uint32,
+    1: np.float32,
+    2: np.int32,
+    3: np.uint8,
+    4: np.int64,
+    6: np.bool_,
+    7: np.int16,
+    9: np.int8,
+    10: np.float16,
+    11: np.float64,
+    13: np.uint64,
+    16: np.uint32,
     17: np.uint16,
 }
 
@@ -45,8 +54,11 @@ class TensorBuffer:
         handle = ctypes.c_void_p()
         litert_c.check(
             lib.LiteRtCreateManagedTensorBuffer(
-                environment(), litert_c.BUFFER_TYPE_HOST_MEMORY, ctypes.byref(tensor_type),
-                max(size, 1), ctypes.byref(handle),
+                environment(),
+                litert_c.BUFFER_TYPE_HOST_MEMORY,
+                ctypes.byref(tensor_type),
+                max(size, 1),
+                ctypes.byref(handle),
             ),
             f"creating the buffer of {name!r}",
         )
@@ -62,8 +74,10 @@ class TensorBuffer:
     def _locked(self, mode: int) -> tuple[int, int]:
         lib = litert_c.lib()
         addr = ctypes.c_void_p()
-        litert_c.check(lib.LiteRtLockTensorBuffer(self.capsule, ctypes.byref(addr), mode),
-                       f"locking {self.name!r}")
+        litert_c.check(
+            lib.LiteRtLockTensorBuffer(self.capsule, ctypes.byref(addr), mode),
+            f"locking {self.name!r}",
+        )
         size = ctypes.c_size_t()
         status = lib.LiteRtGetTensorBufferSize(self.capsule, ctypes.byref(size))
         if status != 0:
@@ -126,7 +140,9 @@ def environment() -> ctypes.c_void_p:
     global _ENV
     if _ENV is None:
         env = ctypes.c_void_p()
-        litert_c.check(litert_c.lib().LiteRtCreateEnvironment(0, None, ctypes.byref(env)),
-                       "creating the environment")
+        litert_c.check(
+            litert_c.lib().LiteRtCreateEnvironment(0, None, ctypes.byref(env)),
+            "creating the environment",
+        )
         _ENV = env
     return _ENV

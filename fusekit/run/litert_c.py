@@ -66,13 +66,21 @@ _PROTOTYPES = {
     "LiteRtDestroyCompiledModel": (None, [_p]),
     "LiteRtRunCompiledModel": (_status, [_p, _size, _size, _pp, _size, _pp]),
     "LiteRtCompiledModelResizeInputTensor": (
-        _status, [_p, _size, _size, ctypes.POINTER(ctypes.c_int), _size]),
+        _status,
+        [_p, _size, _size, ctypes.POINTER(ctypes.c_int), _size],
+    ),
     "LiteRtCompiledModelResizeInputTensorNonStrict": (
-        _status, [_p, _size, _size, ctypes.POINTER(ctypes.c_int), _size]),
+        _status,
+        [_p, _size, _size, ctypes.POINTER(ctypes.c_int), _size],
+    ),
     "LiteRtGetCompiledModelInputTensorLayout": (
-        _status, [_p, _size, _size, ctypes.POINTER(Layout)]),
+        _status,
+        [_p, _size, _size, ctypes.POINTER(Layout)],
+    ),
     "LiteRtGetCompiledModelOutputTensorLayouts": (
-        _status, [_p, _size, _size, ctypes.POINTER(Layout), ctypes.c_bool]),
+        _status,
+        [_p, _size, _size, ctypes.POINTER(Layout), ctypes.c_bool],
+    ),
     "LiteRtCreateManagedTensorBuffer": (
         _status,
         [_p, ctypes.c_int, ctypes.POINTER(RankedTensorType), _size, _pp],

@@ -274,6 +274,4 @@ def op_plugins() -> dict[str, str]:
     except FusekitError:
         return {}
     own = resolve_plugin(None)
-    return {
-        op: Path(lib).stem.removeprefix("lib") for op, lib in providers.items() if lib != own
-    }
+    return {op: Path(lib).stem.removeprefix("lib") for op, lib in providers.items() if lib != own}

@@ -204,9 +204,7 @@ def attention_models(work: Path) -> dict[str, bytes]:
         ),
         "attention_float": _convert(module(tf.float32, scale=0.5), work / "attention_float"),
         # Soft-capped scores (the softcap attr; mutations reach its value).
-        "attention_softcap": _convert(
-            module(tf.float32, softcap=2.0), work / "attention_softcap"
-        ),
+        "attention_softcap": _convert(module(tf.float32, softcap=2.0), work / "attention_softcap"),
         # KV cache layouts (litert-torch's: q [B, H, Sq, D], K [B, Hkv, Skv, D],
         # V [B, Hkv, D, Skv]; mutations reach the layout attrs and shapes).
         "attention_cache_layouts": _convert(

@@ -57,12 +57,6 @@ def genai_run(model: bytes, feeds):
 # ------------------------------------------------------------------ SDPA
 
 
-
-
-
-
-
-
 CASES = [
     # q [B, Sq, H, D], k/v [B, Skv, Hkv, D], mask shape, options
     ((1, 8, 4, 16), (1, 32, 4, 16), (1, 1, 8, 32), {"scale": 0.25}),  # MHA prefill
@@ -125,10 +119,6 @@ def test_sdpa_bad_shapes_fail_with_the_op_name():
 
 
 # --------------------------------------------------------- external KV cache
-
-
-
-
 
 
 POSITIONS = [[5], [0, 1, 2, 3], [7, 9, 20, 31], [4, 6, 2, 9], [3, 3, 3], [31]]

@@ -28,8 +28,11 @@ def test_llama_through_compiled_model():
 
     root = tflite_schema.model(fused)
     sig = root.item("signature_defs", 0)
-    tensor_of = {t.string("name").decode(): t.scalar("tensor_index")
-                 for side in ("inputs", "outputs") for t in sig.items(side)}
+    tensor_of = {
+        t.string("name").decode(): t.scalar("tensor_index")
+        for side in ("inputs", "outputs")
+        for t in sig.items(side)
+    }
     sg = root.item("subgraphs", 0)
     by_tensor = dict(zip(sg.values("inputs"), feeds, strict=True))
     with fusekit.CompiledModel.from_buffer(fused, num_threads=2) as cm:

@@ -86,6 +86,8 @@ COMPOSITES = {
         "odml.swiglu": 2,
     },
 }
+
+
 @pytest.mark.parametrize("name", FIXTURES)
 def test_every_composite_is_mapped_or_inlined(name):
     before = composite_names(plain(name))

@@ -50,8 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+import fusekit.passes.constants as constants
 from fusekit.model.graph import OP, OPTIONS, Graph
-from fusekit.passes import constants
 from fusekit.passes.fusion import axis_map, key_mask, packed_operands, symbolic_dims
 from fusekit.passes.fusion.attention_match import (
     MASK_VALUE,

@@ -15,13 +15,13 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import DTYPES, OP, Graph
 from fusekit.passes.fusion.emit import AttrValue, custom_options
 from fusekit.passes.fusion.subgraphs import called_subgraphs
+from fusekit.passes.sub_model import pack_model
 from fusekit.run.interpreter import Interpreter
 
 # Outputs must agree within TOLERANCE * max(1, largest reference value).
@@ -63,18 +63,6 @@ def _buffer(data: bytes | None) -> schema.BufferT:
     return b
 
 
-def _pack(codes: list[schema.OperatorCodeT], sg: schema.SubGraphT, buffers) -> bytes:
-    m = schema.ModelT()
-    m.version = 3
-    m.operatorCodes = codes
-    m.subgraphs = [sg]
-    m.buffers = buffers
-    m.description = b"fusekit composite check"
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
-
-
 def decomposition_model(graph: Graph, body: int, args: list[Operand]) -> bytes | str:
     """The decomposition subgraph alone as a model (the composite's constant
     operands become constants); a reason string when it cannot be."""
@@ -104,7 +92,7 @@ def decomposition_model(graph: Graph, body: int, args: list[Operand]) -> bytes |
         [t for t, a in zip(inputs, args, strict=True) if a.value is None], np.int32
     )
     out.outputs = np.array(sg.outputs, np.int32)
-    return _pack(list(model.m.operatorCodes), out, buffers)
+    return pack_model(list(model.m.operatorCodes), out, buffers)
 
 
 def fused_model(
@@ -160,7 +148,7 @@ def kernel_model(
     sg.operators = [op]
     sg.inputs = np.array(graph_inputs, np.int32)
     sg.outputs = np.array(out_ids, np.int32)
-    return _pack([code], sg, buffers)
+    return pack_model([code], sg, buffers)
 
 
 def _run(model: bytes, feeds: list[np.ndarray], plugins: Sequence[str] = ()) -> list[np.ndarray]:

@@ -83,7 +83,7 @@ def _reason(graph: Graph, reduction: schema.OperatorT, epsilon: float | None) ->
 
 
 def normalization_root(graph: Graph, op: schema.OperatorT) -> str | None:
-    """"rsqrt" or "sqrt" when ``op`` is the RSQRT (or SQRT) of a reduced
+    """ "rsqrt" or "sqrt" when ``op`` is the RSQRT (or SQRT) of a reduced
     statistic every normalization has, else None."""
     if graph.builtin(op) not in ROOTS or _statistic(graph, int(op.inputs[0]))[0] is None:
         return None
