@@ -589,8 +589,8 @@ class Attention {
     // vectors of queries are dealt out evenly over its items (ViT's 197
     // queries, 13 vectors of 16: 4 + 3 + 3 + 3, not 4 + 4 + 4 + 1): an
     // item of one vector broadcasts each K and V element for a single FMA
-    // and runs at about half the FMA rate of a wider one.
-    const int64_t lanes = l.panel / 2;
+    // and costs 1.5x a 4-vector item per query lane.
+    const int64_t lanes = l.panel / 2;  // (a K panel is 2 vectors)
     const int64_t vectors = (p.q_len + lanes - 1) / lanes;
     const int64_t max_vectors = l.query_panel / lanes;
     if (vectors == 0) return kTfLiteOk;
