@@ -63,7 +63,7 @@ struct Problem {
 // Packed layouts (per target: panel = 2 SIMD vectors of keys).
 struct Layout {
   int64_t panel;        // keys per K panel
-  int64_t query_panel;  // queries per prefill item (2 or 4 SIMD vectors)
+  int64_t query_panel;  // most queries of a prefill item (2 or 4 SIMD vectors)
   bool value_transposed;  // V is [B, Hkv, Dv, Skv] (v_col != 1)
   int64_t value_pad;    // Dv rounded up to a whole number of 2-vector chunks
   bool value_direct;    // V is read in place (Dv is already whole chunks)

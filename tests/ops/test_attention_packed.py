@@ -53,6 +53,16 @@ PACKINGS = [
         lambda x: (x[:, :, 0], x[:, :, 1], x[:, :, 2]),
         runs=[(64, 49), (1, 197), (2, 1), (1, 4)],
     ),
+    # ViT-Ti's own attention: 197 and DINOv2's 257 queries split into items
+    # of unequal widths (4 + 3 + 3 + 3 and 4 + 4 + 3 + 3 + 3 vectors of 16).
+    Packed(
+        "timm ViT-Ti [B,S,3,3,64]",
+        [None, None, 3, 3, 64],
+        {"q": (2, 0, 1), "k": (2, 1, 1), "v": (2, 2, 1)},
+        {},
+        lambda x: (x[:, :, 0], x[:, :, 1], x[:, :, 2]),
+        runs=[(1, 197), (1, 257)],
+    ),
     Packed(
         "[B,S,H,3,D] odd",
         [None, None, 5, 3, 17],
