@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "passes"))
 
 import numpy as np  # noqa: E402
-from op_times import _whole  # noqa: E402
+from attention_share import _invoke  # noqa: E402
 from pass_models import Builder  # noqa: E402
 
 import fusekit  # noqa: E402
@@ -51,27 +51,20 @@ def _patch_conv(patch: int, out_channels: int) -> bytes:
     return b.build([b.conv(x, out_channels, kernel=patch, stride=patch)])
 
 
-def _outputs(model: bytes, feeds: list[np.ndarray]) -> list[np.ndarray]:
-    interp = fusekit.Interpreter(model_content=model, runtime="litert", num_threads=1)
-    interp.allocate_tensors()
-    for detail, value in zip(interp.get_input_details(), feeds, strict=True):
-        interp.set_tensor(detail["index"], value)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
-
-
 def _measure(original: bytes, rewritten: bytes, rounds: int) -> dict:
-    """Both models' median latency (us) and the largest output difference."""
+    """Both models' median latency (us) and the largest output difference,
+    on the same random inputs."""
     details = fusekit.Interpreter(model_content=original, runtime="litert").get_input_details()
     rng = np.random.default_rng(0)
     feeds = [rng.standard_normal(d["shape"]).astype(d["dtype"]) for d in details]
-    diff = max(
-        float(np.max(np.abs(a - b)))
-        for a, b in zip(_outputs(original, feeds), _outputs(rewritten, feeds), strict=True)
-    )
-    t = compare(
-        {"original": _whole(original), "rewritten": _whole(rewritten)}, rounds=rounds, warmup=2
-    )
+    invokes = {"original": _invoke(original, feeds), "rewritten": _invoke(rewritten, feeds)}
+    outputs = []
+    for invoke in invokes.values():
+        invoke()
+        interp = invoke.keep
+        outputs.append([interp.get_tensor(d["index"]) for d in interp.get_output_details()])
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(*outputs, strict=True))
+    t = compare(invokes, rounds=rounds, warmup=2)
     return {
         "original_us": t["original"].median_us,
         "rewritten_us": t["rewritten"].median_us,
