@@ -41,6 +41,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from fusekit.model.graph import OP, OPTIONS, Graph, ModelView
+from fusekit.passes.constants import is_quantized
 from fusekit.passes.fusion.emit import replace_with_custom
 from fusekit.passes.fusion.pattern import Fusion, NearMiss
 from fusekit.passes.fusion.units.norm import finish
@@ -106,12 +107,9 @@ def _int8_scales(graph: Graph, weights: int, rows: int) -> np.ndarray | None:
 
 def _plain_float(graph: Graph, weights: int) -> bool:
     """Whether ``weights`` is a plain (not quantized) float32 tensor."""
-    t = graph.tensor(weights)
-    q = t.quantization
-    quantized = q is not None and (
-        (q.scale is not None and len(q.scale) > 0) or q.details is not None
+    return graph.tensor(weights).type == schema.TensorType.FLOAT32 and not is_quantized(
+        graph, weights
     )
-    return t.type == schema.TensorType.FLOAT32 and not quantized
 
 
 def match_fc(graph: Graph, op: schema.OperatorT, float_weights: bool = False) -> FcMatch | None:
